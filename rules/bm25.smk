@@ -1,0 +1,64 @@
+# BM25 with Pyserini: Lucene index, TREC runs for the train and evaluation splits, BM25 negatives.
+
+
+rule bm25_index:
+    input:
+        data_file("corpus.parquet"),
+    output:
+        directory("results/{dataset}/bm25/index"),
+    params:
+        bm25=params_of("bm25"),
+    threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
+    log:
+        "results/{dataset}/logs/bm25_index.log",
+    benchmark:
+        "results/{dataset}/benchmarks/bm25_index.tsv"
+    conda:
+        "../envs/bm25.yaml"
+    script:
+        "../workflow_scripts/bm25_index.py"
+
+
+rule bm25_search:
+    input:
+        index="results/{dataset}/bm25/index",
+        queries=data_file("queries_{split}.parquet"),
+    output:
+        "results/{dataset}/bm25/run_{split}.trec",
+    params:
+        bm25=params_of("bm25"),
+    threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
+    log:
+        "results/{dataset}/logs/bm25_search_{split}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/bm25_search_{split}.tsv"
+    conda:
+        "../envs/bm25.yaml"
+    script:
+        "../workflow_scripts/bm25_search.py"
+
+
+def bm25_negatives_pool(wildcards):
+    """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
+    if "official_negatives" in dataset_config(wildcards):
+        return f"results/{wildcards.dataset}/data/official_negatives.parquet"
+    return f"results/{wildcards.dataset}/bm25/run_{train_split(wildcards)}.trec"
+
+
+rule bm25_negatives:
+    input:
+        pool=bm25_negatives_pool,
+        qrels=lambda wc: f"results/{wc.dataset}/data/qrels_{train_split(wc)}.parquet",
+    output:
+        "results/{dataset}/bm25/negatives.parquet",
+    params:
+        bm25=params_of("bm25"),
+        min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+    log:
+        "results/{dataset}/logs/bm25_negatives.log",
+    benchmark:
+        "results/{dataset}/benchmarks/bm25_negatives.tsv"
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/bm25_negatives.py"

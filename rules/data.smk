@@ -1,0 +1,61 @@
+# Ingestion: raw dataset files (BEIR, MS MARCO, Parquet) -> checked Parquet artifacts (docs/artifacts.md).
+
+
+rule ingest_corpus:
+    input:
+        lambda wc: raw_files(dataset_config(wc)["format"], dataset_config(wc)["path"]),
+    output:
+        data_file("corpus.parquet"),
+    params:
+        format=lambda wc: dataset_config(wc)["format"],
+        root=lambda wc: dataset_config(wc)["path"],
+    log:
+        "results/{dataset}/logs/ingest_corpus.log",
+    benchmark:
+        "results/{dataset}/benchmarks/ingest_corpus.tsv"
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/ingest_corpus.py"
+
+
+rule ingest_split:
+    input:
+        raw=lambda wc: raw_files(
+            dataset_config(wc)["format"], dataset_config(wc)["path"], wc.split
+        ),
+        corpus=data_file("corpus.parquet"),
+    output:
+        queries=data_file("queries_{split}.parquet"),
+        qrels=data_file("qrels_{split}.parquet"),
+    params:
+        format=lambda wc: dataset_config(wc)["format"],
+        root=lambda wc: dataset_config(wc)["path"],
+        unknown_ids=lambda wc: dataset_config(wc)["unknown_qrels_ids"],
+    log:
+        "results/{dataset}/logs/ingest_split_{split}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/ingest_split_{split}.tsv"
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/ingest_split.py"
+
+
+rule ingest_official_negatives:
+    input:
+        negatives=lambda wc: Path(dataset_config(wc)["path"])
+        / dataset_config(wc)["official_negatives"],
+        qrels=lambda wc: f"results/{wc.dataset}/data/qrels_{train_split(wc)}.parquet",
+    output:
+        data_file("official_negatives.parquet"),
+    params:
+        min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+    log:
+        "results/{dataset}/logs/ingest_official_negatives.log",
+    benchmark:
+        "results/{dataset}/benchmarks/ingest_official_negatives.tsv"
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/ingest_official_negatives.py"

@@ -1,0 +1,49 @@
+# Evaluation of any stage's TREC runs on the dataset's evaluation splits, and a plot for the report.
+
+
+rule evaluate:
+    input:
+        runs=lambda wc: expand(
+            "results/{dataset}/{stage}/run_{split}.trec",
+            dataset=wc.dataset,
+            stage=wc.stage,
+            split=eval_splits(wc),
+        ),
+        qrels=lambda wc: expand(
+            "results/{dataset}/data/qrels_{split}.parquet",
+            dataset=wc.dataset,
+            split=eval_splits(wc),
+        ),
+    output:
+        "results/{dataset}/{stage}/metrics.json",
+    params:
+        splits=eval_splits,
+        metrics=config["evaluation"]["metrics"],
+    log:
+        "results/{dataset}/logs/evaluate_{stage}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/evaluate_{stage}.tsv"
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/evaluate.py"
+
+
+rule plot_metrics:
+    input:
+        "results/{dataset}/{stage}/metrics.json",
+    output:
+        report(
+            "results/{dataset}/{stage}/metrics.png",
+            caption="../report/metrics.rst",
+            category="{dataset}",
+            subcategory="{stage}",
+        ),
+    log:
+        "results/{dataset}/logs/plot_metrics_{stage}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/plot_metrics_{stage}.tsv"
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/plot_metrics.py"

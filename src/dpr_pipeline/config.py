@@ -1,0 +1,63 @@
+"""Configuration: schema validation (defaults filled in, unknown keys rejected) and per-stage parameters.
+
+Stage values come from the top-level ``stages`` block (the SimLM paper's MS MARCO values by default),
+overridden key by key by ``datasets.<name>.stages.<stage>``; the merged values are checked against the
+same stage schema, so a mistyped key in an override is rejected by name too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The configuration breaks the schema; the message names the key."""
+
+
+def _path(error: jsonschema.ValidationError, prefix: str = "") -> str:
+    return prefix + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+
+
+def stage_params(config: dict, dataset: str, stage: str) -> dict:
+    """The parameters of ``stage`` for ``dataset``: top-level stage values merged with the dataset's."""
+    overrides = config["datasets"][dataset].get("stages", {}).get(stage, {})
+    return {**config["stages"][stage], **overrides}
+
+
+def check_stage_overrides(config: dict, schema: dict) -> None:
+    """Validate every dataset's merged stage parameters against the stage's schema."""
+    for name, dataset in config["datasets"].items():
+        for stage in dataset.get("stages", {}):
+            validator = jsonschema.Draft202012Validator(schema["$defs"][stage])
+            for error in validator.iter_errors(stage_params(config, name, stage)):
+                raise ConfigError(f"config key datasets.{name}.stages.{stage}{_path(error)}: {error.message}")
+    missing = [d for d in config.get("run_datasets", []) if d not in config["datasets"]]
+    if missing:
+        raise ConfigError(f"config key run_datasets names undeclared dataset(s) {missing}; declare them under "
+                          f"`datasets` (declared: {sorted(config['datasets'])})")
+
+
+def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
+    """Validate ``config`` in place with Snakemake's validator (defaults filled in) and return it."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(schema_path), set_default=True)
+    except WorkflowError as err:
+        cause = err.__context__
+        if not isinstance(cause, jsonschema.ValidationError):
+            raise
+        raise ConfigError(f"config key {_path(cause, 'config')}: {cause.message}") from None
+    check_stage_overrides(config, yaml.safe_load(Path(schema_path).read_text()))
+    return config
+
+
+def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict:
+    """Read and validate a config file (for use outside Snakemake)."""
+    return validate_config(yaml.safe_load(Path(path).read_text()) or {}, schema_path)

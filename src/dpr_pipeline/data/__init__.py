@@ -1,0 +1,1 @@
+"""Dataset readers (BEIR, MS MARCO, Parquet), the artifact schemas and their checks."""

@@ -1,0 +1,268 @@
+"""Readers for the three raw dataset layouts. They only parse; ``ingest`` checks what they yield.
+
+Every reader yields records that carry their :class:`Location`, so a later check can name the file and
+the line (text files) or row (Parquet, 1-based) of a bad record.
+
+Layouts (``path`` is the dataset folder from config.yaml; any text file may also be gzipped, ``.gz``):
+
+* ``beir``: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``, ``text``),
+  ``qrels/<split>.tsv`` (header line, then ``query-id corpus-id score``).
+* ``msmarco``: ``collection.tsv`` (``pid<TAB>text``), optional ``titles.tsv`` (``pid<TAB>title``),
+  ``queries.<split>.tsv`` (``qid<TAB>text``), ``qrels.<split>.tsv`` (TREC: ``qid 0 pid relevance``),
+  and optionally the official BM25 negatives: ``qid<TAB>pid,pid,...`` (Tevatron/RocketQA
+  ``train.negatives.tsv``) or ``qid<TAB>positive pid<TAB>negative pid`` (``qidpidtriples.train.full.2.tsv``).
+* ``parquet``: ``corpus.parquet`` (``doc_id``, ``text``, optional ``title``), ``queries_<split>.parquet``
+  or ``queries.parquet`` (``query_id``, ``text``), ``qrels_<split>.parquet`` (``query_id``, ``doc_id``,
+  ``relevance``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import pyarrow.parquet as pq
+
+from ..errors import DataError
+from .text_files import iter_json_lines, iter_lines, iter_tsv, resolve_file
+
+FORMATS = ("beir", "msmarco", "parquet")
+
+
+class Location(NamedTuple):
+    path: Path
+    line: int | None = None
+    row: int | None = None
+
+    def error(self, problem: str, fix: str) -> DataError:
+        return DataError(self.path, problem, fix, line=self.line, row=self.row)
+
+
+class Document(NamedTuple):
+    where: Location
+    doc_id: str
+    title: str
+    text: str
+
+
+class Query(NamedTuple):
+    where: Location
+    query_id: str
+    text: str
+
+
+class Judgement(NamedTuple):
+    where: Location
+    query_id: str
+    doc_id: str
+    relevance: int
+
+
+class NegativeList(NamedTuple):
+    where: Location
+    query_id: str
+    doc_ids: list[str]
+
+
+def _as_text(value, where: Location, field: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return str(value)
+    raise where.error(f"field {field!r} is {type(value).__name__}, expected a string",
+                      f"write {field!r} as a string")
+
+
+def _as_relevance(value: str, where: Location) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            as_float = float(value)
+        except ValueError:
+            as_float = None
+        if as_float is not None and as_float.is_integer():
+            return int(as_float)
+        raise where.error(f"relevance {value!r} is not an integer", "write relevance as an integer grade "
+                          "(0 = not relevant, 1 or more = relevant)") from None
+
+
+# --------------------------------------------------------------------------------------------- parquet
+def _parquet_rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> Iterator[
+        tuple[Location, dict]]:
+    if not path.is_file():
+        raise DataError(path, "Parquet file not found", "check the dataset's `path` in config.yaml")
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as err:  # pyarrow raises several types for a corrupt file
+        raise DataError(path, f"not a readable Parquet file ({err})", "rewrite the file with pandas "
+                        "`to_parquet` or pyarrow") from None
+    names = parquet.schema_arrow.names
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise DataError(path, f"missing column(s) {', '.join(map(repr, missing))} (has {names})",
+                        f"give the file the columns {', '.join(required)}")
+    columns = list(required) + [c for c in optional if c in names]
+    row = 0
+    for batch in parquet.iter_batches(columns=columns, batch_size=65536):
+        for record in batch.to_pylist():
+            row += 1
+            yield Location(path, row=row), record
+
+
+def _parquet_documents(path: Path) -> Iterator[Document]:
+    for where, rec in _parquet_rows(path, ("doc_id", "text"), ("title",)):
+        yield Document(where, _as_text(rec["doc_id"], where, "doc_id"), _as_text(rec.get("title"), where,
+                       "title"), _as_text(rec["text"], where, "text"))
+
+
+def _parquet_queries(path: Path) -> Iterator[Query]:
+    for where, rec in _parquet_rows(path, ("query_id", "text")):
+        yield Query(where, _as_text(rec["query_id"], where, "query_id"), _as_text(rec["text"], where, "text"))
+
+
+def _parquet_judgements(path: Path) -> Iterator[Judgement]:
+    for where, rec in _parquet_rows(path, ("query_id", "doc_id", "relevance")):
+        yield Judgement(where, _as_text(rec["query_id"], where, "query_id"),
+                        _as_text(rec["doc_id"], where, "doc_id"), _as_relevance(str(rec["relevance"]), where))
+
+
+# ------------------------------------------------------------------------------------------------ beir
+def _beir_documents(root: Path) -> Iterator[Document]:
+    path = resolve_file(root / "corpus.jsonl", "BEIR corpus")
+    for line, rec in iter_json_lines(path, ("_id", "text")):
+        where = Location(path, line)
+        yield Document(where, _as_text(rec["_id"], where, "_id"), _as_text(rec.get("title"), where, "title"),
+                       _as_text(rec["text"], where, "text"))
+
+
+def _beir_queries(root: Path) -> Iterator[Query]:
+    path = resolve_file(root / "queries.jsonl", "BEIR queries")
+    for line, rec in iter_json_lines(path, ("_id", "text")):
+        where = Location(path, line)
+        yield Query(where, _as_text(rec["_id"], where, "_id"), _as_text(rec["text"], where, "text"))
+
+
+def _beir_judgements(root: Path, split: str) -> Iterator[Judgement]:
+    path = resolve_file(root / "qrels" / f"{split}.tsv", f"BEIR qrels for split {split!r}")
+    for line, (qid, did, score) in iter_tsv(path, ("query-id", "corpus-id", "score"), header=True):
+        where = Location(path, line)
+        yield Judgement(where, qid, did, _as_relevance(score, where))
+
+
+# --------------------------------------------------------------------------------------------- msmarco
+def _msmarco_documents(root: Path) -> Iterator[Document]:
+    titles: dict[str, str] = {}
+    titles_file = root / "titles.tsv"
+    if titles_file.exists() or titles_file.with_name("titles.tsv.gz").exists():
+        titles_file = resolve_file(titles_file, "MS MARCO titles")
+        titles = {pid: title for _, (pid, title) in iter_tsv(titles_file, ("pid", "title"))}
+    path = resolve_file(root / "collection.tsv", "MS MARCO collection")
+    for line, (pid, text) in iter_tsv(path, ("pid", "text")):
+        yield Document(Location(path, line), pid, titles.get(pid, ""), text)
+
+
+def _msmarco_queries(root: Path, split: str) -> Iterator[Query]:
+    path = resolve_file(root / f"queries.{split}.tsv", f"MS MARCO queries for split {split!r}")
+    for line, (qid, text) in iter_tsv(path, ("qid", "text")):
+        yield Query(Location(path, line), qid, text)
+
+
+def _msmarco_judgements(root: Path, split: str) -> Iterator[Judgement]:
+    path = resolve_file(root / f"qrels.{split}.tsv", f"MS MARCO qrels for split {split!r}")
+    for line, (qid, _iteration, pid, rel) in iter_tsv(path, ("qid", "iteration", "pid", "relevance"),
+                                                       whitespace=True):
+        where = Location(path, line)
+        yield Judgement(where, qid, pid, _as_relevance(rel, where))
+
+
+def read_official_negatives(path: str | Path) -> Iterator[NegativeList]:
+    """The official MS MARCO BM25 negatives: ``qid<TAB>pid,pid,...`` or ``qid<TAB>pos<TAB>neg`` triples.
+
+    The layout is decided by the first line; triples of one query are grouped (in file order).
+    """
+    path = resolve_file(path, "official negatives")
+    lines = iter_lines(path)
+    first = next(lines, None)
+    if first is None:
+        raise DataError(path, "the file is empty", "give the official negatives file or remove "
+                        "`official_negatives` from the dataset's config")
+    columns = len(first[1].split("\t"))
+    if columns == 2:
+        for line, (qid, pids) in iter_tsv(path, ("qid", "comma-separated negative pids")):
+            yield NegativeList(Location(path, line), qid, [p for p in pids.split(",") if p])
+    elif columns == 3:
+        current: NegativeList | None = None
+        for line, (qid, _positive, negative) in iter_tsv(path, ("qid", "positive pid", "negative pid")):
+            if current is not None and current.query_id != qid:
+                yield current
+                current = None
+            if current is None:
+                current = NegativeList(Location(path, line), qid, [])
+            if negative not in current.doc_ids:
+                current.doc_ids.append(negative)
+        if current is not None:
+            yield current
+    else:
+        raise DataError(path, f"{columns} tab-separated columns, expected 2 (qid, pids) or 3 (qid, "
+                        "positive pid, negative pid)", "give train.negatives.tsv or qidpidtriples", line=first[0])
+
+
+# ------------------------------------------------------------------------------------------- dispatch
+def read_documents(fmt: str, root: str | Path) -> Iterator[Document]:
+    root = Path(root)
+    if fmt == "beir":
+        return _beir_documents(root)
+    if fmt == "msmarco":
+        return _msmarco_documents(root)
+    if fmt == "parquet":
+        return _parquet_documents(root / "corpus.parquet")
+    raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
+
+
+def read_queries(fmt: str, root: str | Path, split: str) -> Iterator[Query]:
+    """All queries the layout offers for ``split`` (BEIR keeps every split's queries in one file)."""
+    root = Path(root)
+    if fmt == "beir":
+        return _beir_queries(root)
+    if fmt == "msmarco":
+        return _msmarco_queries(root, split)
+    if fmt == "parquet":
+        per_split = root / f"queries_{split}.parquet"
+        return _parquet_queries(per_split if per_split.is_file() else root / "queries.parquet")
+    raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
+
+
+def read_judgements(fmt: str, root: str | Path, split: str) -> Iterator[Judgement]:
+    root = Path(root)
+    if fmt == "beir":
+        return _beir_judgements(root, split)
+    if fmt == "msmarco":
+        return _msmarco_judgements(root, split)
+    if fmt == "parquet":
+        return _parquet_judgements(root / f"qrels_{split}.parquet")
+    raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
+
+
+def raw_files(fmt: str, root: str | Path, split: str | None = None) -> list[Path]:
+    """The raw files a layout reads for the corpus (``split=None``) or a split, for Snakemake's inputs.
+
+    A file that exists only gzipped is named with ``.gz``; a missing file keeps its plain name, so
+    Snakemake reports it as missing input.
+    """
+    root = Path(root)
+    if split is None:
+        names = {"beir": ["corpus.jsonl"], "msmarco": ["collection.tsv"], "parquet": ["corpus.parquet"]}[fmt]
+        if fmt == "msmarco" and any((root / n).exists() for n in ("titles.tsv", "titles.tsv.gz")):
+            names.append("titles.tsv")
+    else:
+        names = {"beir": ["queries.jsonl", f"qrels/{split}.tsv"],
+                 "msmarco": [f"queries.{split}.tsv", f"qrels.{split}.tsv"],
+                 "parquet": [f"queries_{split}.parquet" if (root / f"queries_{split}.parquet").exists()
+                             else "queries.parquet", f"qrels_{split}.parquet"]}[fmt]
+    found = []
+    for name in names:
+        plain = root / name
+        gz = plain.with_name(plain.name + ".gz")
+        found.append(gz if not plain.exists() and gz.exists() else plain)
+    return found

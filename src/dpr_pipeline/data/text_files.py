@@ -1,0 +1,73 @@
+"""Line-by-line reading of plain or gzipped text files with strict UTF-8 and line numbers for errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import DataError
+
+
+def resolve_file(path: str | Path, what: str) -> Path:
+    """``path`` itself or, failing that, ``path.gz``; a clear error when neither exists."""
+    path = Path(path)
+    for candidate in (path, path.with_name(path.name + ".gz")):
+        if candidate.is_file():
+            return candidate
+    raise DataError(path, f"{what} file not found (looked for {path.name} and {path.name}.gz)",
+                    "check the dataset's `path` in config.yaml and that the file is there")
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` without the line ending; skips blank lines."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(path, f"bytes that are not UTF-8 ({err.reason} at byte {err.start})",
+                                "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`",
+                                line=number) from None
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield number, line
+
+
+def iter_json_lines(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for a JSON-lines file whose objects must have ``required`` keys."""
+    for number, line in iter_lines(path):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(path, f"not valid JSON ({err.msg} at column {err.colno})",
+                            "write one complete JSON object per line", line=number) from None
+        if not isinstance(record, dict):
+            raise DataError(path, "the line is JSON but not an object", "write one JSON object per line",
+                            line=number)
+        missing = [key for key in required if key not in record]
+        if missing:
+            raise DataError(path, f"missing field(s) {', '.join(map(repr, missing))}",
+                            f"give every line the fields {', '.join(map(repr, required))}", line=number)
+        yield number, record
+
+
+def iter_tsv(path: Path, columns: tuple[str, ...], *, header: bool = False,
+             whitespace: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(line_number, fields)`` for a tab-separated file with exactly ``len(columns)`` fields.
+
+    ``whitespace=True`` splits on any run of whitespace instead (TREC qrels use spaces or tabs).
+    """
+    lines = iter_lines(path)
+    if header:
+        next(lines, None)
+    for number, line in lines:
+        fields = line.split() if whitespace else line.split("\t")
+        if len(fields) != len(columns):
+            separator = "whitespace" if whitespace else "tab"
+            raise DataError(path, f"{len(fields)} {separator}-separated columns, expected {len(columns)} "
+                            f"({', '.join(columns)})",
+                            f"write {len(columns)} columns per line: {', '.join(columns)}", line=number)
+        yield number, fields

@@ -1,0 +1,84 @@
+"""Retrieval metrics through ir-measures (pytrec_eval's trec_eval code, and MS MARCO's official MRR).
+
+Names are ir-measures' (``nDCG@10``, ``R@50``, ``R@1000``, ``P(rel=2)@10`` ...). ``MRR@k`` (same as
+``RR@k``) is MS MARCO's official MRR@k, computed by ir-measures' ``msmarco`` provider: the reciprocal rank
+of the first relevant document within the top k, documents ordered by score, ties broken by doc id.
+
+Every metric is averaged over **all** queries of the qrels that have at least one relevant judgement
+(relevance >= 1); a query the run does not answer counts as 0 (as MS MARCO's script and ``trec_eval -c`` do).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import ir_measures
+import pandas as pd
+
+from .errors import DataError
+
+
+def parse_metric(name: str):
+    """The ir-measures measure and the provider that computes it for a metric name.
+
+    Reciprocal rank (``MRR@k``/``RR@k``) goes to the ``msmarco`` provider: pytrec_eval's ``recip_rank``
+    ignores the cutoff (it would credit a first relevant document at rank 58 under RR@10).
+    """
+    if name.startswith("MRR@"):
+        name = name[1:]
+    try:
+        measure = ir_measures.parse_measure(name)
+    except (ValueError, NameError, SyntaxError, TypeError) as err:
+        raise ValueError(f"unknown metric {name!r} ({err}); use ir-measures names such as nDCG@10, R@1000, "
+                         "or MRR@10 for MS MARCO's official MRR") from None
+    provider = "msmarco" if measure.NAME == "RR" else "pytrec_eval"
+    return measure, ir_measures.providers.registry[provider]
+
+
+def per_query_metrics(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """One row per judged query (with a relevant document), one column per metric; unanswered = 0."""
+    relevant = qrels.loc[qrels["relevance"] > 0, "query_id"].unique()
+    if len(relevant) == 0:
+        raise DataError("qrels", "no query has a relevant judgement (relevance >= 1)",
+                        "check the split's qrels")
+    qrels_ir = qrels[["query_id", "doc_id", "relevance"]]
+    run_ir = run[["query_id", "doc_id", "score"]]
+    values: dict[str, dict[str, float]] = defaultdict(dict)
+    by_provider = defaultdict(list)
+    for name in metrics:
+        measure, provider = parse_metric(name)
+        by_provider[provider].append((name, measure))
+    for provider, named in by_provider.items():
+        names = defaultdict(list)  # two names may be one measure (MRR@10 and RR@10)
+        for name, measure in named:
+            names[measure].append(name)
+        for metric in provider.iter_calc(list(names), qrels_ir, run_ir):
+            for name in names[metric.measure]:
+                values[name][metric.query_id] = float(metric.value)
+    table = pd.DataFrame({name: [values[name].get(q, 0.0) for q in relevant] for name in metrics},
+                         index=pd.Index(relevant, name="query_id"))
+    return table
+
+
+def evaluate_run(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str]) -> dict[str, float]:
+    """Mean of each metric over the judged queries, plus ``num_queries``."""
+    table = per_query_metrics(run, qrels, metrics)
+    return {"num_queries": int(len(table)), **{name: float(table[name].mean()) for name in metrics}}
+
+
+def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metrics: list[str],
+                    output: str) -> dict[str, dict[str, float]]:
+    """Evaluate one run per split against its qrels artifact; write ``{split: {metric: value}}`` as JSON."""
+    import json
+
+    from .data.schemas import read_artifact
+    from .io import atomic_output
+    from .runs import read_trec_run
+
+    if not (len(runs) == len(qrels) == len(splits)):
+        raise ValueError("runs, qrels and splits must be parallel lists")
+    result = {split: evaluate_run(read_trec_run(run), read_artifact(judged, "qrels"), metrics)
+              for split, run, judged in zip(splits, runs, qrels)}
+    with atomic_output(output) as tmp:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+    return result

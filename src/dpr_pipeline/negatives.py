@@ -1,0 +1,87 @@
+"""The negatives artifact: per train query its positives and hard negatives, each with a score.
+
+Every fine-tuning stage reads and writes this shape (see docs/artifacts.md): BM25 negatives, mined
+negatives, teacher scores. ``negatives_from_run`` builds the candidate pool from a ranked run;
+``sample_negatives`` draws the configured number from a pool, reproducibly per query.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+
+def negatives_from_run(run: pd.DataFrame, qrels: pd.DataFrame, depth: int, min_relevance: int = 1) -> pd.DataFrame:
+    """Per query with a positive judgement: positives, and the run's top ``depth`` minus the positives.
+
+    ``run`` has columns query_id, doc_id, rank, score; scores are the run's (NaN for an unretrieved positive).
+    Negatives stay in rank order. A judged query absent from the run gets an empty negative list.
+    """
+    positives = (qrels[qrels["relevance"] >= min_relevance].groupby("query_id", sort=False)["doc_id"]
+                 .apply(list))
+    top = run[run["rank"] <= depth].sort_values(["query_id", "rank"], kind="stable")
+    by_query = {qid: group for qid, group in top.groupby("query_id", sort=False)}
+    rows = []
+    for qid, pos in positives.items():
+        hits = by_query.get(qid)
+        score_of = dict(zip(hits["doc_id"], hits["score"])) if hits is not None else {}
+        pos_set = set(pos)
+        negs = [] if hits is None else [(d, s) for d, s in zip(hits["doc_id"], hits["score"]) if d not in pos_set]
+        rows.append({"query_id": qid, "positive_ids": pos,
+                     "positive_scores": [float(score_of.get(d, np.nan)) for d in pos],
+                     "negative_ids": [d for d, _ in negs], "negative_scores": [float(s) for _, s in negs]})
+    frame = pd.DataFrame(rows, columns=["query_id", "positive_ids", "positive_scores", "negative_ids",
+                                        "negative_scores"])
+    without = int((frame["negative_ids"].map(len) == 0).sum())
+    if without:
+        log.warning("%d of %d train queries have no negative in the top %d", without, len(frame), depth)
+    return frame
+
+
+def _query_rng(seed: int, query_id: str) -> np.random.Generator:
+    """A generator that depends only on the seed and the query id, not on the order of queries."""
+    return np.random.default_rng([seed, zlib.crc32(query_id.encode("utf-8"))])
+
+
+def sample_negatives(pool: pd.DataFrame, count: int, seed: int) -> pd.DataFrame:
+    """Keep at most ``count`` negatives per query, drawn uniformly without replacement, in pool order."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    ids, scores = [], []
+    for qid, nids, nscores in zip(pool["query_id"], pool["negative_ids"], pool["negative_scores"]):
+        nids, nscores = list(nids), list(nscores)
+        if len(nids) > count:
+            keep = np.sort(_query_rng(seed, qid).choice(len(nids), size=count, replace=False))
+            nids, nscores = [nids[i] for i in keep], [nscores[i] for i in keep]
+        ids.append(nids)
+        scores.append(nscores)
+    return pool.assign(negative_ids=ids, negative_scores=scores)
+
+
+def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, count: int, seed: int,
+                         min_relevance: int = 1) -> pd.DataFrame:
+    """The BM25 negatives artifact from a TREC run (``.trec``) or official negatives (negatives artifact).
+
+    From a run: the top ``depth`` minus the positives; from official negatives: their list. Either way
+    ``count`` are sampled per query (seeded) and written with their scores.
+    """
+    from .data.schemas import read_artifact, write_artifact
+    from .runs import read_trec_run
+
+    if str(pool).endswith(".trec"):
+        candidates = negatives_from_run(read_trec_run(pool), read_artifact(qrels, "qrels"), depth, min_relevance)
+        source = "bm25"
+    else:
+        candidates = read_artifact(pool, "negatives")
+        source = "official"
+    frame = sample_negatives(candidates, count, seed)
+    write_artifact(frame, output, "negatives", metadata={"source": source, "depth": str(depth),
+                                                         "count": str(count), "seed": str(seed)})
+    log.info("%s negatives for %d queries (mean %.1f per query)", source, len(frame),
+             frame["negative_ids"].map(len).mean())
+    return frame

@@ -1,0 +1,43 @@
+"""TREC run files: ``query_id Q0 doc_id rank score tag``, one line per retrieved document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from .data.text_files import iter_tsv
+from .errors import DataError
+from .io import atomic_output
+
+RUN_COLUMNS = ("query_id", "Q0", "doc_id", "rank", "score", "tag")
+
+
+def write_trec_run(results: Iterable[tuple[str, list[tuple[str, float]]]], path: str | Path, tag: str) -> None:
+    """Write ``(query_id, [(doc_id, score), ...])`` pairs, each list already in rank order, atomically."""
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        for query_id, hits in results:
+            for rank, (doc_id, score) in enumerate(hits, start=1):
+                out.write(f"{query_id} Q0 {doc_id} {rank} {score:.6f} {tag}\n")
+
+
+def read_trec_run(path: str | Path) -> pd.DataFrame:
+    """Read a TREC run into a frame (query_id, doc_id, rank, score), sorted by query and rank."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "run file not found", "run the Snakemake rule that writes it")
+    rows = []
+    for line, (qid, _q0, did, rank, score, _tag) in iter_tsv(path, RUN_COLUMNS, whitespace=True):
+        try:
+            rows.append((qid, did, int(rank), float(score)))
+        except ValueError:
+            raise DataError(path, f"rank {rank!r} or score {score!r} is not a number",
+                            "write integer ranks and numeric scores", line=line) from None
+    frame = pd.DataFrame(rows, columns=["query_id", "doc_id", "rank", "score"])
+    duplicated = frame.duplicated(["query_id", "doc_id"])
+    if duplicated.any():
+        first = frame[duplicated].iloc[0]
+        raise DataError(path, f"document {first.doc_id!r} is listed twice for query {first.query_id!r}",
+                        "list each document at most once per query")
+    return frame.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,7 @@
+from dpr_pipeline.metrics import evaluate_splits
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0]) as log:
+    result = evaluate_splits(list(snakemake.input.runs), list(snakemake.input.qrels), list(snakemake.params.splits),
+                             list(snakemake.params.metrics), snakemake.output[0])
+    log.info("%s", result)

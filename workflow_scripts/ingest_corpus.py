@@ -1,0 +1,5 @@
+from dpr_pipeline.data.ingest import ingest_corpus
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0]):
+    ingest_corpus(snakemake.params.format, snakemake.params.root, snakemake.output[0])
