@@ -38,13 +38,6 @@ rule bm25_search:
         "../workflow_scripts/bm25_search.py"
 
 
-def bm25_negatives_pool(wildcards):
-    """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
-    if "official_negatives" in dataset_config(wildcards):
-        return f"results/{wildcards.dataset}/data/official_negatives.parquet"
-    return f"results/{wildcards.dataset}/bm25/run_{train_split(wildcards)}.trec"
-
-
 rule bm25_negatives:
     input:
         pool=bm25_negatives_pool,

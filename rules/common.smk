@@ -1,5 +1,4 @@
 # Shared set-up: config validation, the library on the path, helpers that turn config into rule inputs.
-import os
 import re
 import sys
 from pathlib import Path
@@ -10,8 +9,6 @@ from snakemake.utils import validate
 SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
-# Scripts run in their own Python (a conda env on a cluster): let them import the library too.
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
 
 from dpr_pipeline.config import check_stage_overrides, stage_params
 from dpr_pipeline.data.readers import raw_files
@@ -60,3 +57,10 @@ def final_targets():
         targets += [f"results/{dataset}/{stage}/metrics.json" for stage in STAGES]
         targets += [f"results/{dataset}/{stage}/metrics.png" for stage in STAGES]
     return targets
+
+
+def bm25_negatives_pool(wildcards):
+    """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
+    if "official_negatives" in dataset_config(wildcards):
+        return f"results/{wildcards.dataset}/data/official_negatives.parquet"
+    return f"results/{wildcards.dataset}/bm25/run_{train_split(wildcards)}.trec"

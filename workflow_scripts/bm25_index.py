@@ -1,3 +1,4 @@
+import _library  # noqa: F401  (puts src/ on the path)
 from dpr_pipeline.bm25 import build_index
 from dpr_pipeline.workflow import logged
 

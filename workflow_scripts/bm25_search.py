@@ -1,3 +1,4 @@
+import _library  # noqa: F401  (puts src/ on the path)
 from dpr_pipeline.bm25 import search
 from dpr_pipeline.workflow import logged
 

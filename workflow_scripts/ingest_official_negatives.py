@@ -1,3 +1,4 @@
+import _library  # noqa: F401  (puts src/ on the path)
 from dpr_pipeline.data.ingest import ingest_official_negatives
 from dpr_pipeline.workflow import logged
 

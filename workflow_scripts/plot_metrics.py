@@ -1,3 +1,4 @@
+import _library  # noqa: F401  (puts src/ on the path)
 from dpr_pipeline.plots import plot_stage_metrics
 from dpr_pipeline.workflow import logged
 

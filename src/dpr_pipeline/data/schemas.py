@@ -33,6 +33,18 @@ KEYS = {"corpus": ["doc_id"], "queries": ["query_id"], "qrels": ["query_id", "do
 _REBUILD = "delete it and rerun the Snakemake rule that writes it"
 
 
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    """Same kind of column: any string width, any integer width, any float width, lists of those."""
+    if pa.types.is_list(expected) or pa.types.is_large_list(expected):
+        return ((pa.types.is_list(actual) or pa.types.is_large_list(actual))
+                and _compatible(actual.value_type, expected.value_type))
+    for kind in (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), pa.types.is_integer,
+                 pa.types.is_floating):
+        if kind(expected):
+            return kind(actual)
+    return actual == expected
+
+
 def check_schema(schema: pa.Schema, kind: str, path: str | Path) -> None:
     """Raise a DataError unless ``schema`` has every column of artifact ``kind`` with its type."""
     expected = SCHEMAS[kind]
@@ -41,7 +53,7 @@ def check_schema(schema: pa.Schema, kind: str, path: str | Path) -> None:
             raise DataError(path, f"missing column {field.name!r} of the {kind} artifact "
                             f"(has {schema.names})", _REBUILD)
         actual = schema.field(field.name).type
-        if actual != field.type and not (pa.types.is_large_string(actual) and field.type == pa.string()):
+        if not _compatible(actual, field.type):
             raise DataError(path, f"column {field.name!r} is {actual}, the {kind} artifact needs "
                             f"{field.type}", _REBUILD)
 

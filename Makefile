@@ -1,0 +1,28 @@
+# The two README commands:  make example  (bundled SciFact BM25 baseline)  and  make test  (all tests).
+# Both create the .venv on first use: pip with torch held at the CPU wheel by constraints.txt.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: install example test lint clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+example: $(STAMP)
+	$(VENV)/bin/snakemake
+	@cat results/scifact/bm25/metrics.json
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/snakemake --lint
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,43 @@
+"""Artifacts are checked when read, and written atomically."""
+
+import pandas as pd
+import pytest
+
+from dpr_pipeline.data.schemas import read_artifact, write_artifact
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.io import atomic_output
+from dpr_pipeline.runs import read_trec_run
+
+
+def test_wrong_type_names_file_and_column(tmp_path):
+    pd.DataFrame({"query_id": ["q"], "doc_id": ["d"], "relevance": ["high"]}).to_parquet(tmp_path / "q.parquet")
+    with pytest.raises(DataError, match=r"q\.parquet: column 'relevance' is (large_)?string, the qrels artifact needs int32"):
+        read_artifact(tmp_path / "q.parquet", "qrels")
+
+
+def test_duplicate_key_names_row(tmp_path):
+    pd.DataFrame({"query_id": ["a", "b", "a"], "text": ["x", "y", "z"]}).to_parquet(tmp_path / "q.parquet")
+    with pytest.raises(DataError, match=r"row 3: duplicate query_id \(a\)"):
+        read_artifact(tmp_path / "q.parquet", "queries")
+
+
+def test_negatives_need_positives(tmp_path):
+    frame = pd.DataFrame({"query_id": ["a"], "positive_ids": [[]], "positive_scores": [[]],
+                          "negative_ids": [["n"]], "negative_scores": [[1.0]]})
+    with pytest.raises(DataError, match="row 1: a query without positives"):
+        write_artifact(frame, tmp_path / "neg.parquet", "negatives")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_output_leaves_nothing_on_error(tmp_path):
+    with pytest.raises(RuntimeError):
+        with atomic_output(tmp_path / "out.txt") as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_file_with_bad_score(tmp_path):
+    (tmp_path / "r.trec").write_text("q1 Q0 d1 1 1.5 t\nq1 Q0 d2 2 nan? t\n")
+    with pytest.raises(DataError, match=r"r\.trec, line 2: .*score 'nan\?'"):
+        read_trec_run(tmp_path / "r.trec")

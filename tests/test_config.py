@@ -1,0 +1,67 @@
+"""config.yaml validates; defaults are the SimLM paper's; unknown keys are rejected by name."""
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import REPO
+from dpr_pipeline.config import ConfigError, load_config, stage_params, validate_config
+
+CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
+MINIMAL = {"datasets": {"scifact": {"format": "beir", "path": "p", "train_split": "train", "eval_splits": ["test"]}}}
+
+
+def test_shipped_config_is_valid_and_scifact_is_the_default():
+    config = load_config(REPO / "config.yaml")
+    assert config["run_datasets"] == ["scifact"]
+    assert config["datasets"]["scifact"]["path"] == "data/scifact"
+
+
+def test_schema_defaults_are_the_papers_values():
+    config = validate_config(copy.deepcopy(MINIMAL))
+    assert config["run_datasets"] == ["scifact"]
+    assert config["datasets"]["scifact"]["unknown_qrels_ids"] == "error"
+    table11 = config["stages"]["pretrain"]
+    assert (table11["batch_size"], table11["max_length"], table11["learning_rate"], table11["warmup_steps"],
+            table11["train_steps"], table11["encoder_replace_rate"], table11["decoder_replace_rate"]) == (
+        2048, 144, 3e-4, 4000, 80000, 0.3, 0.5)
+    ret, rer, dis = (config["stages"][s] for s in ("retriever", "reranker", "distill"))
+    assert (ret["learning_rate"], ret["batch_size"], ret["epochs"], ret["temperature"], ret["query_max_length"],
+            ret["passage_max_length"], ret["negatives_per_query"], ret["negatives_depth"]) == (
+        2e-5, 64, 3, 0.02, 32, 144, 15, 200)
+    assert (rer["learning_rate"], rer["epochs"], rer["max_length"], rer["negatives_per_query"],
+            rer["rerank_depth"]) == (3e-5, 3, 192, 63, 200)
+    assert (dis["learning_rate"], dis["epochs"], dis["alpha"], dis["negatives_per_query"]) == (3e-5, 6, 0.2, 23)
+    assert config["evaluation"]["metrics"] == ["MRR@10", "R@50", "R@1000", "nDCG@10"]
+
+
+def test_msmarco_uses_paper_values_and_scifact_cpu_values():
+    config = load_config(REPO / "config.yaml")
+    assert stage_params(config, "msmarco", "retriever")["batch_size"] == 64
+    assert stage_params(config, "scifact", "retriever")["batch_size"] == 16
+    assert stage_params(config, "scifact", "retriever")["temperature"] == 0.02  # not overridden
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda c: c["stages"]["bm25"].update(kk=1), "'kk' was unexpected"),
+    (lambda c: c["datasets"]["scifact"].update(formt="beir"), "'formt' was unexpected"),
+    (lambda c: c["datasets"]["scifact"]["stages"]["bm25"].update(depht=5), "datasets.scifact.stages.bm25"),
+    (lambda c: c.update(extra=1), "'extra' was unexpected"),
+])
+def test_unknown_keys_are_rejected_by_name(edit, key):
+    config = copy.deepcopy(CONFIG)
+    edit(config)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("(", r"\(")):
+        validate_config(config)
+
+
+def test_bad_values_name_their_key():
+    config = copy.deepcopy(CONFIG)
+    config["datasets"]["scifact"]["format"] = "csv"
+    with pytest.raises(ConfigError, match=r"config\.datasets\.scifact\.format: 'csv' is not one of"):
+        validate_config(config)
+    config = copy.deepcopy(CONFIG)
+    config["run_datasets"] = ["nope"]
+    with pytest.raises(ConfigError, match="run_datasets names undeclared dataset"):
+        validate_config(config)

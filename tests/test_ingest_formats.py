@@ -1,0 +1,72 @@
+"""Each raw layout ingests into the same Parquet artifacts, with string ids everywhere."""
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import write_beir
+from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
+from dpr_pipeline.data.readers import raw_files
+from dpr_pipeline.data.schemas import SCHEMAS, read_artifact
+
+
+def ingest_all(fmt, root, out):
+    ingest_corpus(fmt, root, out / "corpus.parquet")
+    for split in ("train", "test"):
+        ingest_split(fmt, root, split, out / "corpus.parquet", out / f"queries_{split}.parquet",
+                     out / f"qrels_{split}.parquet")
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_beir_layout(tmp_path, gz):
+    root = write_beir(tmp_path / "raw", gz=gz)
+    ingest_all("beir", root, tmp_path)
+    corpus = read_artifact(tmp_path / "corpus.parquet", "corpus")
+    assert corpus["doc_id"].tolist() == ["d1", "d2", "d3", "007"]  # "007" stays a string
+    assert corpus.loc[0, "title"] == "Cats"
+    assert pq.read_schema(tmp_path / "corpus.parquet").equals(SCHEMAS["corpus"])
+    test_queries = read_artifact(tmp_path / "queries_test.parquet", "queries")
+    assert test_queries.to_dict("records") == [{"query_id": "q3", "text": "morning bird song"}]
+    qrels = read_artifact(tmp_path / "qrels_test.parquet", "qrels")
+    assert qrels.values.tolist() == [["q3", "d3", 2], ["q3", "007", 0]]
+    assert read_artifact(tmp_path / "queries_train.parquet", "queries")["query_id"].tolist() == ["q1", "q2"]
+
+
+def test_msmarco_layout_with_titles(msmarco, tmp_path):
+    ingest_all("msmarco", msmarco, tmp_path)
+    corpus = read_artifact(tmp_path / "corpus.parquet", "corpus").set_index("doc_id")
+    assert corpus.loc["d2", "title"] == "Dogs" and corpus.loc["007", "title"] == ""
+    assert read_artifact(tmp_path / "qrels_train.parquet", "qrels").values.tolist() == [["q1", "d1", 1],
+                                                                                      ["q2", "d2", 1]]
+
+
+def test_parquet_layout(tmp_path, beir):
+    ingest_all("beir", beir, tmp_path / "first")
+    # Our own artifacts are a valid Parquet layout: ingest them again and get the same frames.
+    ingest_all("parquet", tmp_path / "first", tmp_path / "second")
+    for name, kind in [("corpus", "corpus"), ("queries_test", "queries"), ("qrels_train", "qrels")]:
+        pd.testing.assert_frame_equal(read_artifact(tmp_path / "first" / f"{name}.parquet", kind),
+                                      read_artifact(tmp_path / "second" / f"{name}.parquet", kind))
+
+
+@pytest.mark.parametrize("layout", ["lists", "triples"])
+def test_official_negatives(msmarco, tmp_path, layout):
+    ingest_all("msmarco", msmarco, tmp_path)
+    path = tmp_path / "negatives.tsv"
+    if layout == "lists":
+        path.write_text("q1\td2,d3,d1\nq2\td1\nq4\td1\n")
+    else:
+        path.write_text("q1\td1\td2\nq1\td1\td3\nq2\td2\td1\nq4\td9\td1\n")
+    count = ingest_official_negatives(path, tmp_path / "qrels_train.parquet", tmp_path / "neg.parquet")
+    frame = read_artifact(tmp_path / "neg.parquet", "negatives")
+    assert count == 2  # q4 has no positive judgement
+    assert frame["query_id"].tolist() == ["q1", "q2"]
+    assert list(frame.loc[0, "negative_ids"]) == ["d2", "d3"]  # the positive d1 is removed
+    assert list(frame.loc[0, "positive_ids"]) == ["d1"]
+    assert pd.isna(frame.loc[0, "negative_scores"]).all()
+
+
+def test_raw_files_names_the_inputs(beir, msmarco):
+    assert [p.name for p in raw_files("beir", beir)] == ["corpus.jsonl"]
+    assert [p.name for p in raw_files("beir", beir, "test")] == ["queries.jsonl", "test.tsv"]
+    assert [p.name for p in raw_files("msmarco", msmarco)] == ["collection.tsv", "titles.tsv"]
