@@ -1,5 +1,6 @@
 """Pyserini BM25 on a tiny corpus: indexing, both field choices, --remove-query behaviour."""
 
+import pandas as pd
 import pytest
 
 from conftest import write_beir
@@ -38,8 +39,6 @@ def test_search_ranks_the_matching_document_first(tiny, fields):
 
 def test_title_is_searchable_in_flat_index(tiny):
     """'machines' only occurs in d3's title, so the title must have been indexed with the text."""
-    (tiny / "q.parquet").unlink(missing_ok=True)
-    import pandas as pd
     pd.DataFrame({"query_id": ["t"], "text": ["machines"]}).to_parquet(tiny / "q.parquet")
     search(tiny / "index-flat", tiny / "q.parquet", tiny / "t.trec", k=5)
     assert read_trec_run(tiny / "t.trec")["doc_id"].tolist() == ["d3"]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from .data.schemas import check_schema, read_artifact
 from .io import atomic_output
@@ -92,8 +93,6 @@ def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 
     depth = k + 1 if remove_query_id_hits else k
 
     def results():
-        from tqdm import tqdm
-
         ids, texts = frame["query_id"].tolist(), frame["text"].tolist()
         for start in tqdm(range(0, len(ids), batch_size), desc="bm25 search", unit="batch", file=sys.stderr):
             qids, qtexts = ids[start:start + batch_size], texts[start:start + batch_size]

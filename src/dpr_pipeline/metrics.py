@@ -10,12 +10,16 @@ Every metric is averaged over **all** queries of the qrels that have at least on
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import ir_measures
 import pandas as pd
 
+from .data.schemas import read_artifact
 from .errors import DataError
+from .io import atomic_output
+from .runs import read_trec_run
 
 
 def parse_metric(name: str):
@@ -69,12 +73,6 @@ def evaluate_run(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str]) -> 
 def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metrics: list[str],
                     output: str) -> dict[str, dict[str, float]]:
     """Evaluate one run per split against its qrels artifact; write ``{split: {metric: value}}`` as JSON."""
-    import json
-
-    from .data.schemas import read_artifact
-    from .io import atomic_output
-    from .runs import read_trec_run
-
     if not (len(runs) == len(qrels) == len(splits)):
         raise ValueError("runs, qrels and splits must be parallel lists")
     result = {split: evaluate_run(read_trec_run(run), read_artifact(judged, "qrels"), metrics)

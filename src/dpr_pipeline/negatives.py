@@ -13,6 +13,9 @@ import zlib
 import numpy as np
 import pandas as pd
 
+from .data.schemas import read_artifact, write_artifact
+from .runs import read_trec_run
+
 log = logging.getLogger(__name__)
 
 
@@ -70,9 +73,6 @@ def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, coun
     From a run: the top ``depth`` minus the positives; from official negatives: their list. Either way
     ``count`` are sampled per query (seeded) and written with their scores.
     """
-    from .data.schemas import read_artifact, write_artifact
-    from .runs import read_trec_run
-
     if str(pool).endswith(".trec"):
         candidates = negatives_from_run(read_trec_run(pool), read_artifact(qrels, "qrels"), depth, min_relevance)
         source = "bm25"
