@@ -39,11 +39,12 @@ def parse_metric(name: str):
     return measure, ir_measures.providers.registry[provider]
 
 
-def per_query_metrics(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+def per_query_metrics(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str],
+                      qrels_source: str = "qrels") -> pd.DataFrame:
     """One row per judged query (with a relevant document), one column per metric; unanswered = 0."""
     relevant = qrels.loc[qrels["relevance"] > 0, "query_id"].unique()
     if len(relevant) == 0:
-        raise DataError("qrels", "no query has a relevant judgement (relevance >= 1)",
+        raise DataError(qrels_source, "no query has a relevant judgement (relevance >= 1)",
                         "check the split's qrels")
     qrels_ir = qrels[["query_id", "doc_id", "relevance"]]
     run_ir = run[["query_id", "doc_id", "score"]]
@@ -64,9 +65,10 @@ def per_query_metrics(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str]
     return table
 
 
-def evaluate_run(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str]) -> dict[str, float]:
-    """Mean of each metric over the judged queries, plus ``num_queries``."""
-    table = per_query_metrics(run, qrels, metrics)
+def evaluate_run(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str],
+                 qrels_source: str = "qrels") -> dict[str, float]:
+    """Mean of each metric over the judged queries, plus ``num_queries``; errors name ``qrels_source``."""
+    table = per_query_metrics(run, qrels, metrics, qrels_source)
     return {"num_queries": int(len(table)), **{name: float(table[name].mean()) for name in metrics}}
 
 
@@ -75,7 +77,7 @@ def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metric
     """Evaluate one run per split against its qrels artifact; write ``{split: {metric: value}}`` as JSON."""
     if not (len(runs) == len(qrels) == len(splits)):
         raise ValueError("runs, qrels and splits must be parallel lists")
-    result = {split: evaluate_run(read_trec_run(run), read_artifact(judged, "qrels"), metrics)
+    result = {split: evaluate_run(read_trec_run(run), read_artifact(judged, "qrels"), metrics, str(judged))
               for split, run, judged in zip(splits, runs, qrels)}
     with atomic_output(output) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")

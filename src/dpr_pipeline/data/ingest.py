@@ -148,7 +148,8 @@ def ingest_official_negatives(path: str | Path, qrels: str | Path, output: str |
         if entry.query_id not in positives:
             continue
         pos = positives[entry.query_id]
-        negs = [d for d in entry.doc_ids if d not in set(pos)]
+        pos_set = set(pos)
+        negs = [d for d in entry.doc_ids if d not in pos_set]
         rows.append({"query_id": entry.query_id, "positive_ids": pos, "positive_scores": [float("nan")] * len(pos),
                      "negative_ids": negs, "negative_scores": [float("nan")] * len(negs)})
     if not rows:
