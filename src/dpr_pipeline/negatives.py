@@ -66,6 +66,24 @@ def sample_negatives(pool: pd.DataFrame, count: int, seed: int) -> pd.DataFrame:
     return pool.assign(negative_ids=ids, negative_scores=scores)
 
 
+def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: int, count: int,
+                  seed: int) -> pd.DataFrame:
+    frame = sample_negatives(candidates, count, seed)
+    write_artifact(frame, output, "negatives", metadata={"source": source, "depth": str(depth),
+                                                         "count": str(count), "seed": str(seed)})
+    log.info("%s negatives for %d queries (mean %.1f per query)", source, len(frame),
+             frame["negative_ids"].map(len).mean())
+    return frame
+
+
+def mine_hard_negatives(run: str, qrels: str, output: str, *, depth: int, count: int, seed: int,
+                        min_relevance: int = 1, source: str) -> pd.DataFrame:
+    """Hard negatives from a retriever's TREC run on the train queries: its top ``depth`` minus the
+    positives, ``count`` sampled per query (seeded), written as the negatives artifact with the run's scores."""
+    candidates = negatives_from_run(read_trec_run(run), read_artifact(qrels, "qrels"), depth, min_relevance)
+    return _write_sample(candidates, output, source=source, depth=depth, count=count, seed=seed)
+
+
 def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, count: int, seed: int,
                          min_relevance: int = 1) -> pd.DataFrame:
     """The BM25 negatives artifact from a TREC run (``.trec``) or official negatives (negatives artifact).
@@ -74,14 +92,7 @@ def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, coun
     ``count`` are sampled per query (seeded) and written with their scores.
     """
     if str(pool).endswith(".trec"):
-        candidates = negatives_from_run(read_trec_run(pool), read_artifact(qrels, "qrels"), depth, min_relevance)
-        source = "bm25"
-    else:
-        candidates = read_artifact(pool, "negatives")
-        source = "official"
-    frame = sample_negatives(candidates, count, seed)
-    write_artifact(frame, output, "negatives", metadata={"source": source, "depth": str(depth),
-                                                         "count": str(count), "seed": str(seed)})
-    log.info("%s negatives for %d queries (mean %.1f per query)", source, len(frame),
-             frame["negative_ids"].map(len).mean())
-    return frame
+        return mine_hard_negatives(pool, qrels, output, depth=depth, count=count, seed=seed,
+                                   min_relevance=min_relevance, source="bm25")
+    return _write_sample(read_artifact(pool, "negatives"), output, source="official", depth=depth, count=count,
+                         seed=seed)

@@ -1,0 +1,85 @@
+"""Training the cross-encoder re-ranker with the listwise loss of Eq. 4 (SimLM §3.2, Table 13).
+
+Each training example is one query with a positive and ``negatives_per_query`` hard negatives drawn per
+epoch from Retriever₂'s mined negatives (``QueryGroups``). The cross-encoder reads the concatenation of the
+query and each passage and outputs θ(q, d); the loss is the softmax cross-entropy of the positive among its
+group. The trained model is saved with ``save_pretrained`` (safetensors) and loads as a
+``transformers.AutoModelForSequenceClassification`` or a ``sentence_transformers.CrossEncoder`` whose
+``predict`` returns θ itself (no sigmoid), the score ``score_pairs`` computes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .cross_encoder_scoring import encode_pairs
+from .data.schemas import read_artifact
+from .io import atomic_output
+from .losses import listwise_loss
+from .models import load_cross_encoder, load_tokenizer
+from .training.distributed import Distributed
+from .training.groups import Group, QueryGroups, read_texts
+from .training.trainer import TrainingSettings, finish, train
+
+log = logging.getLogger(__name__)
+
+GROUP_SIZE = "group_size"
+# sentence-transformers reads this from config.json: CrossEncoder.predict then returns the raw logit θ(q, d).
+SENTENCE_TRANSFORMERS_CONFIG = {"activation_fn": "torch.nn.modules.linear.Identity"}
+
+
+def make_collate(tokenizer, max_length: int) -> Callable[[list[Group]], dict]:
+    """Batch the groups as (query, passage) pairs, each query repeated for its positive and negatives."""
+    def collate(groups: list[Group]) -> dict:
+        queries = [group.query for group in groups for _ in group.passages]
+        passages = [passage for group in groups for passage in group.passages]
+        return {**encode_pairs(tokenizer, queries, passages, max_length=max_length),
+                GROUP_SIZE: len(groups[0].passages)}
+    return collate
+
+
+def listwise_batch_loss(model: torch.nn.Module, batch: dict, dist: Distributed) -> torch.Tensor:
+    """Eq. 4 over the batch: θ of each group [d⁺, n₁ … n_n] as one row, the positive first."""
+    inputs = {key: value for key, value in batch.items() if key != GROUP_SIZE}
+    logits = model(**inputs).logits
+    return listwise_loss(logits.float().view(-1, batch[GROUP_SIZE]))
+
+
+def save_reranker(model: torch.nn.Module, tokenizer, output_dir: str | Path, max_length: int) -> None:
+    """``save_pretrained`` of model and tokenizer into ``output_dir``, atomically (no partial folder on error).
+
+    The tokenizer's ``model_max_length`` becomes the training ``max_length``, so that a CrossEncoder loaded
+    from the folder truncates pairs as training and ``score_pairs`` did.
+    """
+    model.config.sentence_transformers = SENTENCE_TRANSFORMERS_CONFIG
+    tokenizer.model_max_length = max_length
+    with atomic_output(output_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+
+
+def train_reranker(negatives_path: str | Path, corpus_path: str | Path, queries_path: str | Path,
+                   output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict) -> None:
+    """Train the re-ranker ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
+
+    ``params``: plm, max_length, negatives_per_query, seed and the ``TrainingSettings`` (learning_rate,
+    warmup_steps, batch_size = queries per step, epochs, save_steps, gradient_checkpointing, bf16).
+    """
+    dist = Distributed.from_environment()
+    settings = TrainingSettings.from_params(params)
+    passages, queries = read_texts(corpus_path, queries_path)
+    groups = QueryGroups(read_artifact(negatives_path, "negatives"), passages, queries,
+                         params["negatives_per_query"], params["seed"], source=str(negatives_path))
+    tokenizer = load_tokenizer(params["plm"])
+    model = load_cross_encoder(params["plm"])
+    log.info("re-ranker %s: %d queries, groups of 1 positive + %d negatives", params["plm"], len(groups),
+             params["negatives_per_query"])
+    model = train(model, groups, make_collate(tokenizer, params["max_length"]), listwise_batch_loss, settings,
+                  checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker")
+    if dist.is_main:
+        save_reranker(model, tokenizer, output_dir, params["max_length"])
+    finish(checkpoint_dir, dist)

@@ -1,0 +1,130 @@
+"""One summary per dataset of every stage's metrics, laid out like the SimLM paper's Table 6.
+
+Inputs are the stages' ``metrics.json`` files (``{split: {metric: value, "num_queries": n}}``) in pipeline
+order. Outputs, written together atomically:
+
+* ``summary.json``: ``{split: {stage: {metric: value}}}``;
+* a Markdown file with one table per split (rows = stages under their display labels, columns = metrics,
+  values with 4 decimals);
+* a PNG with one grouped bar chart per split (one group per metric, one bar per stage).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from .errors import DataError
+from .io import atomic_outputs
+
+log = logging.getLogger(__name__)
+
+STAGE_LABELS = {"bm25": "BM25", "retriever1": "Retriever₁", "retriever2": "Retriever₂", "reranker": "Re-ranker",
+                "distill": "Retriever_distill"}
+QUERY_COUNT = "num_queries"
+MISSING = "–"
+
+Summary = dict[str, dict[str, dict[str, float]]]
+
+
+def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
+    """A stage's metrics.json: ``{split: {metric: value}}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "metrics file not found", "run the stage's evaluate rule")
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DataError(path, f"not valid JSON ({err})", "delete it and rerun the stage's evaluate rule") from None
+    if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
+        raise DataError(path, "not a {split: {metric: value}} object", "delete it and rerun the evaluate rule")
+    return metrics
+
+
+def collect_summary(metrics_paths: dict[str, str | Path]) -> Summary:
+    """``{split: {stage: {metric: value}}}``, splits in first-seen order and stages in the given order."""
+    summary: Summary = {}
+    for stage, path in metrics_paths.items():
+        for split, values in read_metrics(path).items():
+            summary.setdefault(split, {})[stage] = values
+    return summary
+
+
+def metric_names(by_stage: dict[str, dict[str, float]]) -> list[str]:
+    """Every metric of a split's stages, in first-seen order, without the query count."""
+    names = dict.fromkeys(name for values in by_stage.values() for name in values if name != QUERY_COUNT)
+    return list(names)
+
+
+def _query_count_note(by_stage: dict[str, dict[str, float]], labels: dict[str, str]) -> str:
+    counts = {stage: values[QUERY_COUNT] for stage, values in by_stage.items() if QUERY_COUNT in values}
+    if not counts:
+        return ""
+    if len(set(counts.values())) == 1:
+        return f" ({next(iter(counts.values()))} queries)"
+    return " (queries: " + ", ".join(f"{labels[stage]} {n}" for stage, n in counts.items()) + ")"
+
+
+def _cell(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.4f}"
+
+
+def markdown_table(by_stage: dict[str, dict[str, float]], labels: dict[str, str]) -> str:
+    names = metric_names(by_stage)
+    lines = ["| stage | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+    for stage, values in by_stage.items():
+        lines.append(f"| {labels[stage]} | " + " | ".join(_cell(values.get(n)) for n in names) + " |")
+    return "\n".join(lines)
+
+
+def render_markdown(summary: Summary, labels: dict[str, str]) -> str:
+    sections = ["# Retrieval quality by stage"]
+    for split, by_stage in summary.items():
+        sections.append(f"## {split}{_query_count_note(by_stage, labels)}\n\n{markdown_table(by_stage, labels)}")
+    return "\n\n".join(sections) + "\n"
+
+
+def plot_summary(summary: Summary, labels: dict[str, str], output: Path) -> None:
+    """One grouped bar chart per split: a group per metric, a bar per stage (``labels`` in pipeline order)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = {stage: f"C{i}" for i, stage in enumerate(labels)}  # a stage keeps its colour in every split
+    widest = max((len(metric_names(by_stage)) for by_stage in summary.values()), default=1)
+    fig, axes = plt.subplots(max(1, len(summary)), 1, figsize=(2.0 + 1.8 * widest, 3.8 * max(1, len(summary))),
+                             squeeze=False)
+    for ax, (split, by_stage) in zip(axes[:, 0], summary.items()):
+        names = metric_names(by_stage)
+        width = 0.8 / max(1, len(by_stage))
+        for i, (stage, values) in enumerate(by_stage.items()):
+            heights = [values.get(n, np.nan) for n in names]
+            bars = ax.bar(np.arange(len(names)) + i * width, heights, width, label=labels[stage],
+                          color=colors[stage])
+            ax.bar_label(bars, labels=[f"{values[n]:.3f}" if n in values else "" for n in names], fontsize=7)
+        ax.set_xticks(np.arange(len(names)) + width * (len(by_stage) - 1) / 2, names)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{split}{_query_count_note(by_stage, labels)}")
+        ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(output, format="png", dpi=120)
+    plt.close(fig)
+
+
+def write_summary(metrics_paths: dict[str, str | Path], output_json: str | Path, output_markdown: str | Path,
+                  output_png: str | Path, *, labels: dict[str, str] | None = None) -> Summary:
+    """Summarise the stages' metrics.json files (stage name -> path, in pipeline order) as JSON, Markdown, PNG.
+
+    ``labels`` override the display labels of ``STAGE_LABELS``; a stage without a label shows its name.
+    """
+    display = {stage: {**STAGE_LABELS, **(labels or {})}.get(stage, stage) for stage in metrics_paths}
+    summary = collect_summary(metrics_paths)
+    with atomic_outputs(output_json, output_markdown, output_png) as (json_tmp, markdown_tmp, png_tmp):
+        json_tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        markdown_tmp.write_text(render_markdown(summary, display), encoding="utf-8")
+        plot_summary(summary, display, png_tmp)
+    log.info("summary of %d stages over %d splits written to %s", len(metrics_paths), len(summary), output_markdown)
+    return summary

@@ -1,0 +1,115 @@
+"""Bi-encoder training: Retriever₁ and Retriever₂ (Eq. 3) and the distilled retriever (Eq. 5 + α·Eq. 3).
+
+One shared encoder embeds queries and passages as L2-normalised last-layer [CLS] vectors. Vectors are
+gathered across processes before the loss, so every query sees every process's passages as negatives
+(cross-device negatives); with one process the loss is the same as over the joint batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import torch
+
+from ..data.schemas import read_artifact
+from ..io import atomic_output
+from ..losses import contrastive_loss, distillation_loss
+from ..models import cls_vectors, load_encoder, load_tokenizer, save_biencoder
+from .distributed import Distributed
+from .groups import QueryGroups, read_texts
+from .trainer import TrainingSettings, finish, train
+
+log = logging.getLogger(__name__)
+
+
+def passage_key(doc_id: str) -> int:
+    """A 63-bit integer standing for a doc id, so that processes can exchange ids as a tensor."""
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest(), "little") >> 1
+
+
+class BiEncoderCollator:
+    """Tokenise a list of groups: queries [B] and passages [B·(1+n)] (each query's positive first)."""
+
+    def __init__(self, tokenizer, query_max_length: int, passage_max_length: int):
+        self.tokenizer = tokenizer
+        self.query_max_length = query_max_length
+        self.passage_max_length = passage_max_length
+
+    def __call__(self, groups: list) -> dict:
+        queries = self.tokenizer([g.query for g in groups], truncation=True, max_length=self.query_max_length,
+                                 padding=True, return_tensors="pt")
+        passages = self.tokenizer([p for g in groups for p in g.passages], truncation=True,
+                                  max_length=self.passage_max_length, padding=True, return_tensors="pt")
+        batch = {"query_input_ids": queries["input_ids"], "query_attention_mask": queries["attention_mask"],
+                 "passage_input_ids": passages["input_ids"], "passage_attention_mask": passages["attention_mask"],
+                 "passage_keys": torch.tensor([passage_key(d) for g in groups for d in g.passage_ids])}
+        if groups and groups[0].scores is not None:
+            batch["teacher_scores"] = torch.tensor([g.scores for g in groups], dtype=torch.float32)
+        return batch
+
+
+class BiEncoder(torch.nn.Module):
+    """One shared encoder for queries and passages; one ``forward`` per step, as DDP requires."""
+
+    def __init__(self, encoder: torch.nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def gradient_checkpointing_enable(self, **kwargs) -> None:
+        self.encoder.gradient_checkpointing_enable(**kwargs)
+
+    def forward(self, query_input_ids, query_attention_mask, passage_input_ids, passage_attention_mask):
+        return (cls_vectors(self.encoder, query_input_ids, query_attention_mask),
+                cls_vectors(self.encoder, passage_input_ids, passage_attention_mask))
+
+
+def embed_batch(model: torch.nn.Module, batch: dict, dist: Distributed) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query and passage vectors of the batch, gathered from every process (rank order)."""
+    queries, passages = model(batch["query_input_ids"], batch["query_attention_mask"],
+                              batch["passage_input_ids"], batch["passage_attention_mask"])
+    return dist.gather(queries), dist.gather(passages)
+
+
+def contrastive_step(temperature: float):
+    def compute_loss(model, batch: dict, dist: Distributed) -> torch.Tensor:
+        queries, passages = embed_batch(model, batch, dist)
+        return contrastive_loss(queries, passages, temperature, dist.gather(batch["passage_keys"]))
+    return compute_loss
+
+
+def distillation_step(temperature: float, alpha: float):
+    def compute_loss(model, batch: dict, dist: Distributed) -> torch.Tensor:
+        queries, passages = embed_batch(model, batch, dist)
+        return distillation_loss(queries, passages, dist.gather(batch["teacher_scores"]), temperature, alpha,
+                                 dist.gather(batch["passage_keys"]))
+    return compute_loss
+
+
+def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries_path: str | Path,
+                    output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
+                    *, distill: bool = False) -> None:
+    """Fine-tune ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
+
+    Retriever (``distill=False``): Eq. 3 over in-batch and hard negatives. Distilled retriever: the artifact
+    carries the re-ranker's scores and the loss is L_kl + α·L_cont.
+    """
+    dist = Distributed.from_environment()
+    settings = TrainingSettings.from_params(params)
+    passages, queries = read_texts(corpus_path, queries_path)
+    groups = QueryGroups(read_artifact(negatives_path, "negatives"), passages, queries,
+                         params["negatives_per_query"], params["seed"], with_scores=distill,
+                         source=str(negatives_path))
+    tokenizer = load_tokenizer(params["plm"])
+    model = BiEncoder(load_encoder(params["plm"]))
+    collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"])
+    step = distillation_step(params["temperature"], params["alpha"]) if distill \
+        else contrastive_step(params["temperature"])
+    train(model, groups, collate, step, settings, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
+          dist=dist, description="distilled retriever" if distill else "retriever")
+    if dist.is_main:
+        with atomic_output(output_dir) as tmp:
+            save_biencoder(model.encoder.cpu(), tokenizer, tmp, params["passage_max_length"])
+        log.info("saved %s", output_dir)
+    finish(checkpoint_dir, dist)

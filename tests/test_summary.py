@@ -1,0 +1,64 @@
+"""The per-dataset summary of every stage's metrics (the paper's Table 6 layout)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.summary import write_summary
+
+STAGE_METRICS = {
+    "bm25": {"dev": {"num_queries": 3, "MRR@10": 0.18400, "R@1000": 0.853}},
+    "retriever1": {"dev": {"num_queries": 3, "MRR@10": 0.38012, "R@1000": 0.98}},
+    "retriever2": {"dev": {"num_queries": 3, "MRR@10": 0.39, "R@1000": 0.986},
+                   "trec_dl19": {"num_queries": 2, "nDCG@10": 0.71}},
+    "reranker": {"dev": {"num_queries": 3, "MRR@10": 0.437, "R@1000": 0.986}},
+    "distill": {"dev": {"num_queries": 3, "MRR@10": 0.411, "R@1000": 0.987}},
+}
+
+
+def write_metrics(folder: Path) -> dict[str, str]:
+    paths = {}
+    for stage, metrics in STAGE_METRICS.items():
+        paths[stage] = str(folder / stage / "metrics.json")
+        Path(paths[stage]).parent.mkdir(parents=True)
+        Path(paths[stage]).write_text(json.dumps(metrics))
+    return paths
+
+
+def test_summary_json_markdown_and_png(tmp_path: Path):
+    outputs = tmp_path / "summary.json", tmp_path / "summary.md", tmp_path / "summary.png"
+    write_summary(write_metrics(tmp_path), *outputs, labels={"distill": "Distilled"})
+
+    summary = json.loads(outputs[0].read_text())
+    assert list(summary) == ["dev", "trec_dl19"]
+    assert list(summary["dev"]) == list(STAGE_METRICS)
+    assert summary["dev"]["reranker"]["MRR@10"] == pytest.approx(0.437)
+    assert summary["trec_dl19"] == {"retriever2": {"num_queries": 2, "nDCG@10": 0.71}}
+
+    markdown = outputs[1].read_text()
+    assert "## dev (3 queries)\n\n| stage | MRR@10 | R@1000 |\n| --- | ---: | ---: |\n" in markdown
+    assert "| BM25 | 0.1840 | 0.8530 |\n| Retriever₁ | 0.3801 | 0.9800 |\n| Retriever₂ | 0.3900 | 0.9860 |\n" \
+           "| Re-ranker | 0.4370 | 0.9860 |\n| Distilled | 0.4110 | 0.9870 |" in markdown
+    assert "## trec_dl19 (2 queries)\n\n| stage | nDCG@10 |\n| --- | ---: |\n| Retriever₂ | 0.7100 |" in markdown
+    assert outputs[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_metric_shows_a_dash_and_differing_query_counts_are_listed(tmp_path: Path):
+    paths = {"bm25": tmp_path / "bm25.json", "reranker": tmp_path / "reranker.json"}
+    paths["bm25"].write_text(json.dumps({"test": {"num_queries": 4, "nDCG@10": 0.5, "R@100": 0.75}}))
+    paths["reranker"].write_text(json.dumps({"test": {"num_queries": 3, "nDCG@10": 0.625}}))
+    write_summary(paths, tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png", labels=None)
+    markdown = (tmp_path / "s.md").read_text()
+    assert "## test (queries: BM25 4, Re-ranker 3)" in markdown
+    assert "| Re-ranker | 0.6250 | – |" in markdown
+
+
+def test_missing_metrics_file_is_a_data_error_and_writes_nothing(tmp_path: Path):
+    outputs = tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png"
+    with pytest.raises(DataError, match="metrics file not found"):
+        write_summary({"bm25": str(tmp_path / "absent.json")}, *outputs)
+    assert not any(path.exists() for path in outputs)
