@@ -115,7 +115,7 @@ def test_two_gloo_processes_match_one_process_over_the_joint_batch(tmp_path):
     assert losses(tmp_path / "two.pt") == pytest.approx(losses(tmp_path / "one.pt"), rel=1e-5)
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     start = AutoModel.from_pretrained(workdir / "model").state_dict()
-    # Adam turns float rounding in tiny gradients into steps of ~lr; 4 steps at lr 1e-3 move weights ~4e-3.
-    assert max((one[n] - start[n]).abs().max().item() for n in one) > 3e-3
+    # Adam turns float rounding in tiny gradients into steps of ~lr: compare with how far the weights moved.
+    assert max((one[n] - start[n]).abs().max().item() for n in one) > 1.5e-3
     for name in one:
         torch.testing.assert_close(two[name], one[name], atol=2e-4, rtol=0, msg=name)

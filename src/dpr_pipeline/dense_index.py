@@ -4,8 +4,9 @@ The vectors are unit length, so the inner product is the cosine. Index kinds:
 
 * ``flat``: ``IndexFlatIP``, exact search (the default, and what the paper's numbers assume);
 * ``hnsw``: ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT`` (graph search; ``efSearch`` trades speed for recall);
-* ``ivfpq``: ``IVF{lists},PQ{m}x{bits}`` from ``index_factory`` with ``METRIC_INNER_PRODUCT``, trained on a
-  seeded random sample of the vectors (``nprobe`` trades speed for recall).
+* ``ivfpq``: ``IVF{lists},PQ{m}x{bits}np`` from ``index_factory`` with ``METRIC_INNER_PRODUCT``, trained on a
+  seeded random sample of the vectors (``np``: no polysemous training, which only Hamming-filtered search
+  uses and which is slow; ``nprobe`` trades speed for recall).
 
 Row ``i`` of the index is the document in row ``i`` of the ids Parquet written next to it.
 """
@@ -149,7 +150,8 @@ def _new_index(kind: str, dim: int, total: int, *, hnsw_m: int, ivf_lists: int |
                          f"{max(lists, 2 ** pq_bits)} vectors to train, the shards hold {total}: "
                          f"use kind='flat' or lower ivf_lists / pq_bits")
     logger.info("IVF-PQ index: %d lists, %d sub-quantizers of %d bits", lists, subquantizers, pq_bits)
-    return faiss.index_factory(dim, f"IVF{lists},PQ{subquantizers}x{pq_bits}", faiss.METRIC_INNER_PRODUCT)
+    return faiss.index_factory(dim, f"IVF{lists},PQ{subquantizers}x{pq_bits}np",
+                               faiss.METRIC_INNER_PRODUCT)
 
 
 def _training_sample(shards: list[np.ndarray], train_size: int, seed: int) -> np.ndarray:
