@@ -1,6 +1,6 @@
 # dpr_pipeline: the SimLM dense-retrieval training pipeline (https://arxiv.org/abs/2207.02578) as a workflow.
 # Run `snakemake` for the datasets in config.yaml's run_datasets, or name a target, e.g.
-#   snakemake results/scifact/bm25/metrics.json
+#   snakemake results/scifact/distill/metrics.json
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -15,6 +15,8 @@ report: "report/workflow.rst"
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/bm25.smk"
+include: "rules/retriever.smk"
+include: "rules/reranker.smk"
 include: "rules/evaluate.smk"
 
 

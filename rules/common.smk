@@ -19,13 +19,16 @@ check_stage_overrides(
     config, yaml.safe_load(Path(workflow.basedir, "schemas", "config.schema.yaml").read_text())
 )
 
-STAGES = ["bm25"]  # stages whose metrics.json the evaluate rule can make
+# Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
+STAGES = ["bm25", "retriever1", "retriever2", "reranker", "distill"]
+BIENCODERS = ["retriever1", "retriever2", "distill"]  # stages with an encoder, a corpus index and dense runs
 
 
 wildcard_constraints:
     dataset="|".join(map(re.escape, config["datasets"])),
     split=r"[A-Za-z0-9._-]+",
     stage="|".join(STAGES),
+    shard=r"\d+",
 
 
 def dataset_config(wildcards):
@@ -50,13 +53,46 @@ def data_file(name):
 
 
 def final_targets():
-    """What `snakemake` with no target builds: every implemented stage for each dataset in run_datasets."""
+    """What `snakemake` with no target builds: every stage's metrics and the summary, per run_datasets entry."""
     targets = []
     for dataset in config["run_datasets"]:
-        targets += [f"results/{dataset}/bm25/negatives.parquet"]
-        targets += [f"results/{dataset}/{stage}/metrics.json" for stage in STAGES]
         targets += [f"results/{dataset}/{stage}/metrics.png" for stage in STAGES]
+        targets += [f"results/{dataset}/summary.{ext}" for ext in ("json", "md", "png")]
     return targets
+
+
+def biencoder_params(wildcards):
+    """Parameters of a bi-encoder stage: the distilled retriever's own, Retriever 1-2's otherwise."""
+    return stage_params(config, wildcards.dataset, "distill" if wildcards.stage == "distill" else "retriever")
+
+
+def retriever_params(wildcards):
+    """Corpus encoding, index and search settings, shared by every bi-encoder stage."""
+    return stage_params(config, wildcards.dataset, "retriever")
+
+
+def train_queries(wildcards):
+    return f"results/{wildcards.dataset}/data/queries_{train_split(wildcards)}.parquet"
+
+
+def train_qrels(wildcards):
+    return f"results/{wildcards.dataset}/data/qrels_{train_split(wildcards)}.parquet"
+
+
+def encoded_shards(wildcards):
+    shards = range(retriever_params(wildcards)["encode_shards"])
+    stem = f"results/{wildcards.dataset}/{wildcards.stage}/embeddings/shard_"
+    return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
+
+
+def teacher_shards(wildcards):
+    shards = range(stage_params(config, wildcards.dataset, "reranker")["teacher_shards"])
+    return [f"results/{wildcards.dataset}/reranker/teacher/shard_{i}.parquet" for i in shards]
+
+
+def checkpoint_dir(stage):
+    """Undeclared on purpose: Snakemake keeps it when a job fails, so a rerun resumes from it."""
+    return f"results/{{dataset}}/checkpoints/{stage}"
 
 
 def bm25_negatives_pool(wildcards):

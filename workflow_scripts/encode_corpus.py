@@ -1,0 +1,10 @@
+import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.encode import encode_corpus_shard
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0], snakemake.threads):
+    r = snakemake.params.retriever
+    encode_corpus_shard(snakemake.input.model, snakemake.input.corpus, snakemake.output.vectors,
+                        snakemake.output.ids, shard=int(snakemake.wildcards.shard), num_shards=r["encode_shards"],
+                        max_length=snakemake.params.stage["passage_max_length"],
+                        batch_size=r["encode_batch_size"], dtype=r["embedding_dtype"])
