@@ -27,6 +27,7 @@ rule bm25_search:
         "results/{dataset}/bm25/run_{split}.trec",
     params:
         bm25=params_of("bm25"),
+        depth=search_depth("bm25", lambda wc: "bm25"),
     threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
     log:
         "results/{dataset}/logs/bm25_search_{split}.log",

@@ -48,6 +48,20 @@ def eval_splits(wildcards):
     return dataset_config(wildcards)["eval_splits"]
 
 
+def search_depth(stage, mining_stage):
+    """A params function: hits per query of a run. Evaluation splits get the stage's full depth; a train split
+    that is only mined for negatives stops at the mining depth (``negatives_depth`` of ``mining_stage``)."""
+
+    def depth(wildcards):
+        full = stage_params(config, wildcards.dataset, stage)
+        if wildcards.split == train_split(wildcards) and wildcards.split not in eval_splits(wildcards):
+            return min(full["depth" if stage == "bm25" else "search_depth"],
+                       stage_params(config, wildcards.dataset, mining_stage(wildcards))["negatives_depth"])
+        return full["depth" if stage == "bm25" else "search_depth"]
+
+    return depth
+
+
 def data_file(name):
     return f"results/{{dataset}}/data/{name}"
 

@@ -86,6 +86,7 @@ rule dense_search:
     params:
         stage=biencoder_params,
         retriever=retriever_params,
+        depth=search_depth("retriever", lambda wc: "retriever" if wc.stage == "retriever1" else "reranker"),
     threads: 8
     log:
         "results/{dataset}/logs/dense_search_{stage}_{split}.log",

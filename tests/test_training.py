@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,8 +17,9 @@ from transformers import AutoModel
 
 from conftest import REPO, make_tiny_bert
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.models import cls_vectors, load_tokenizer
+from dpr_pipeline.models import cls_vectors, load_encoder, load_tokenizer
 from dpr_pipeline.training.biencoder import train_biencoder
+from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.trainer import batch_indices, total_steps, TrainingSettings
 
 SCRIPT = REPO / "tests" / "scripts" / "train_tiny_retriever.py"
@@ -41,10 +41,8 @@ def write_training_data(root: Path) -> Path:
     return root
 
 
-def run_script(workdir: Path, output: Path, *extra: str, nproc: int = 1, **popen) -> subprocess.Popen:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                "--master_port", str(29500 + os.getpid() % 1000)] if nproc > 1 else [sys.executable]
-    return subprocess.Popen([*launcher, str(SCRIPT), str(workdir), str(output), *extra], cwd=REPO, **popen)
+def run_script(workdir: Path, output: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(SCRIPT), str(workdir), str(output), *extra], cwd=REPO)
 
 
 def losses(output: Path) -> list[float]:
@@ -108,13 +106,21 @@ def test_killed_training_resumes_to_the_same_weights(tmp_path):
 
 
 def test_two_gloo_processes_match_one_process_over_the_joint_batch(tmp_path):
-    workdir = write_training_data(tmp_path)
-    make_tiny_bert(workdir / "model", dropout=0.0)     # no dropout: both runs see identical forward passes
-    assert run_script(workdir, tmp_path / "one.pt").wait(timeout=300) == 0
-    assert run_script(workdir, tmp_path / "two.pt", nproc=2).wait(timeout=300) == 0
-    assert losses(tmp_path / "two.pt") == pytest.approx(losses(tmp_path / "one.pt"), rel=1e-5)
-    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
-    start = AutoModel.from_pretrained(workdir / "model").state_dict()
+    """run_training with 2 processes (torchrun, gloo, cross-device negatives) = 1 process over the joint batch."""
+    data = write_training_data(tmp_path / "data")
+    plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)   # no dropout: both runs see identical forward passes
+    params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 2, "seed": 3,
+              "save_steps": 100, "negatives_per_query": 2, "temperature": 0.05, "query_max_length": 16,
+              "passage_max_length": 24}
+    for name, processes in (("one", 1), ("two", 2)):
+        run_training(train_biencoder, processes, negatives_path=str(data / "negatives.parquet"),
+                     corpus_path=str(data / "corpus.parquet"), queries_path=str(data / "queries.parquet"),
+                     output_dir=str(tmp_path / name), checkpoint_dir=str(tmp_path / f"{name}.ckpt"),
+                     loss_log=str(tmp_path / f"{name}.jsonl"), params=params)
+    one_losses, two_losses = ([json.loads(line)["loss"] for line in (tmp_path / f"{n}.jsonl").open()]
+                              for n in ("one", "two"))
+    assert len(one_losses) == 4 and two_losses == pytest.approx(one_losses, rel=1e-5)
+    start, one, two = (load_encoder(str(p)).state_dict() for p in (plm, tmp_path / "one", tmp_path / "two"))
     # Adam turns float rounding in tiny gradients into steps of ~lr: compare with how far the weights moved.
     assert max((one[n] - start[n]).abs().max().item() for n in one) > 1.5e-3
     for name in one:

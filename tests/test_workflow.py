@@ -110,7 +110,7 @@ def test_mined_and_teacher_negatives(built):
     assert mined["negative_ids"].map(len).max() == config["reranker"]["mined_negatives_per_query"]
     teacher = pd.read_parquet(built / "reranker" / "teacher_scores.parquet")
     assert teacher["query_id"].tolist() == mined["query_id"].tolist()
-    assert teacher["negative_ids"].tolist() == mined["negative_ids"].tolist()
+    assert [list(ids) for ids in teacher["negative_ids"]] == [list(ids) for ids in mined["negative_ids"]]
     assert all(len(s) == len(i) for s, i in zip(teacher["negative_scores"], teacher["negative_ids"]))
 
 

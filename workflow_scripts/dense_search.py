@@ -6,7 +6,7 @@ with logged(snakemake.log[0], snakemake.threads):
     r = snakemake.params.retriever
     index = r["index"]
     dense_search(snakemake.input.model, snakemake.input.index, snakemake.input.ids, snakemake.input.queries,
-                 snakemake.output[0], depth=r["search_depth"],
+                 snakemake.output[0], depth=snakemake.params.depth,
                  query_max_length=snakemake.params.stage["query_max_length"], batch_size=r["encode_batch_size"],
                  tag=f"dpr_pipeline-{snakemake.wildcards.stage}",
                  hnsw_ef_search=index["hnsw_ef_search"] if index["kind"] == "hnsw" else None,

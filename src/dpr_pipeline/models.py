@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 PACKAGE_PREFIX = "pkg:"
 
@@ -46,15 +46,11 @@ def load_tokenizer(reference: str):
 
 
 def load_encoder(reference: str) -> torch.nn.Module:
-    """The bare transformer encoder (no task head) whose last-layer [CLS] vector represents a text."""
-    return AutoModel.from_pretrained(resolve_model_path(reference), add_pooling_layer=False) \
-        if _is_bert_like(reference) else AutoModel.from_pretrained(resolve_model_path(reference))
-
-
-def _is_bert_like(reference: str) -> bool:
-    config = json.loads((Path(resolve_model_path(reference)) / "config.json").read_text()) \
-        if Path(resolve_model_path(reference), "config.json").is_file() else {}
-    return config.get("model_type") == "bert"
+    """The bare transformer encoder whose last-layer [CLS] vector represents a text (BERT's pooler dropped:
+    the paper uses the [CLS] hidden state itself)."""
+    path = resolve_model_path(reference)
+    extra = {"add_pooling_layer": False} if AutoConfig.from_pretrained(path).model_type == "bert" else {}
+    return AutoModel.from_pretrained(path, **extra)
 
 
 def load_cross_encoder(reference: str) -> torch.nn.Module:

@@ -1,9 +1,8 @@
-"""Train a tiny bi-encoder with the real trainer; run by tests/test_training.py in subprocesses.
+"""Train a tiny bi-encoder with the real trainer; tests/test_training.py runs it in a subprocess and kills it.
 
-usage: train_tiny_retriever.py WORKDIR OUTPUT [--slow SECONDS] [--steps N]
+usage: train_tiny_retriever.py WORKDIR OUTPUT [--slow SECONDS]
 WORKDIR holds model/ (a tiny BERT) and corpus/queries/negatives Parquet files (tests/test_training.py writes
-them). Writes OUTPUT (a state dict) and OUTPUT.losses.json (the loss of each step) on rank 0. Under torchrun
-every process takes its slice of each global batch (cross-device negatives).
+them). Writes OUTPUT (a state dict) and OUTPUT.losses.jsonl (the loss log); checkpoints go to OUTPUT.checkpoints.
 """
 
 import argparse
@@ -39,25 +38,22 @@ def main() -> None:
     parser.add_argument("workdir", type=Path)
     parser.add_argument("output", type=Path)
     parser.add_argument("--slow", type=float, default=0.0)
-    parser.add_argument("--epochs", type=float, default=2)
-    parser.add_argument("--save-steps", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    dist = Distributed.from_environment()
+    dist = Distributed()
     passages, queries = read_texts(args.workdir / "corpus.parquet", args.workdir / "queries.parquet")
     SlowGroups.delay = args.slow
     groups = SlowGroups(read_artifact(args.workdir / "negatives.parquet", "negatives"), passages, queries,
                         negatives_per_query=2, seed=7)
     model_dir = str(args.workdir / "model")
     model = BiEncoder(load_encoder(model_dir))
-    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=2, batch_size=4, epochs=args.epochs, seed=3,
-                                save_steps=args.save_steps)
+    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=2, batch_size=4, epochs=2, seed=3,
+                                save_steps=2)
     collate = BiEncoderCollator(load_tokenizer(model_dir), 16, 24)
     log = args.output.with_suffix(".losses.jsonl")
     train(model, groups, collate, contrastive_step(0.05), settings, args.output.with_suffix(".checkpoints"),
           cross_device_loss=True, loss_log=log, dist=dist)
-    if dist.is_main:
-        torch.save(model.encoder.state_dict(), args.output)
+    torch.save(model.encoder.state_dict(), args.output)
 
 
 if __name__ == "__main__":
