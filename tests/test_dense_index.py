@@ -90,6 +90,11 @@ def test_hnsw_and_ivfpq_find_most_true_neighbours(tmp_path):
         _search(ivfpq, queries, depth=10, hnsw_ef_search=64)
 
 
+def test_ivfpq_needs_enough_training_vectors(tmp_path):
+    with pytest.raises(ValueError, match="at least 256 training vectors, it has 100"):
+        _index(tmp_path, _unit_vectors(100, seed=8), [100], kind="ivfpq", ivf_lists=4)
+
+
 def test_duplicate_ids_across_shards_are_refused(tmp_path):
     vector_files, id_files = _write_shards(tmp_path, _unit_vectors(6, seed=6), ["a", "b", "c", "d", "b", "e"],
                                            [3, 3])

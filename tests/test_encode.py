@@ -14,7 +14,8 @@ from transformers import BertConfig, BertModel
 
 from dpr_pipeline import models
 from dpr_pipeline.data.schemas import SCHEMAS, write_artifact
-from dpr_pipeline.encode import corpus_shard_bounds, encode_corpus_shard, encode_queries, encode_texts
+from dpr_pipeline.encode import (_token_budget_batches, corpus_shard_bounds, encode_corpus_shard, encode_queries,
+                                 encode_texts)
 from dpr_pipeline.errors import DataError
 
 MAX_LENGTH = 32
@@ -56,6 +57,14 @@ def test_sorted_batches_equal_one_text_at_a_time_in_input_order(loaded):
     with torch.no_grad():
         direct = models.cls_vectors(encoder, batch["input_ids"], batch["attention_mask"]).numpy()
     np.testing.assert_allclose(vectors[3], direct[0], atol=1e-5)
+
+
+def test_batches_cover_every_text_once_within_the_token_budget():
+    lengths = np.array([5, 30, 2, 2, 17, 30, 9, 2, 64])
+    batches = list(_token_budget_batches(lengths, budget=40))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+    assert [lengths[b].tolist() for b in batches] == [[64], [30], [30], [17, 9], [5, 2, 2, 2]]
+    assert all(len(b) * lengths[b].max() <= 40 or len(b) == 1 for b in batches)
 
 
 def test_no_texts_give_an_empty_array(loaded):

@@ -55,7 +55,7 @@ def build_index(vector_files: Sequence[str | Path], id_files: Sequence[str | Pat
     dim = _common_dim(shards, vector_files)
     ids = _check_ids(shards, vector_files, id_files)
     total = len(ids)
-    index = _new_index(kind, dim, total, hnsw_m=hnsw_m, ivf_lists=ivf_lists,
+    index = _new_index(kind, dim, total, min(train_size, total), hnsw_m=hnsw_m, ivf_lists=ivf_lists,
                        pq_subquantizers=pq_subquantizers, pq_bits=pq_bits)
     if not index.is_trained:
         index.train(_training_sample(shards, train_size, seed))
@@ -135,7 +135,7 @@ def _raise_duplicate(ids: pa.ChunkedArray, position: int, sizes: list[int],
                     "and make doc ids unique in the corpus", row=int(row))
 
 
-def _new_index(kind: str, dim: int, total: int, *, hnsw_m: int, ivf_lists: int | None,
+def _new_index(kind: str, dim: int, total: int, training_rows: int, *, hnsw_m: int, ivf_lists: int | None,
                pq_subquantizers: int | None, pq_bits: int) -> faiss.Index:
     if kind == "flat":
         return faiss.IndexFlatIP(dim)
@@ -145,10 +145,10 @@ def _new_index(kind: str, dim: int, total: int, *, hnsw_m: int, ivf_lists: int |
     subquantizers = pq_subquantizers or max(1, dim // 8)
     if dim % subquantizers:
         raise ValueError(f"pq_subquantizers={subquantizers} must divide the vector dimension {dim}")
-    if total < max(lists, 2 ** pq_bits):
+    if training_rows < max(lists, 2 ** pq_bits):
         raise ValueError(f"an IVF{lists},PQ{subquantizers}x{pq_bits} index needs at least "
-                         f"{max(lists, 2 ** pq_bits)} vectors to train, the shards hold {total}: "
-                         f"use kind='flat' or lower ivf_lists / pq_bits")
+                         f"{max(lists, 2 ** pq_bits)} training vectors, it has {training_rows} (of {total}): "
+                         f"use kind='flat', a larger train_size or lower ivf_lists / pq_bits")
     logger.info("IVF-PQ index: %d lists, %d sub-quantizers of %d bits", lists, subquantizers, pq_bits)
     return faiss.index_factory(dim, f"IVF{lists},PQ{subquantizers}x{pq_bits}np",
                                faiss.METRIC_INNER_PRODUCT)

@@ -3,7 +3,9 @@
 Vectors come from :func:`dpr_pipeline.models.cls_vectors`, the function training uses, so a trained model
 encodes here exactly as it scored during training. :func:`encode_texts` tokenizes every text once, sorts
 the texts by token length (longest first) and pads each batch only to its own longest text, so batches carry
-almost no padding; rows come back in the input order.
+almost no padding; rows come back in the input order. A batch holds at most ``batch_size × max_length``
+tokens: ``batch_size`` texts of the longest kind, proportionally more shorter ones (short texts in small
+batches leave the matrix multiplications underused), with the peak memory of a full batch of long texts.
 
 A corpus is encoded in shards (:func:`encode_corpus_shard`): each job streams only its own contiguous
 range of ``corpus.parquet`` rows, so its memory is bounded by the shard, not by the corpus.
@@ -42,7 +44,9 @@ def encode_texts(encoder: torch.nn.Module, tokenizer, texts: Sequence[str], *, m
                  progress: bool = False) -> np.ndarray:
     """Encode ``texts`` into a float32 array ``[len(texts), hidden_size]`` of unit-length [CLS] vectors.
 
-    ``device`` defaults to where the encoder already is; on CUDA the forward pass runs under bf16 autocast.
+    A batch is ``batch_size`` texts of ``max_length`` tokens, or more texts when they are shorter (the same
+    token budget, padding included). ``device`` defaults to where the encoder already is; on CUDA the
+    forward pass runs under bf16 autocast.
     """
     if batch_size < 1 or max_length < 2:
         raise ValueError(f"batch_size ({batch_size}) must be >= 1 and max_length ({max_length}) >= 2")
@@ -52,11 +56,9 @@ def encode_texts(encoder: torch.nn.Module, tokenizer, texts: Sequence[str], *, m
     if not texts:
         return vectors
     flat, offsets = _tokenize(tokenizer, texts, max_length)
-    order = np.argsort(-np.diff(offsets), kind="stable")
     with torch.inference_mode(), _autocast(device), \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
-        for start in range(0, len(texts), batch_size):
-            rows = order[start:start + batch_size]
+        for rows in _token_budget_batches(np.diff(offsets), batch_size * max_length):
             batch = tokenizer.pad({"input_ids": [flat[offsets[i]:offsets[i + 1]] for i in rows]},
                                   return_tensors="pt", return_attention_mask=True)
             vectors[rows] = models.cls_vectors(encoder, batch["input_ids"].to(device),
@@ -79,6 +81,16 @@ def _tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[np.ndar
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return np.concatenate(pieces), offsets
+
+
+def _token_budget_batches(lengths: np.ndarray, budget: int) -> Iterator[np.ndarray]:
+    """Indices of the texts, longest first, in batches of at most ``budget`` tokens once padded."""
+    order = np.argsort(-lengths, kind="stable")
+    start = 0
+    while start < len(order):
+        size = max(1, budget // max(1, int(lengths[order[start]])))  # the first text of a batch is its longest
+        yield order[start:start + size]
+        start += size
 
 
 def _autocast(device: torch.device) -> contextlib.AbstractContextManager:
