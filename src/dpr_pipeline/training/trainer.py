@@ -149,8 +149,9 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     the checkpoint folder is removed once training has finished.
     """
     dist = dist or Distributed.from_environment()
-    if settings.batch_size % dist.world_size:
-        raise ValueError(f"batch_size {settings.batch_size} is not divisible by {dist.world_size} processes")
+    if settings.batch_size % dist.world_size or min(settings.batch_size, len(data)) < dist.world_size:
+        raise ValueError(f"batch_size {settings.batch_size} ({len(data)} examples) does not split evenly over "
+                         f"{dist.world_size} processes")
     checkpoint_dir = Path(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     device = dist.device
@@ -192,8 +193,8 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     with open(log_path, "a", encoding="utf-8") if dist.is_main else contextlib.nullcontext() as loss_file:
         for step in range(start, steps):
             epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
-            share = max(1, len(indices) // dist.world_size)
-            mine = indices[dist.rank * share:(dist.rank + 1) * share] if dist.enabled else indices
+            share = len(indices) // dist.world_size
+            mine = indices[dist.rank * share:(dist.rank + 1) * share]
             batch = {k: v.to(device) if torch.is_tensor(v) else v
                      for k, v in collate([data.example(i, epoch) for i in mine]).items()}
             with amp:
