@@ -11,7 +11,6 @@ contiguous slice of the negatives artifact's rows, so a cluster can run every sh
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,8 @@ from tqdm.auto import tqdm
 
 from .data.schemas import read_artifact, write_artifact
 from .errors import DataError
-from .models import load_cross_encoder, load_tokenizer
+from .encode import corpus_shard_bounds
+from .models import default_device, inference_autocast, load_cross_encoder, load_tokenizer
 from .runs import read_trec_run, write_trec_run
 from .training.groups import read_texts
 
@@ -83,10 +83,6 @@ def tokenize_pairs(tokenizer, queries: Sequence[str], passages: Sequence[str], *
     return TokenizedPairs(tokens, np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]))
 
 
-def _autocast(device: torch.device):
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-
-
 def score_pairs(model: torch.nn.Module, tokenizer, queries: list[str], passages: list[str], *, max_length: int,
                 batch_size: int, description: str = "scoring pairs") -> np.ndarray:
     """θ(query_i, passage_i) for every i, as float32 in input order (the model's single logit)."""
@@ -99,7 +95,7 @@ def score_pairs(model: torch.nn.Module, tokenizer, queries: list[str], passages:
     order = np.argsort(-pairs.lengths, kind="stable")
     device = next(model.parameters()).device
     model.eval()
-    with torch.inference_mode(), _autocast(device):
+    with torch.inference_mode(), inference_autocast(device):
         for start in tqdm(range(0, len(order), batch_size), desc=description, mininterval=5,
                           total=-(-len(order) // batch_size)):
             indices = order[start:start + batch_size]
@@ -111,8 +107,7 @@ def score_pairs(model: torch.nn.Module, tokenizer, queries: list[str], passages:
 
 def load_scorer(model_dir: str | Path) -> tuple[torch.nn.Module, object]:
     """A saved re-ranker and its tokenizer, on the GPU when there is one."""
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return load_cross_encoder(str(model_dir)).to(device), load_tokenizer(str(model_dir))
+    return load_cross_encoder(str(model_dir)).to(default_device()), load_tokenizer(str(model_dir))
 
 
 def _check_run_known(run: pd.DataFrame, run_path: str | Path, passages: dict[str, str], queries: dict[str, str],
@@ -151,9 +146,7 @@ def rerank_run(model_dir: str | Path, run_path: str | Path, corpus_path: str | P
 
 def shard_slice(num_rows: int, shard: int, num_shards: int) -> slice:
     """Rows of ``shard``: contiguous, sizes differing by at most one, together covering every row in order."""
-    if not 0 <= shard < num_shards:
-        raise ValueError(f"shard {shard} is not in 0 … {num_shards - 1}")
-    return slice(shard * num_rows // num_shards, (shard + 1) * num_rows // num_shards)
+    return slice(*corpus_shard_bounds(num_rows, shard, num_shards))
 
 
 def _check_negatives_known(rows: pd.DataFrame, first_row: int, negatives_path: str | Path,

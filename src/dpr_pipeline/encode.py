@@ -13,7 +13,6 @@ range of ``corpus.parquet`` rows, so its memory is bounded by the shard, not by 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import time
@@ -56,7 +55,7 @@ def encode_texts(encoder: torch.nn.Module, tokenizer, texts: Sequence[str], *, m
     if not texts:
         return vectors
     flat, offsets = _tokenize(tokenizer, texts, max_length)
-    with torch.inference_mode(), _autocast(device), \
+    with torch.inference_mode(), models.inference_autocast(device), \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
         for rows in _token_budget_batches(np.diff(offsets), batch_size * max_length):
             batch = tokenizer.pad({"input_ids": [flat[offsets[i]:offsets[i + 1]] for i in rows]},
@@ -93,14 +92,6 @@ def _token_budget_batches(lengths: np.ndarray, budget: int) -> Iterator[np.ndarr
         start += size
 
 
-def _autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def corpus_shard_bounds(num_rows: int, shard: int, num_shards: int) -> tuple[int, int]:
     """Rows ``[start, stop)`` of shard ``shard`` (0-based) of ``num_shards`` contiguous, near-equal shards."""
     if num_shards < 1 or not 0 <= shard < num_shards:
@@ -124,7 +115,7 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
     logger.info("shard %d/%d: encoding rows %d-%d of %s", shard, num_shards, start, stop, corpus_parquet)
     began = time.perf_counter()
     vectors = encode_texts(models.load_encoder(model_path), models.load_tokenizer(model_path), passages,
-                           max_length=max_length, batch_size=batch_size, device=default_device(),
+                           max_length=max_length, batch_size=batch_size, device=models.default_device(),
                            progress=True).astype(dtype)
     elapsed = time.perf_counter() - began
     logger.info("shard %d/%d: %d passages in %.1f s (%.0f/s)", shard, num_shards, len(passages), elapsed,
@@ -190,5 +181,5 @@ def encode_queries(model_path: str, queries_parquet: str | Path, *, max_length: 
     queries = read_artifact(queries_parquet, "queries")
     vectors = encode_texts(models.load_encoder(model_path), models.load_tokenizer(model_path),
                            queries["text"].fillna("").tolist(), max_length=max_length, batch_size=batch_size,
-                           device=default_device())
+                           device=models.default_device())
     return queries["query_id"].tolist(), vectors

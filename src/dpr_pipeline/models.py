@@ -12,6 +12,7 @@ Bi-encoders are saved with ``save_pretrained`` (safetensors) plus the sentence-t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 from pathlib import Path
@@ -56,6 +57,16 @@ def load_encoder(reference: str) -> torch.nn.Module:
 def load_cross_encoder(reference: str) -> torch.nn.Module:
     """A sequence-classification model with one output: the re-ranker's score θ(q, d)."""
     return AutoModelForSequenceClassification.from_pretrained(resolve_model_path(reference), num_labels=1)
+
+
+def default_device() -> torch.device:
+    """Where inference runs: the GPU when there is one."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def inference_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on a GPU; full precision on CPU."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def cls_vectors(encoder: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,6 @@ them). Writes OUTPUT (a state dict) and OUTPUT.losses.jsonl (the loss log); chec
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
