@@ -125,3 +125,15 @@ def test_two_gloo_processes_match_one_process_over_the_joint_batch(tmp_path):
     assert max((one[n] - start[n]).abs().max().item() for n in one) > 1.5e-3
     for name in one:
         torch.testing.assert_close(two[name], one[name], atol=2e-4, rtol=0, msg=name)
+
+
+def test_groups_name_the_file_row_of_an_unknown_document():
+    from dpr_pipeline.errors import DataError
+    from dpr_pipeline.training.groups import QueryGroups
+
+    rows = pd.DataFrame({"query_id": ["q0", "q1"], "positive_ids": [["d0"], ["d1"]],
+                         "positive_scores": [[np.nan], [np.nan]], "negative_ids": [[], ["d404"]],
+                         "negative_scores": [[], [1.0]]})
+    with pytest.raises(DataError, match="'d404' is not in the corpus") as err:
+        QueryGroups(rows, {"d0": "a", "d1": "b"}, {"q0": "x", "q1": "y"}, 1, 0, source="neg.parquet")
+    assert err.value.row == 2                            # the file's row, though row 1 has no negative

@@ -26,7 +26,7 @@ from .errors import DataError
 from .encode import corpus_shard_bounds
 from .models import default_device, inference_autocast, load_cross_encoder, load_tokenizer
 from .runs import read_trec_run, write_trec_run
-from .training.groups import read_texts
+from .training.groups import check_negatives_known, read_texts
 
 log = logging.getLogger(__name__)
 
@@ -149,19 +149,6 @@ def shard_slice(num_rows: int, shard: int, num_shards: int) -> slice:
     return slice(*corpus_shard_bounds(num_rows, shard, num_shards))
 
 
-def _check_negatives_known(rows: pd.DataFrame, first_row: int, negatives_path: str | Path,
-                           passages: dict[str, str], queries: dict[str, str]) -> None:
-    for row, (qid, positives, negatives) in enumerate(
-            zip(rows["query_id"], rows["positive_ids"], rows["negative_ids"]), start=first_row):
-        if qid not in queries:
-            raise DataError(negatives_path, f"query {qid!r} is not in the queries artifact",
-                            "score negatives of the same dataset's train split", row=row)
-        missing = next((d for d in (*positives, *negatives) if d not in passages), None)
-        if missing is not None:
-            raise DataError(negatives_path, f"document {missing!r} is not in the corpus",
-                            "score negatives of the same dataset's corpus", row=row)
-
-
 def _split_per_row(scores: np.ndarray, counts: list[int]) -> list[list[float]]:
     return [part.tolist() for part in np.split(scores, np.cumsum(counts)[:-1])] if counts else []
 
@@ -178,7 +165,7 @@ def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, corpu
     rows_slice = shard_slice(len(negatives), shard, num_shards)
     rows = negatives.iloc[rows_slice].reset_index(drop=True)
     passages, queries = read_texts(corpus_path, queries_path)
-    _check_negatives_known(rows, rows_slice.start + 1, negatives_path, passages, queries)
+    check_negatives_known(rows, negatives_path, passages, queries, first_row=rows_slice.start + 1)
     positive_counts = rows["positive_ids"].map(len).tolist()
     negative_counts = rows["negative_ids"].map(len).tolist()
     query_texts, passage_texts = [], []

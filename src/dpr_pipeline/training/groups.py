@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -28,6 +29,21 @@ class Group:
     passages: list[str]                 # positive first, then the negatives
     passage_ids: list[str]
     scores: list[float] | None = None   # the artifact's score of each passage (teacher scores), if asked for
+
+
+def check_negatives_known(rows: pd.DataFrame, path: str | Path, passages: dict[str, str],
+                          queries: dict[str, str], first_row: int = 1) -> None:
+    """Raise a DataError naming the row (``first_row`` = the file row of ``rows``' first) of a negatives
+    artifact whose query is not in ``queries`` or whose positive or negative is not in ``passages``."""
+    for row, (qid, positives, negatives) in enumerate(
+            zip(rows["query_id"], rows["positive_ids"], rows["negative_ids"]), start=first_row):
+        if qid not in queries:
+            raise DataError(path, f"query {qid!r} is not in the queries artifact",
+                            "build the negatives from the same dataset's train split", row=row)
+        missing = next((d for d in (*positives, *negatives) if d not in passages), None)
+        if missing is not None:
+            raise DataError(path, f"document {missing!r} is not in the corpus",
+                            "build the negatives from the same dataset's corpus", row=row)
 
 
 def read_texts(corpus_path, queries_path) -> tuple[dict[str, str], dict[str, str]]:
@@ -52,22 +68,14 @@ class QueryGroups:
         self.seed = seed
         self.with_scores = with_scores
         self.passages = passages
+        check_negatives_known(negatives, source, passages, queries)
         keep = negatives["negative_ids"].map(len) > 0
         if (~keep).any():
             log.warning("%d of %d queries in %s have no negative and are left out", int((~keep).sum()),
                         len(negatives), source)
         self.rows = negatives[keep].reset_index(drop=True)
-        for row, (qid, pos, negs) in enumerate(zip(self.rows["query_id"], self.rows["positive_ids"],
-                                                   self.rows["negative_ids"]), start=1):
-            if qid not in queries:
-                raise DataError(source, f"query {qid!r} is not in the queries artifact",
-                                "build the negatives from the same dataset's train split", row=row)
-            missing = next((d for d in (*pos, *negs) if d not in passages), None)
-            if missing is not None:
-                raise DataError(source, f"document {missing!r} is not in the corpus",
-                                "build the negatives from the same dataset's corpus", row=row)
         if with_scores:
-            for row, (ps, ns) in enumerate(zip(self.rows["positive_scores"], self.rows["negative_scores"]), 1):
+            for row, (ps, ns) in enumerate(zip(negatives["positive_scores"], negatives["negative_scores"]), 1):
                 if np.isnan(np.asarray(ps, dtype=float)).any() or np.isnan(np.asarray(ns, dtype=float)).any():
                     raise DataError(source, "a positive or negative without a score",
                                     "score every pair with the teacher (teacher_scores rule)", row=row)
