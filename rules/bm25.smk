@@ -9,6 +9,8 @@ rule bm25_index:
     params:
         bm25=params_of("bm25"),
     threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
+    resources:
+        **resources_of("bm25_index"),
     log:
         "results/{dataset}/logs/bm25_index.log",
     benchmark:
@@ -29,6 +31,8 @@ rule bm25_search:
         bm25=params_of("bm25"),
         depth=search_depth("bm25", lambda wc: "bm25"),
     threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
+    resources:
+        **resources_of("bm25_search"),
     log:
         "results/{dataset}/logs/bm25_search_{split}.log",
     benchmark:
@@ -48,6 +52,9 @@ rule bm25_negatives:
     params:
         bm25=params_of("bm25"),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+    threads: threads_of("bm25_negatives")
+    resources:
+        **resources_of("bm25_negatives"),
     log:
         "results/{dataset}/logs/bm25_negatives.log",
     benchmark:

@@ -109,6 +109,37 @@ def checkpoint_dir(stage):
     return f"results/{{dataset}}/checkpoints/{stage}"
 
 
+from dpr_pipeline.cluster import GPU_INFERENCE_RULES, GPU_TRAINING_RULES, job_resources, scaled
+
+
+def split_files(wildcards):
+    """The split's raw file names when the dataset's `split_files` renames them (msmarco), else None."""
+    return dataset_config(wildcards).get("split_files", {}).get(wildcards.split)
+
+
+def threads_of(rule_name):
+    """A rule's CPU threads: config `resources` (per dataset overrides), see src/dpr_pipeline/cluster.py."""
+    return lambda wildcards: job_resources(config, wildcards.dataset, rule_name)["threads"]
+
+
+def resources_of(rule_name):
+    """A rule's portable resources (docs/cluster.md): mem_mb and runtime (minutes) from config `resources`, times
+    the attempt number on a retry; gpu: the stage's `processes` for a trainer (torchrun starts one process per
+    GPU), 1 for the other GPU rules, 0 for CPU rules."""
+    first = lambda wildcards: job_resources(config, wildcards.dataset, rule_name)
+    resources = {
+        "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], attempt),
+        "runtime": lambda wildcards, attempt: scaled(first(wildcards)["runtime"], attempt),
+        "gpu": 0,
+    }
+    if rule_name in GPU_TRAINING_RULES:
+        stage = GPU_TRAINING_RULES[rule_name]
+        resources["gpu"] = lambda wildcards: stage_params(config, wildcards.dataset, stage)["processes"]
+    elif rule_name in GPU_INFERENCE_RULES:
+        resources["gpu"] = 1
+    return resources
+
+
 def bm25_negatives_pool(wildcards):
     """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
     if "official_negatives" in dataset_config(wildcards):

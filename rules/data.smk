@@ -9,6 +9,9 @@ rule ingest_corpus:
     params:
         format=lambda wc: dataset_config(wc)["format"],
         root=lambda wc: dataset_config(wc)["path"],
+    threads: threads_of("ingest_corpus")
+    resources:
+        **resources_of("ingest_corpus"),
     log:
         "results/{dataset}/logs/ingest_corpus.log",
     benchmark:
@@ -22,7 +25,7 @@ rule ingest_corpus:
 rule ingest_split:
     input:
         raw=lambda wc: raw_files(
-            dataset_config(wc)["format"], dataset_config(wc)["path"], wc.split
+            dataset_config(wc)["format"], dataset_config(wc)["path"], wc.split, split_files(wc)
         ),
         corpus=data_file("corpus.parquet"),
     output:
@@ -32,6 +35,10 @@ rule ingest_split:
         format=lambda wc: dataset_config(wc)["format"],
         root=lambda wc: dataset_config(wc)["path"],
         unknown_ids=lambda wc: dataset_config(wc)["unknown_qrels_ids"],
+        files=split_files,
+    threads: threads_of("ingest_split")
+    resources:
+        **resources_of("ingest_split"),
     log:
         "results/{dataset}/logs/ingest_split_{split}.log",
     benchmark:
@@ -51,6 +58,9 @@ rule ingest_official_negatives:
         data_file("official_negatives.parquet"),
     params:
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+    threads: threads_of("ingest_official_negatives")
+    resources:
+        **resources_of("ingest_official_negatives"),
     log:
         "results/{dataset}/logs/ingest_official_negatives.log",
     benchmark:

@@ -19,6 +19,10 @@ rule evaluate:
     params:
         splits=eval_splits,
         metrics=config["evaluation"]["metrics"],
+        relevance_levels=lambda wc: dataset_config(wc).get("metric_relevance", {}),
+    threads: threads_of("evaluate")
+    resources:
+        **resources_of("evaluate"),
     log:
         "results/{dataset}/logs/evaluate_{stage}.log",
     benchmark:
@@ -39,6 +43,9 @@ rule plot_metrics:
             category="{dataset}",
             subcategory="{stage}",
         ),
+    threads: threads_of("plot_metrics")
+    resources:
+        **resources_of("plot_metrics"),
     log:
         "results/{dataset}/logs/plot_metrics_{stage}.log",
     benchmark:

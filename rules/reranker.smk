@@ -13,7 +13,9 @@ rule train_reranker:
     params:
         reranker=params_of("reranker"),
         checkpoints=checkpoint_dir("reranker"),
-    threads: 8
+    threads: threads_of("train_reranker")
+    resources:
+        **resources_of("train_reranker"),
     log:
         "results/{dataset}/logs/train_reranker.log",
     benchmark:
@@ -34,7 +36,9 @@ rule rerank:
         "results/{dataset}/reranker/run_{split}.trec",
     params:
         reranker=params_of("reranker"),
-    threads: 8
+    threads: threads_of("rerank")
+    resources:
+        **resources_of("rerank"),
     log:
         "results/{dataset}/logs/rerank_{split}.log",
     benchmark:
@@ -55,7 +59,9 @@ rule teacher_scores_shard:
         "results/{dataset}/reranker/teacher/shard_{shard}.parquet",
     params:
         reranker=params_of("reranker"),
-    threads: 8
+    threads: threads_of("teacher_scores_shard")
+    resources:
+        **resources_of("teacher_scores_shard"),
     log:
         "results/{dataset}/logs/teacher_scores_{shard}.log",
     benchmark:
@@ -71,6 +77,9 @@ rule merge_teacher_scores:
         teacher_shards,
     output:
         "results/{dataset}/reranker/teacher_scores.parquet",
+    threads: threads_of("merge_teacher_scores")
+    resources:
+        **resources_of("merge_teacher_scores"),
     log:
         "results/{dataset}/logs/merge_teacher_scores.log",
     benchmark:
@@ -92,7 +101,9 @@ rule train_distill:
     params:
         distill=params_of("distill"),
         checkpoints=checkpoint_dir("distill"),
-    threads: 8
+    threads: threads_of("train_distill")
+    resources:
+        **resources_of("train_distill"),
     log:
         "results/{dataset}/logs/train_distill.log",
     benchmark:
@@ -117,6 +128,9 @@ rule summary:
         ),
     params:
         stages=STAGES,
+    threads: threads_of("summary")
+    resources:
+        **resources_of("summary"),
     log:
         "results/{dataset}/logs/summary.log",
     benchmark:

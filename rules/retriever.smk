@@ -18,7 +18,9 @@ rule train_retriever:
     params:
         retriever=params_of("retriever"),
         checkpoints=checkpoint_dir("{stage}"),
-    threads: 8
+    threads: threads_of("train_retriever")
+    resources:
+        **resources_of("train_retriever"),
     log:
         "results/{dataset}/logs/train_{stage}.log",
     benchmark:
@@ -41,7 +43,9 @@ rule encode_corpus:
     params:
         stage=biencoder_params,
         retriever=retriever_params,
-    threads: 8
+    threads: threads_of("encode_corpus")
+    resources:
+        **resources_of("encode_corpus"),
     log:
         "results/{dataset}/logs/encode_corpus_{stage}_{shard}.log",
     benchmark:
@@ -62,7 +66,9 @@ rule build_index:
         stage="|".join(BIENCODERS),
     params:
         retriever=retriever_params,
-    threads: 8
+    threads: threads_of("build_index")
+    resources:
+        **resources_of("build_index"),
     log:
         "results/{dataset}/logs/build_index_{stage}.log",
     benchmark:
@@ -87,7 +93,9 @@ rule dense_search:
         stage=biencoder_params,
         retriever=retriever_params,
         depth=search_depth("retriever", lambda wc: "retriever" if wc.stage == "retriever1" else "reranker"),
-    threads: 8
+    threads: threads_of("dense_search")
+    resources:
+        **resources_of("dense_search"),
     log:
         "results/{dataset}/logs/dense_search_{stage}_{split}.log",
     benchmark:
@@ -113,6 +121,9 @@ rule mine_hard_negatives:
             config, wc.dataset, "retriever" if wc.stage == "retriever1" else "reranker"
         ),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+    threads: threads_of("mine_hard_negatives")
+    resources:
+        **resources_of("mine_hard_negatives"),
     log:
         "results/{dataset}/logs/mine_hard_negatives_{stage}.log",
     benchmark:

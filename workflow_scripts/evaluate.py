@@ -4,5 +4,6 @@ from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0]) as log:
     result = evaluate_splits(list(snakemake.input.runs), list(snakemake.input.qrels), list(snakemake.params.splits),
-                             list(snakemake.params.metrics), snakemake.output[0])
+                             list(snakemake.params.metrics), snakemake.output[0],
+                             relevance_levels=dict(snakemake.params.relevance_levels))
     log.info("%s", result)

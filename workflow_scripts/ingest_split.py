@@ -5,4 +5,5 @@ from dpr_pipeline.workflow import logged
 with logged(snakemake.log[0]):
     ingest_split(snakemake.params.format, snakemake.params.root, snakemake.wildcards.split,
                  snakemake.input.corpus, snakemake.output.queries, snakemake.output.qrels,
-                 unknown_ids=snakemake.params.unknown_ids)
+                 unknown_ids=snakemake.params.unknown_ids,
+                 files=snakemake.params.files)

@@ -85,8 +85,11 @@ def _drop_unknown(judgements: list, field: str, known, where_known: str, policy:
 
 
 def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, queries_out: str | Path,
-                 qrels_out: str | Path, unknown_ids: str = "error") -> tuple[int, int]:
+                 qrels_out: str | Path, unknown_ids: str = "error",
+                 files: dict | None = None) -> tuple[int, int]:
     """Write ``queries_<split>.parquet`` and ``qrels_<split>.parquet``; return (queries, judgements).
+
+    ``files``: the split's raw file names when they differ from the layout's (``split_files``, msmarco).
 
     The split's queries are those with at least one judgement. ``unknown_ids`` says what to do with a
     judgement whose query or document does not exist: ``error`` (default) or ``warn`` (drop and count).
@@ -94,7 +97,7 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
     if unknown_ids not in UNKNOWN_ID_POLICIES:
         raise ValueError(f"unknown_ids must be one of {UNKNOWN_ID_POLICIES}, got {unknown_ids!r}")
     judgements = {}
-    for j in read_judgements(fmt, root, split):
+    for j in read_judgements(fmt, root, split, files):
         if not j.query_id.strip() or not j.doc_id.strip():
             raise j.where.error("empty query or document id", "give every judgement both ids")
         if (j.query_id, j.doc_id) in judgements:
@@ -107,7 +110,7 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
 
     wanted = {qid for qid, _ in judgements}
     queries = {}
-    for q in read_queries(fmt, root, split):
+    for q in read_queries(fmt, root, split, files):
         query_id = q.query_id.strip()
         if not query_id:
             raise q.where.error("empty query id", "give every query a non-empty id")

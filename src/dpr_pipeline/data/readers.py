@@ -8,7 +8,9 @@ Layouts (``path`` is the dataset folder from config.yaml; any text file may also
 * ``beir``: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``, ``text``),
   ``qrels/<split>.tsv`` (header line, then ``query-id corpus-id score``).
 * ``msmarco``: ``collection.tsv`` (``pid<TAB>text``), optional ``titles.tsv`` (``pid<TAB>title``),
-  ``queries.<split>.tsv`` (``qid<TAB>text``), ``qrels.<split>.tsv`` (TREC: ``qid 0 pid relevance``),
+  ``queries.<split>.tsv`` (``qid<TAB>text``), ``qrels.<split>.tsv`` (TREC: ``qid 0 pid relevance``; a split's
+  files may have other names, ``split_files``: e.g. TREC DL's ``msmarco-test2019-queries.tsv`` and
+  ``2019qrels-pass.txt``, graded 0-3),
   and optionally the official BM25 negatives: ``qid<TAB>pid,pid,...`` (Tevatron/RocketQA
   ``train.negatives.tsv``) or ``qid<TAB>positive pid<TAB>negative pid`` (``qidpidtriples.train.full.2.tsv``).
 * ``parquet``: ``corpus.parquet`` (``doc_id``, ``text``, optional ``title``), ``queries_<split>.parquet``
@@ -162,14 +164,20 @@ def _msmarco_documents(root: Path) -> Iterator[Document]:
         yield Document(Location(path, line), pid, titles.get(pid, ""), text)
 
 
-def _msmarco_queries(root: Path, split: str) -> Iterator[Query]:
-    path = resolve_file(root / f"queries.{split}.tsv", f"MS MARCO queries for split {split!r}")
+def _split_file(split: str, files: dict | None, kind: str) -> str:
+    """A msmarco split's queries or qrels file name: ``files[kind]`` when given (``split_files``), else the
+    layout's ``queries.<split>.tsv`` / ``qrels.<split>.tsv``."""
+    return (files or {}).get(kind) or f"{kind}.{split}.tsv"
+
+
+def _msmarco_queries(root: Path, split: str, files: dict | None = None) -> Iterator[Query]:
+    path = resolve_file(root / _split_file(split, files, "queries"), f"MS MARCO queries for split {split!r}")
     for line, (qid, text) in iter_tsv(path, ("qid", "text")):
         yield Query(Location(path, line), qid, text)
 
 
-def _msmarco_judgements(root: Path, split: str) -> Iterator[Judgement]:
-    path = resolve_file(root / f"qrels.{split}.tsv", f"MS MARCO qrels for split {split!r}")
+def _msmarco_judgements(root: Path, split: str, files: dict | None = None) -> Iterator[Judgement]:
+    path = resolve_file(root / _split_file(split, files, "qrels"), f"MS MARCO qrels for split {split!r}")
     for line, (qid, _iteration, pid, rel) in iter_tsv(path, ("qid", "iteration", "pid", "relevance"),
                                                        whitespace=True):
         where = Location(path, line)
@@ -220,31 +228,40 @@ def read_documents(fmt: str, root: str | Path) -> Iterator[Document]:
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
 
-def read_queries(fmt: str, root: str | Path, split: str) -> Iterator[Query]:
-    """All queries the layout offers for ``split`` (BEIR keeps every split's queries in one file)."""
+def _check_split_files(fmt: str, files: dict | None) -> None:
+    if files and fmt != "msmarco":
+        raise ValueError(f"split_files is only for the msmarco layout, the dataset is {fmt!r}")
+
+
+def read_queries(fmt: str, root: str | Path, split: str, files: dict | None = None) -> Iterator[Query]:
+    """All queries the layout offers for ``split`` (BEIR keeps every split's queries in one file).
+
+    ``files``: the split's ``{"queries": name, "qrels": name}`` when they differ from the layout's (msmarco)."""
     root = Path(root)
+    _check_split_files(fmt, files)
     if fmt == "beir":
         return _beir_queries(root)
     if fmt == "msmarco":
-        return _msmarco_queries(root, split)
+        return _msmarco_queries(root, split, files)
     if fmt == "parquet":
         per_split = root / f"queries_{split}.parquet"
         return _parquet_queries(per_split if per_split.is_file() else root / "queries.parquet")
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
 
-def read_judgements(fmt: str, root: str | Path, split: str) -> Iterator[Judgement]:
+def read_judgements(fmt: str, root: str | Path, split: str, files: dict | None = None) -> Iterator[Judgement]:
     root = Path(root)
+    _check_split_files(fmt, files)
     if fmt == "beir":
         return _beir_judgements(root, split)
     if fmt == "msmarco":
-        return _msmarco_judgements(root, split)
+        return _msmarco_judgements(root, split, files)
     if fmt == "parquet":
         return _parquet_judgements(root / f"qrels_{split}.parquet")
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
 
-def raw_files(fmt: str, root: str | Path, split: str | None = None) -> list[Path]:
+def raw_files(fmt: str, root: str | Path, split: str | None = None, files: dict | None = None) -> list[Path]:
     """The raw files a layout reads for the corpus (``split=None``) or a split, for Snakemake's inputs.
 
     A file that exists only gzipped is named with ``.gz``; a missing file keeps its plain name, so
@@ -257,7 +274,7 @@ def raw_files(fmt: str, root: str | Path, split: str | None = None) -> list[Path
             names.append("titles.tsv")
     else:
         names = {"beir": ["queries.jsonl", f"qrels/{split}.tsv"],
-                 "msmarco": [f"queries.{split}.tsv", f"qrels.{split}.tsv"],
+                 "msmarco": [_split_file(split, files, "queries"), _split_file(split, files, "qrels")],
                  "parquet": [f"queries_{split}.parquet" if (root / f"queries_{split}.parquet").exists()
                              else "queries.parquet", f"qrels_{split}.parquet"]}[fmt]
     found = []
