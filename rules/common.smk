@@ -14,20 +14,25 @@ from dpr_pipeline.config import check_stage_overrides, stage_params
 from dpr_pipeline.data.readers import raw_files
 
 
+SCHEMA = yaml.safe_load(Path(workflow.basedir, "schemas", "config.schema.yaml").read_text())
 validate(config, "../schemas/config.schema.yaml")
-check_stage_overrides(
-    config, yaml.safe_load(Path(workflow.basedir, "schemas", "config.schema.yaml").read_text())
-)
+check_stage_overrides(config, SCHEMA)
 
 # Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
 STAGES = ["bm25", "retriever1", "retriever2", "reranker", "distill"]
-BIENCODERS = ["retriever1", "retriever2", "distill"]  # stages with an encoder, a corpus index and dense runs
+# Pre-training methods (config pretrain.method); the ablation fine-tunes Retriever1 from each (and from `none`,
+# the un-pre-trained plm) under results/{dataset}/ablation/{method}/, as SimLM's Table 7 does.
+PRETRAIN_METHODS = SCHEMA["$defs"]["pretrain"]["properties"]["method"]["enum"]
+ABLATION_STAGES = [f"ablation/{method}" for method in ["none"] + PRETRAIN_METHODS]
+# Stages with an encoder, a corpus index and dense runs.
+BIENCODERS = ["retriever1", "retriever2", "distill"] + ABLATION_STAGES
 
 
 wildcard_constraints:
     dataset="|".join(map(re.escape, config["datasets"])),
     split=r"[A-Za-z0-9._-]+",
-    stage="|".join(STAGES),
+    stage="|".join(STAGES + ABLATION_STAGES),
+    method="|".join(PRETRAIN_METHODS),
     shard=r"\d+",
 
 
@@ -145,3 +150,55 @@ def bm25_negatives_pool(wildcards):
     if "official_negatives" in dataset_config(wildcards):
         return f"results/{wildcards.dataset}/data/official_negatives.parquet"
     return f"results/{wildcards.dataset}/bm25/run_{train_split(wildcards)}.trec"
+
+
+def pretrain_params(wildcards):
+    """The pre-training parameters of the job's dataset, with the method named by the {method} wildcard."""
+    return {**stage_params(config, wildcards.dataset, "pretrain"), "method": wildcards.method}
+
+
+def token_shards(wildcards):
+    shards = range(stage_params(config, wildcards.dataset, "pretrain")["tokenize_shards"])
+    return [f"results/{wildcards.dataset}/tokens/part_{i}.parquet" for i in shards]
+
+
+def pretrained_model(dataset, method):
+    return f"results/{dataset}/pretrain/{method}/model"
+
+
+def initialisation(stage):
+    """The model a bi-encoder stage starts from: ``plm`` as configured, where ``plm: pretrain`` means the output
+    of ``pretrain.method`` on this dataset; an ablation stage ``ablation/{method}`` starts from that method's
+    output (``none``: the plm that pre-training starts from)."""
+
+    def reference(wildcards):
+        if wildcards.get("stage", "").startswith("ablation/"):
+            method = wildcards.stage.split("/", 1)[1]
+            if method == "none":
+                return stage_params(config, wildcards.dataset, "pretrain")["plm"]
+            return pretrained_model(wildcards.dataset, method)
+        plm = stage_params(config, wildcards.dataset, stage)["plm"]
+        if plm == "pretrain":
+            return pretrained_model(wildcards.dataset, stage_params(config, wildcards.dataset, "pretrain")["method"])
+        return plm
+
+    return reference
+
+
+def initialisation_input(stage):
+    """The initialisation as a job input when the workflow builds it (a pre-training output), else nothing."""
+
+    def inputs(wildcards):
+        model = initialisation(stage)(wildcards)
+        return [model] if model.startswith("results/") else []
+
+    return inputs
+
+
+def trained_params(stage):
+    """A stage's parameters with ``plm`` resolved to the initialisation the job starts from."""
+    return lambda wildcards: {**stage_params(config, wildcards.dataset, stage), "plm": initialisation(stage)(wildcards)}
+
+
+def ablation_methods(wildcards):
+    return stage_params(config, wildcards.dataset, "pretrain")["ablation_methods"]

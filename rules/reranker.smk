@@ -95,11 +95,12 @@ rule train_distill:
         negatives="results/{dataset}/reranker/teacher_scores.parquet",
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
+        init=initialisation_input("distill"),
     output:
         model=directory("results/{dataset}/distill/model"),
         loss_log="results/{dataset}/distill/loss_log.jsonl",
     params:
-        distill=params_of("distill"),
+        distill=trained_params("distill"),
         checkpoints=checkpoint_dir("distill"),
     threads: threads_of("train_distill")
     resources:

@@ -4,19 +4,22 @@
 
 rule train_retriever:
     input:
-        negatives=lambda wc: {
-            "retriever1": f"results/{wc.dataset}/bm25/negatives.parquet",
-            "retriever2": f"results/{wc.dataset}/retriever1/negatives.parquet",
-        }[wc.stage],
+        # Retriever2 learns from Retriever1's mined negatives; Retriever1 and the ablation from BM25's.
+        negatives=lambda wc: (
+            f"results/{wc.dataset}/retriever1/negatives.parquet"
+            if wc.stage == "retriever2"
+            else f"results/{wc.dataset}/bm25/negatives.parquet"
+        ),
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
+        init=initialisation_input("retriever"),
     output:
         model=directory("results/{dataset}/{stage}/model"),
         loss_log="results/{dataset}/{stage}/loss_log.jsonl",
     wildcard_constraints:
-        stage="retriever1|retriever2",
+        stage="|".join(["retriever1", "retriever2"] + ABLATION_STAGES),
     params:
-        retriever=params_of("retriever"),
+        retriever=trained_params("retriever"),
         checkpoints=checkpoint_dir("{stage}"),
     threads: threads_of("train_retriever")
     resources:

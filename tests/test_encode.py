@@ -14,7 +14,8 @@ from transformers import BertConfig, BertModel
 
 from dpr_pipeline import models
 from dpr_pipeline.data.schemas import SCHEMAS, write_artifact
-from dpr_pipeline.encode import (_token_budget_batches, corpus_shard_bounds, encode_corpus_shard, encode_queries,
+from dpr_pipeline.data.corpus_shards import corpus_shard_bounds
+from dpr_pipeline.encode import (_token_budget_batches, encode_corpus_shard, encode_queries,
                                  encode_texts)
 from dpr_pipeline.errors import DataError
 

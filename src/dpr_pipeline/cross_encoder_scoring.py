@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from .data.schemas import read_artifact, write_artifact
 from .errors import DataError
-from .encode import corpus_shard_bounds
+from .data.corpus_shards import corpus_shard_bounds
 from .models import default_device, inference_autocast, load_cross_encoder, load_tokenizer
 from .runs import read_trec_run, write_trec_run
 from .training.groups import check_negatives_known, read_texts

@@ -26,16 +26,14 @@ import torch
 from tqdm.auto import tqdm
 
 from . import models
-from .data.schemas import check_schema, read_artifact
-from .errors import DataError
+from .data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
+from .data.schemas import read_artifact
 from .io import atomic_outputs
 
 logger = logging.getLogger(__name__)
 
 VECTOR_DTYPES = ("float16", "float32")
 _TOKENIZE_CHUNK = 8192  # texts per tokenizer call: token ids are kept as one int32 array, not Python lists
-_READ_BATCH = 4096  # Parquet rows per streamed record batch
-_REBUILD = "delete it and rerun the Snakemake rule that writes it"
 
 
 def encode_texts(encoder: torch.nn.Module, tokenizer, texts: Sequence[str], *, max_length: int,
@@ -92,13 +90,6 @@ def _token_budget_batches(lengths: np.ndarray, budget: int) -> Iterator[np.ndarr
         start += size
 
 
-def corpus_shard_bounds(num_rows: int, shard: int, num_shards: int) -> tuple[int, int]:
-    """Rows ``[start, stop)`` of shard ``shard`` (0-based) of ``num_shards`` contiguous, near-equal shards."""
-    if num_shards < 1 or not 0 <= shard < num_shards:
-        raise ValueError(f"shard {shard} of {num_shards}: need num_shards >= 1 and 0 <= shard < num_shards")
-    return shard * num_rows // num_shards, (shard + 1) * num_rows // num_shards
-
-
 def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vectors: str | Path,
                         output_ids: str | Path, *, shard: int, num_shards: int, max_length: int,
                         batch_size: int, dtype: str = "float16") -> None:
@@ -109,9 +100,9 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
     """
     if dtype not in VECTOR_DTYPES:
         raise ValueError(f"dtype {dtype!r}: use one of {VECTOR_DTYPES}")
-    corpus = _open_corpus(corpus_parquet)
+    corpus = open_corpus(corpus_parquet)
     start, stop = corpus_shard_bounds(corpus.metadata.num_rows, shard, num_shards)
-    doc_ids, passages = _read_shard(corpus, Path(corpus_parquet), start, stop)
+    doc_ids, passages = read_corpus_rows(corpus, Path(corpus_parquet), start, stop)
     logger.info("shard %d/%d: encoding rows %d-%d of %s", shard, num_shards, start, stop, corpus_parquet)
     began = time.perf_counter()
     vectors = encode_texts(models.load_encoder(model_path), models.load_tokenizer(model_path), passages,
@@ -124,55 +115,6 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
         with open(vectors_tmp, "wb") as out:
             np.save(out, vectors)
         pq.write_table(pa.table({"doc_id": pa.array(doc_ids, type=pa.string())}), ids_tmp)
-
-
-def _open_corpus(path: str | Path) -> pq.ParquetFile:
-    """The corpus artifact as a ParquetFile (nothing read but the footer), its schema checked."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "the corpus artifact does not exist", "run the Snakemake rule that writes it")
-    try:
-        corpus = pq.ParquetFile(path)
-    except Exception as err:  # corrupt or not Parquet
-        raise DataError(path, f"not a readable Parquet file ({err})", _REBUILD) from None
-    check_schema(corpus.schema_arrow, "corpus", path)
-    return corpus
-
-
-def _read_shard(corpus: pq.ParquetFile, path: Path, start: int, stop: int) -> tuple[list[str], list[str]]:
-    """Doc ids and passage strings (``title text``) of rows ``[start, stop)``; an empty doc_id is an error."""
-    doc_ids: list[str] = []
-    passages: list[str] = []
-    for batch in _iter_rows(corpus, start, stop):
-        for doc_id, title, text in zip(*(batch.column(name).to_pylist() for name in ("doc_id", "title", "text"))):
-            if not doc_id or not doc_id.strip():
-                raise DataError(path, "empty doc_id", _REBUILD, row=start + len(doc_ids) + 1)
-            doc_ids.append(doc_id)
-            passages.append(models.passage_text(title, text or ""))
-    return doc_ids, passages
-
-
-def _iter_rows(corpus: pq.ParquetFile, start: int, stop: int) -> Iterator[pa.RecordBatch]:
-    """Stream rows ``[start, stop)``: only the row groups that overlap them are read, batch by batch."""
-    groups, first_row = [], None
-    row = 0
-    for index in range(corpus.metadata.num_row_groups):
-        size = corpus.metadata.row_group(index).num_rows
-        if row < stop and row + size > start:
-            groups.append(index)
-            first_row = row if first_row is None else first_row
-        row += size
-    if not groups:
-        return
-    position = first_row
-    for batch in corpus.iter_batches(batch_size=_READ_BATCH, row_groups=groups,
-                                     columns=["doc_id", "title", "text"]):
-        low, high = max(start - position, 0), min(stop - position, batch.num_rows)
-        if low < high:
-            yield batch.slice(low, high - low)
-        position += batch.num_rows
-        if position >= stop:
-            return
 
 
 def encode_queries(model_path: str, queries_parquet: str | Path, *, max_length: int,

@@ -5,8 +5,9 @@
 * ``listwise_loss`` — Eq. 4: the re-ranker's softmax cross-entropy with the positive first.
 * ``kl_distillation_loss`` — Eq. 5: KL(p_ranker ‖ p_ret) over one query's positive and negatives.
 * ``distillation_loss`` — L = L_kl + α·L_cont.
+* ``span_contrastive_loss`` — coCondenser's corpus-level loss (cocondenser.md Eq. 6) over span pairs.
 
-Every loss is a mean over queries.
+Every loss is a mean over queries (spans for Eq. 6).
 """
 
 from __future__ import annotations
@@ -65,3 +66,15 @@ def distillation_loss(queries: torch.Tensor, passages: torch.Tensor, teacher_sco
     student_scores = torch.einsum("bd,bgd->bg", queries, own_group) / temperature
     return kl_distillation_loss(student_scores, teacher_scores) + alpha * contrastive_loss(
         queries, passages, temperature, passage_keys)
+
+
+def span_contrastive_loss(spans: torch.Tensor) -> torch.Tensor:
+    """coCondenser Eq. 6, averaged over the ``2n`` spans: rows ``2i`` and ``2i+1`` of ``spans`` [2n, H] are the
+    two spans of document ``i``. Each span's positive is its sibling, its negatives every other span in the
+    batch; the score is the plain inner product ⟨h_ij, h_kl⟩ (no temperature), a span never scores itself."""
+    if spans.shape[0] % 2:
+        raise ValueError(f"{spans.shape[0]} span vectors: need two per document")
+    scores = spans.float() @ spans.float().T
+    scores = scores.masked_fill(torch.eye(len(spans), dtype=torch.bool, device=spans.device), float("-inf"))
+    siblings = torch.arange(len(spans), device=spans.device) ^ 1
+    return F.cross_entropy(scores, siblings)

@@ -78,8 +78,8 @@ def markdown_table(by_stage: dict[str, dict[str, float]], labels: dict[str, str]
     return "\n".join(lines)
 
 
-def render_markdown(summary: Summary, labels: dict[str, str]) -> str:
-    sections = ["# Retrieval quality by stage"]
+def render_markdown(summary: Summary, labels: dict[str, str], title: str = "Retrieval quality by stage") -> str:
+    sections = [f"# {title}"]
     for split, by_stage in summary.items():
         sections.append(f"## {split}{_query_count_note(by_stage, labels)}\n\n{markdown_table(by_stage, labels)}")
     return "\n\n".join(sections) + "\n"
@@ -115,16 +115,18 @@ def plot_summary(summary: Summary, labels: dict[str, str], output: Path) -> None
 
 
 def write_summary(metrics_paths: dict[str, str | Path], output_json: str | Path, output_markdown: str | Path,
-                  output_png: str | Path, *, labels: dict[str, str] | None = None) -> Summary:
+                  output_png: str | Path, *, labels: dict[str, str] | None = None,
+                  title: str = "Retrieval quality by stage") -> Summary:
     """Summarise the stages' metrics.json files (stage name -> path, in pipeline order) as JSON, Markdown, PNG.
 
     ``labels`` override the display labels of ``STAGE_LABELS``; a stage without a label shows its name.
+    The pre-training ablation uses the same layout with one row per method.
     """
     display = {stage: {**STAGE_LABELS, **(labels or {})}.get(stage, stage) for stage in metrics_paths}
     summary = collect_summary(metrics_paths)
     with atomic_outputs(output_json, output_markdown, output_png) as (json_tmp, markdown_tmp, png_tmp):
         json_tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        markdown_tmp.write_text(render_markdown(summary, display), encoding="utf-8")
+        markdown_tmp.write_text(render_markdown(summary, display, title), encoding="utf-8")
         plot_summary(summary, display, png_tmp)
     log.info("summary of %d stages over %d splits written to %s", len(metrics_paths), len(summary), output_markdown)
     return summary

@@ -23,7 +23,9 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .. import models
 from ..io import atomic_output
+from .tokens import read_token_shards
 
 MAX_KEY_BITS = 63  # an n-gram key is a non-negative int64
 
@@ -207,6 +209,16 @@ def count_ngrams(sequences: Iterable[np.ndarray], vocab_size: int, max_n: int = 
     tables = [accumulator.total() for accumulator in accumulators]
     counts = NgramCounts(vocab_size, max_n, 1, tuple(k for k, _ in tables), tuple(c for _, c in tables), totals)
     return counts.pruned(min_count) if min_count > 1 else counts
+
+
+def write_corpus_ngram_counts(token_shards: list[str], tokenizer_reference: str, output: str | Path, *,
+                              max_n: int = 4, min_count: int = 2) -> NgramCounts:
+    """Count the n-grams (n ≤ ``max_n``) of the tokenized corpus's passages, [CLS]/[SEP] stripped, into ``output``."""
+    tokenizer = models.load_tokenizer(tokenizer_reference)
+    corpus = read_token_shards(token_shards, tokenizer)
+    counts = count_ngrams((corpus[i][1:-1] for i in range(len(corpus))), len(tokenizer), max_n, min_count)
+    counts.save(output)
+    return counts
 
 
 def pmi(counts: NgramCounts, ngrams: np.ndarray) -> np.ndarray:

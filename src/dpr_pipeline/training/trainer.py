@@ -5,7 +5,8 @@ A stage supplies three things:
 * ``data`` with ``len(data)`` examples and ``data.example(index, epoch)``, deterministic in its arguments
   (per-epoch negative sampling lives there, so no data-loader state needs saving);
 * ``collate(examples) -> dict`` of tensors;
-* ``compute_loss(model, batch, dist) -> loss``.
+* ``compute_loss(model, batch, dist) -> loss``. A step that back-propagates by itself (gradient caching,
+  :mod:`dpr_pipeline.pretraining.objectives`) returns the loss detached; the trainer then skips ``backward``.
 
 The batch order of each epoch is a permutation seeded by (seed, epoch). A step takes ``batch_size`` examples
 (over all processes: rank r gets the r-th contiguous slice). Every ``save_steps`` steps the model, optimizer,
@@ -52,7 +53,8 @@ class TrainingSettings:
     learning_rate: float
     warmup_steps: int
     batch_size: int
-    epochs: float
+    epochs: float = 1.0
+    max_steps: int | None = None  # a fixed step budget instead of epochs (pre-training's train_steps)
     seed: int = 42
     save_steps: int = 500
     gradient_checkpointing: bool = False
@@ -72,6 +74,8 @@ def steps_per_epoch(num_examples: int, batch_size: int) -> int:
 
 
 def total_steps(num_examples: int, settings: TrainingSettings) -> int:
+    if settings.max_steps is not None:
+        return settings.max_steps
     return max(1, math.ceil(settings.epochs * steps_per_epoch(num_examples, settings.batch_size)))
 
 
@@ -199,7 +203,8 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
                      for k, v in collate([data.example(i, epoch) for i in mine]).items()}
             with amp:
                 loss = compute_loss(wrapped, batch, dist)
-            (loss * dist.world_size if cross_device_loss else loss).backward()
+            if loss.requires_grad:
+                (loss * dist.world_size if cross_device_loss else loss).backward()
             if settings.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
             optimizer.step()

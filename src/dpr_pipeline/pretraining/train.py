@@ -1,0 +1,146 @@
+"""Pre-train the encoder on the tokenized target corpus and save it for the retrievers.
+
+The shared trainer (:mod:`dpr_pipeline.training.trainer`) runs the loop: ``train_steps`` steps of
+``batch_size`` passages drawn as seeded per-epoch permutations, AdamW with linear warm-up and decay, bf16
+autocast on GPU, DDP under torchrun, resumable checkpoints and a loss log. The encoder is then saved with
+``save_pretrained`` (safetensors, plus sentence-transformers CLS-pooling files), so ``plm:`` can point at it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoModelForMaskedLM, BertConfig, BertForMaskedLM
+
+from .. import models
+from ..io import atomic_output
+from ..training.distributed import Distributed
+from ..training.trainer import TrainingSettings, finish, train
+from .masking import content_positions
+from .objectives import (GENERATOR_METHODS, ObjectiveSettings, PretrainingModel, SpecialTokens, TokenGenerator,
+                         cocondenser_step)
+from .token_importance import NgramCounts, ami_importance
+from .tokens import TokenizedCorpus, read_token_shards
+
+log = logging.getLogger(__name__)
+
+RANDOM_GENERATOR = "random"
+
+
+class PassageData:
+    """Training examples for the trainer: passage ``index``'s token ids; for coCondenser two random spans of
+    it (each half the passage's content tokens, [CLS]/[SEP] around them), drawn from (seed, index, epoch)."""
+
+    def __init__(self, corpus: TokenizedCorpus, span_pairs: bool, seed: int):
+        self.corpus = corpus
+        self.span_pairs = span_pairs
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def example(self, index: int, epoch: int) -> list[np.ndarray]:
+        ids = self.corpus[index].astype(np.int64)
+        if not self.span_pairs:
+            return [ids]
+        content = ids[1:-1]
+        length = max(1, -(-len(content) // 2))
+        rng = np.random.default_rng([self.seed, index, epoch])
+        starts = rng.integers(0, max(1, len(content) - length + 1), size=2)
+        return [np.concatenate([ids[:1], content[start:start + length], ids[-1:]]) for start in starts]
+
+
+class PretrainingCollator:
+    """Pad a list of examples into ``input_ids``, ``attention_mask``, ``content`` (and CDMAE's token importance)."""
+
+    def __init__(self, special: SpecialTokens, ngram_counts: NgramCounts | None = None, window: int = 4):
+        self.special = special
+        self.ngram_counts = ngram_counts
+        self.window = window
+
+    def __call__(self, examples: list[list[np.ndarray]]) -> dict:
+        sequences = [s for example in examples for s in example]
+        width = max(len(s) for s in sequences)
+        input_ids = np.full((len(sequences), width), self.special.pad, dtype=np.int64)
+        attention_mask = np.zeros((len(sequences), width), dtype=np.int64)
+        for row, sequence in enumerate(sequences):
+            input_ids[row, :len(sequence)] = sequence
+            attention_mask[row, :len(sequence)] = 1
+        batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask)}
+        batch["content"] = content_positions(batch["input_ids"], batch["attention_mask"], self.special.ids)
+        if self.ngram_counts is not None:
+            batch["importance"] = torch.from_numpy(
+                ami_importance(input_ids, batch["content"].numpy(), self.ngram_counts, self.window))
+        return batch
+
+
+def load_masked_lm(reference: str) -> torch.nn.Module:
+    """A ``BertForMaskedLM`` from a model reference; its LM head is new when the checkpoint has none."""
+    path = models.resolve_model_path(reference)
+    model_type = AutoConfig.from_pretrained(path).model_type
+    if model_type != "bert":
+        raise ValueError(f"pre-training model {reference!r} is a {model_type!r} model; pre-training supports BERT "
+                         "encoders (bert-base-uncased, MiniLM, ...)")
+    return BertForMaskedLM.from_pretrained(path)
+
+
+def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGenerator:
+    """The generator: a pre-trained masked LM (``generator``: a model reference; frozen unless
+    ``train_generator``) or ``random``: a small BERT (``random_generator_hidden_size``/``_layers``) trained
+    jointly from random initialisation (SimLM Table 12: all three variants pre-train equally well)."""
+    reference = params["generator"]
+    if reference == RANDOM_GENERATOR:
+        hidden = params["random_generator_hidden_size"]
+        config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=params["random_generator_layers"],
+                            num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
+                            max_position_embeddings=encoder_config.max_position_embeddings)
+        return TokenGenerator(BertForMaskedLM(config), trainable=True)
+    model = AutoModelForMaskedLM.from_pretrained(models.resolve_model_path(reference))
+    if model.config.vocab_size != vocab_size:
+        raise ValueError(f"generator {reference!r} has a vocabulary of {model.config.vocab_size} tokens, the "
+                         f"encoder {vocab_size}: use a generator with the encoder's tokenizer")
+    return TokenGenerator(model, trainable=params["train_generator"])
+
+
+def build_model(params: dict, tokenizer) -> PretrainingModel:
+    settings = ObjectiveSettings.from_params(params)
+    masked_lm = load_masked_lm(params["plm"])
+    generator = build_generator(params, masked_lm.config, masked_lm.config.vocab_size) \
+        if settings.method in GENERATOR_METHODS else None
+    return PretrainingModel(masked_lm, settings, SpecialTokens.of(tokenizer), generator)
+
+
+def training_settings(params: dict) -> TrainingSettings:
+    return TrainingSettings.from_params({**params, "max_steps": params["train_steps"]})
+
+
+def default_step(model, batch: dict, dist) -> torch.Tensor:
+    return model(batch["input_ids"], batch["attention_mask"], batch["content"], batch.get("importance"))["loss"]
+
+
+def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir: str | Path,
+             loss_log: str | Path, params: dict, ngram_counts: str | None = None) -> None:
+    """Pre-train ``params["plm"]`` with ``params["method"]`` and save the encoder to ``output_dir``."""
+    dist = Distributed.from_environment()
+    tokenizer = models.load_tokenizer(params["plm"])
+    corpus = read_token_shards(token_shards, tokenizer)
+    method = params["method"]
+    counts = NgramCounts.load(ngram_counts) if method == "cdmae" else None
+    torch.manual_seed(params["seed"])  # new layers and a random generator start the same in every run
+    model = build_model(params, tokenizer)
+    data = PassageData(corpus, span_pairs=method == "cocondenser", seed=params["seed"])
+    collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"])
+    step = cocondenser_step(params["gradient_cache_chunk"]) if method == "cocondenser" else default_step
+    log.info("pre-training %s with %s on %d passages (%d tokens)", params["plm"], method, len(corpus),
+             corpus.num_tokens)
+    train(model, data, collate, step, training_settings(params), checkpoint_dir,
+          cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method})")
+    if dist.is_main:
+        with atomic_output(output_dir) as tmp:
+            models.save_biencoder(model.encoder.cpu(), tokenizer, tmp, corpus.max_length)
+        log.info("saved the encoder to %s", output_dir)
+    finish(checkpoint_dir, dist)

@@ -1,0 +1,245 @@
+"""The defining property of each pre-training method, on a small in-memory BERT (100-token vocabulary)."""
+
+import pytest
+import torch
+import yaml
+from transformers import BertConfig, BertForMaskedLM
+
+from conftest import REPO
+from dpr_pipeline.pretraining import objectives
+from dpr_pipeline.pretraining.masking import bert_corrupt, content_positions, nested_mask, random_mask
+from dpr_pipeline.pretraining.objectives import (METHODS, ObjectiveSettings, PretrainingModel, SpecialTokens,
+                                                 TokenGenerator, cocondenser_step, local_causal_mask, sample_tokens)
+from dpr_pipeline.training.distributed import Distributed
+
+SPECIAL = SpecialTokens(cls=1, sep=2, pad=0, mask=3)
+VOCAB = 100
+
+
+def small_masked_lm(seed=0, dropout=0.0, layers=2, hidden=32):
+    torch.manual_seed(seed)
+    return BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
+                                      num_attention_heads=2, intermediate_size=2 * hidden,
+                                      max_position_embeddings=128, hidden_dropout_prob=dropout,
+                                      attention_probs_dropout_prob=dropout))
+
+
+def make_model(method, **settings):
+    settings = ObjectiveSettings(method=method, condenser_skip_layer=1, **settings)
+    generator = TokenGenerator(small_masked_lm(seed=1, hidden=16), trainable=True) \
+        if method in objectives.GENERATOR_METHODS else None
+    return PretrainingModel(small_masked_lm(), settings, SPECIAL, generator)
+
+
+def make_batch(rows=8, length=24, seed=0):
+    """[CLS] content… [SEP] [PAD]…: row r has length − r % 4 real tokens."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (rows, length), generator=g)
+    mask = torch.ones(rows, length, dtype=torch.long)
+    for r in range(rows):
+        real = length - r % 4
+        ids[r, 0], ids[r, real - 1] = SPECIAL.cls, SPECIAL.sep
+        ids[r, real:] = SPECIAL.pad
+        mask[r, real:] = 0
+    return ids, mask, content_positions(ids, mask, SPECIAL.ids)
+
+
+def run(model, ids, mask, content, seed=0):
+    torch.manual_seed(seed)
+    importance = torch.rand(ids.shape) if model.settings.method == "cdmae" else None
+    return model(ids, mask, content, importance)
+
+
+def test_methods_match_the_config_schema():
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"]
+    assert tuple(schema["method"]["enum"]) == METHODS
+    assert schema["ablation_methods"]["items"]["enum"] == ["none", *METHODS]
+
+
+def test_content_positions_exclude_special_tokens_and_padding():
+    ids, mask, content = make_batch(rows=4, length=6)
+    assert content[0].tolist() == [False, True, True, True, True, False]
+    assert content[1].tolist() == [False, True, True, True, False, False]
+
+
+def test_random_and_nested_mask_rates():
+    torch.manual_seed(0)
+    eligible = torch.rand(300, 300) < 0.9
+    inner = random_mask(eligible, 0.3)
+    outer = nested_mask(inner, eligible, 0.3, 0.5)
+    assert not (inner & ~eligible).any() and not (outer & ~eligible).any()
+    assert not (inner & ~outer).any()  # every encoder-masked position is decoder-masked
+    assert inner[eligible].float().mean().item() == pytest.approx(0.3, abs=0.005)
+    assert outer[eligible].float().mean().item() == pytest.approx(0.5, abs=0.005)
+    with pytest.raises(ValueError, match="between the inner rate"):
+        nested_mask(inner, eligible, 0.5, 0.3)
+
+
+def test_bert_corrupt_is_80_10_10():
+    torch.manual_seed(0)
+    ids = torch.randint(5, VOCAB, (400, 250))
+    mask = torch.rand(ids.shape) < 0.5
+    corrupted = bert_corrupt(ids, mask, SPECIAL.mask, VOCAB)
+    assert torch.equal(corrupted[~mask], ids[~mask])
+    masked = corrupted[mask]
+    assert (masked == SPECIAL.mask).float().mean().item() == pytest.approx(0.8, abs=0.01)
+    # 10 % random tokens (1 % of which happen to equal the original) and 10 % kept
+    assert (masked == ids[mask]).float().mean().item() == pytest.approx(0.1 + 0.1 / VOCAB, abs=0.01)
+
+
+def test_sample_tokens_follows_the_generator_distribution():
+    torch.manual_seed(0)
+    probabilities = torch.tensor([0.2, 0.5, 0.3])
+    samples = sample_tokens(probabilities.log().expand(30000, 3))
+    frequencies = torch.bincount(samples, minlength=3).float() / len(samples)
+    assert torch.allclose(frequencies, probabilities, atol=0.01)
+
+
+def test_generator_replaces_at_the_simlm_rates_and_decoder_replacements_contain_encoder_ones():
+    model = make_model("simlm")
+    ids, mask, content = make_batch(rows=64, length=64)
+    torch.manual_seed(0)
+    x_enc, x_dec, enc_mask, dec_mask, losses = model._generator_inputs(ids, mask, content)
+    assert not (enc_mask & ~dec_mask).any()
+    assert not ((x_enc != ids) & ~enc_mask).any() and not ((x_dec != ids) & ~dec_mask).any()
+    assert enc_mask[content].float().mean().item() == pytest.approx(0.3, abs=0.02)
+    assert dec_mask[content].float().mean().item() == pytest.approx(0.5, abs=0.02)
+    assert losses["generator"].requires_grad  # trained jointly (random initialisation)
+
+
+def logits_with_gradient(model, method_losses):
+    """Run the model with the LM head's outputs kept; return them with their gradient of ``method_losses``."""
+    outputs = []
+
+    def keep(module, inputs, out):
+        out.retain_grad()
+        outputs.append(out)
+
+    handle = model.lm_head.register_forward_hook(keep)
+    ids, mask, content = make_batch(rows=32, length=48)
+    losses = run(model, ids, mask, content)
+    handle.remove()
+    sum(losses[name] for name in method_losses).backward()
+    return [(out.grad.abs().sum(-1) > 0) for out in outputs], content
+
+
+def test_replaced_lm_predicts_every_content_position():
+    (encoder_rows, decoder_rows), content = logits_with_gradient(make_model("simlm"), ["encoder", "decoder"])
+    assert torch.equal(encoder_rows, content) and torch.equal(decoder_rows, content)
+
+
+def test_masked_lm_predicts_only_masked_positions():
+    (encoder_rows, decoder_rows), content = logits_with_gradient(make_model("enc_dec_mlm"), ["encoder", "decoder"])
+    assert not (encoder_rows & ~content).any() and not (decoder_rows & ~content).any()
+    assert encoder_rows[content].float().mean().item() == pytest.approx(0.3, abs=0.05)
+    assert decoder_rows[content].float().mean().item() == pytest.approx(0.5, abs=0.05)
+    assert not (encoder_rows & ~decoder_rows).any()
+
+
+def encoder_output_gradient(model, loss_name):
+    captured = []
+
+    def keep(module, inputs, out):
+        out.last_hidden_state.retain_grad()
+        captured.append(out)
+
+    handle = model.encoder.register_forward_hook(keep)
+    ids, mask, content = make_batch()
+    losses = run(model, ids, mask, content)
+    handle.remove()
+    losses[loss_name].backward()
+    return captured[0], ids
+
+
+@pytest.mark.parametrize("method", ["simlm", "enc_dec_mlm", "enc_dec_rtd", "autoencoder", "cdmae", "seed_encoder"])
+def test_decoder_reaches_the_encoder_only_through_cls(method):
+    out, _ = encoder_output_gradient(make_model(method), "decoder")
+    gradient = out.last_hidden_state.grad
+    assert gradient[:, 0].abs().sum() > 0
+    assert torch.count_nonzero(gradient[:, 1:]) == 0
+
+
+def test_condenser_head_reads_late_cls_and_early_tokens_through_the_skip_connection():
+    model = make_model("condenser")
+    captured = []
+
+    def keep(module, inputs, output):
+        for state in (output.last_hidden_state, output.hidden_states[1]):
+            state.retain_grad()
+        captured.append(output)
+
+    handle = model.encoder.register_forward_hook(keep)
+    ids, mask, content = make_batch()
+    losses = run(model, ids, mask, content)
+    handle.remove()
+    losses["head"].backward()
+    late, early = captured[0].last_hidden_state.grad, captured[0].hidden_states[1].grad
+    assert late[:, 0].abs().sum() > 0 and torch.count_nonzero(late[:, 1:]) == 0  # late layers: only [CLS]
+    assert early[:, 1:].abs().sum() > 0                                         # early token states: the skip
+
+
+def test_seed_decoder_attends_to_exactly_k_previous_tokens():
+    allowed = local_causal_mask(6, 2)
+    assert [row.nonzero().flatten().tolist() for row in allowed] == [[0], [0, 1], [0, 1, 2], [0, 2, 3], [0, 3, 4],
+                                                                     [0, 4, 5]]
+    ids, _, _ = make_batch(rows=1, length=12)
+    changed = ids.clone()
+    changed[0, 5] = 7 if ids[0, 5] != 7 else 8
+    full = local_causal_mask(12, 2)[None, None]
+    for layers, reached in ((1, [5, 6]), (3, [5, 6, 7, 8])):
+        model = make_model("seed_encoder", seed_attention_span=2, seed_decoder_layers=layers).eval()
+        bottleneck = torch.randn(1, 32)
+        base = model.decode(bottleneck, model._decoder_embeddings(ids), full)
+        moved = model.decode(bottleneck, model._decoder_embeddings(changed), full)
+        # one layer: token 5 reaches the outputs at 5 and 6 (predicting tokens 6 and 7) only; each further
+        # layer widens the reach by k − 1 positions, never backwards
+        assert ((moved - base).abs().amax(-1)[0] > 0).nonzero().flatten().tolist() == reached
+
+
+def test_cdmae_bottleneck_is_a_linear_projection_of_cls():
+    model = make_model("cdmae")
+    assert isinstance(model.projection, torch.nn.Linear)
+    losses = run(model, *make_batch())
+    losses["loss"].backward()
+    assert model.projection.weight.grad.abs().sum() > 0
+
+
+def test_cocondenser_gradient_cache_equals_the_one_pass_gradient(monkeypatch):
+    # masks drawn per position, not per call, so that one pass and chunks corrupt the same tokens
+    monkeypatch.setattr(objectives, "random_mask", lambda eligible, rate: eligible & (
+        torch.arange(eligible.shape[1]) % 3 == 1))
+    monkeypatch.setattr(PretrainingModel, "_bert_mask", lambda self, ids, mask: ids.masked_fill(mask, SPECIAL.mask))
+    ids, mask, content = make_batch(rows=8, length=20)
+    batch = {"input_ids": ids, "attention_mask": mask, "content": content}
+    results = []
+    for chunk in (0, 3):
+        model = make_model("cocondenser")
+        loss = cocondenser_step(chunk)(model, batch, Distributed())
+        assert not loss.requires_grad
+        results.append((loss, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (loss_one, grads_one), (loss_cached, grads_cached) = results
+    assert loss_cached.item() == pytest.approx(loss_one.item(), rel=1e-5)
+    assert grads_one.keys() == grads_cached.keys() and len(grads_one) > 10
+    for name in grads_one:
+        assert torch.allclose(grads_one[name], grads_cached[name], atol=1e-6, rtol=1e-4), name
+
+
+def test_a_generator_method_needs_a_generator_and_others_refuse_one():
+    with pytest.raises(ValueError, match="needs"):
+        PretrainingModel(small_masked_lm(), ObjectiveSettings(method="simlm"), SPECIAL)
+    with pytest.raises(ValueError, match="takes no"):
+        PretrainingModel(small_masked_lm(), ObjectiveSettings(method="mlm"), SPECIAL,
+                         TokenGenerator(small_masked_lm(), trainable=False))
+    with pytest.raises(ValueError, match="condenser_skip_layer"):
+        PretrainingModel(small_masked_lm(), ObjectiveSettings(method="condenser", condenser_skip_layer=2), SPECIAL)
+
+
+def test_a_frozen_generator_gets_no_gradient_and_no_loss():
+    generator = TokenGenerator(small_masked_lm(seed=2), trainable=False)
+    model = PretrainingModel(small_masked_lm(), ObjectiveSettings(method="simlm"), SPECIAL, generator)
+    model.train()
+    assert not generator.model.training
+    losses = run(model, *make_batch())
+    assert "generator" not in losses
+    losses["loss"].backward()
+    assert all(p.grad is None for p in generator.parameters())

@@ -1,0 +1,12 @@
+import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.plots import plot_loss_curves
+from dpr_pipeline.summary import write_summary
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0]):
+    methods = snakemake.params.methods
+    write_summary(dict(zip(methods, snakemake.input.metrics)), snakemake.output.json, snakemake.output.markdown,
+                  snakemake.output.png, labels={"none": "none (plm as is)"},
+                  title="Pre-training ablation: Retriever₁ (BM25 negatives) fine-tuned from each method")
+    plot_loss_curves(dict(zip([m for m in methods if m != "none"], snakemake.input.loss_logs)),
+                     snakemake.output.loss_png, "Pre-training loss per method")

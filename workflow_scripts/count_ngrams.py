@@ -1,0 +1,7 @@
+import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.pretraining.token_importance import write_corpus_ngram_counts
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0]):
+    p = snakemake.params.pretrain
+    write_corpus_ngram_counts(list(snakemake.input), p["plm"], snakemake.output[0], max_n=p["cdmae_window"])

@@ -1,0 +1,8 @@
+import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.pretraining.tokens import tokenize_corpus_shard
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0], snakemake.threads):
+    p = snakemake.params.pretrain
+    tokenize_corpus_shard(p["plm"], snakemake.input.corpus, snakemake.output[0], shard=int(snakemake.wildcards.shard),
+                          num_shards=p["tokenize_shards"], max_length=p["max_length"])
