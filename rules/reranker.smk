@@ -21,7 +21,7 @@ rule train_reranker:
     benchmark:
         "results/{dataset}/benchmarks/train_reranker.tsv"
     conda:
-        "../envs/torch.yaml"
+        "../envs/torch-gpu.yaml"
     script:
         "../workflow_scripts/train_reranker.py"
 
@@ -44,7 +44,7 @@ rule rerank:
     benchmark:
         "results/{dataset}/benchmarks/rerank_{split}.tsv"
     conda:
-        "../envs/torch.yaml"
+        "../envs/torch-gpu.yaml"
     script:
         "../workflow_scripts/rerank.py"
 
@@ -67,7 +67,7 @@ rule teacher_scores_shard:
     benchmark:
         "results/{dataset}/benchmarks/teacher_scores_{shard}.tsv"
     conda:
-        "../envs/torch.yaml"
+        "../envs/torch-gpu.yaml"
     script:
         "../workflow_scripts/teacher_scores.py"
 
@@ -110,7 +110,7 @@ rule train_distill:
     benchmark:
         "results/{dataset}/benchmarks/train_distill.tsv"
     conda:
-        "../envs/torch.yaml"
+        "../envs/torch-gpu.yaml"
     script:
         "../workflow_scripts/train_distill.py"
 

@@ -29,7 +29,7 @@ rule train_retriever:
     benchmark:
         "results/{dataset}/benchmarks/train_{stage}.tsv"
     conda:
-        "../envs/torch.yaml"
+        "../envs/torch-gpu.yaml"
     script:
         "../workflow_scripts/train_retriever.py"
 
@@ -54,7 +54,7 @@ rule encode_corpus:
     benchmark:
         "results/{dataset}/benchmarks/encode_corpus_{stage}_{shard}.tsv"
     conda:
-        "../envs/torch.yaml"
+        "../envs/torch-gpu.yaml"
     script:
         "../workflow_scripts/encode_corpus.py"
 
@@ -104,7 +104,7 @@ rule dense_search:
     benchmark:
         "results/{dataset}/benchmarks/dense_search_{stage}_{split}.tsv"
     conda:
-        "../envs/torch.yaml"
+        "../envs/torch-gpu.yaml"
     script:
         "../workflow_scripts/dense_search.py"
 

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from dpr_pipeline.losses import contrastive_loss, distillation_loss, kl_distillation_loss, listwise_loss
+from dpr_pipeline.losses import (contrastive_loss, distillation_loss, kl_distillation_loss, listwise_loss,
+                                 span_contrastive_loss)
 
 E = math.e
 # Two queries, each with [d⁺, n]: q1 = d1⁺ = n2 = (1, 0); q2 = d2⁺ = n1 = (0, 1).
@@ -67,3 +68,19 @@ def test_contrastive_loss_drops_other_copies_of_the_positive():
     keys = torch.tensor([10, 11, 12, 10])
     expected = (math.log((E + 4) / E) + math.log(3 + 4 / E)) / 2
     assert contrastive_loss(QUERIES, PASSAGES, 1.0, keys).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_span_contrastive_loss_by_hand():
+    # two documents, two spans each: rows 0,1 = document A, rows 2,3 = document B
+    spans = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    # span 0: positive ⟨s0,s1⟩ = 0, others ⟨s0,s2⟩ = 1, ⟨s0,s3⟩ = 0
+    # span 1: positive 0, others 1, 0;  span 2: positive ⟨s2,s3⟩ = 0, others ⟨s2,s0⟩ = 1, ⟨s2,s1⟩ = 1
+    # span 3: every score 0
+    expected = (
+        -math.log(1 / (1 + math.e + 1)) * 2
+        - math.log(1 / (math.e + math.e + 1))
+        - math.log(1 / 3)
+    ) / 4
+    assert span_contrastive_loss(spans).item() == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="two per document"):
+        span_contrastive_loss(spans[:3])

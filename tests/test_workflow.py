@@ -46,6 +46,11 @@ def workdir(tmp_path_factory):
     for stage in ("retriever", "reranker", "distill"):
         stages[stage].update(plm=tiny, learning_rate=1e-3, batch_size=32, save_steps=10)
     stages["retriever"].update(encode_batch_size=256, encode_shards=2)
+    # the distilled retriever starts from the pre-trained encoder (SimLM), as in the paper
+    stages["distill"]["plm"] = "pretrain"
+    stages["pretrain"].update(plm=tiny, batch_size=8, max_length=32, train_steps=4, warmup_steps=1, save_steps=2,
+                              learning_rate=1e-3, random_generator_hidden_size=16, random_generator_layers=1,
+                              condenser_skip_layer=1, ablation_methods=["none", "simlm", "cdmae"])
     stages["reranker"].update(teacher_shards=2, score_batch_size=256)
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     return workdir
@@ -62,7 +67,7 @@ def test_dry_run_plans_every_stage(workdir):
                     "dense_search": 5,                  # train + test for Retriever1 and 2, test for distill
                     "mine_hard_negatives": 2, "train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2,
                     "merge_teacher_scores": 1, "train_distill": 1, "evaluate": 5, "plot_metrics": 5,
-                    "summary": 1, "all": 1}
+                    "summary": 1, "all": 1, "tokenize_corpus": 1, "pretrain": 1}
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +137,25 @@ def test_deleting_the_reranker_reruns_it_and_what_depends_on_it(built, workdir):
     assert jobs == {"train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2, "merge_teacher_scores": 1,
                     "train_distill": 1, "encode_corpus": 2, "build_index": 1, "dense_search": 1, "evaluate": 2,
                     "plot_metrics": 2, "summary": 1, "all": 1}
+
+
+def test_pretraining_ablation_fine_tunes_retriever1_from_each_method(built, workdir):
+    jobs = planned_jobs(snakemake(workdir, "-n", "results/scifact/ablation/summary.json"))
+    # simlm's encoder exists already (the distilled retriever starts from it); cdmae needs n-gram statistics
+    assert jobs == {"count_ngrams": 1, "pretrain": 1, "train_retriever": 3, "encode_corpus": 6, "build_index": 3,
+                    "dense_search": 3, "evaluate": 3, "ablation_summary": 1}
+    snakemake(workdir, "results/scifact/ablation/summary.json")
+    ablation = built / "ablation"
+    summary = json.loads((ablation / "summary.json").read_text())
+    assert list(summary["test"]) == ["none", "simlm", "cdmae"]
+    # `none` fine-tunes the plm pre-training starts from, here the same tiny BERT and settings as Retriever1
+    retriever1 = json.loads((built / "retriever1" / "metrics.json").read_text())["test"]
+    assert summary["test"]["none"]["nDCG@10"] == pytest.approx(retriever1["nDCG@10"], abs=1e-4)
+    assert "Pre-training ablation" in (ablation / "summary.md").read_text()
+    for name in ("summary.png", "pretraining_loss.png"):
+        assert (ablation / name).stat().st_size > 0
+    for method in ("simlm", "cdmae"):
+        assert len((built / "pretrain" / method / "loss_log.jsonl").read_text().splitlines()) == 4
 
 
 def test_report_has_the_plots(built, workdir):

