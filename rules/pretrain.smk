@@ -11,7 +11,9 @@ rule tokenize_corpus:
         "results/{dataset}/tokens/part_{shard}.parquet",
     params:
         pretrain=params_of("pretrain"),
-    threads: 2
+    threads: threads_of("tokenize_corpus")
+    resources:
+        **resources_of("tokenize_corpus"),
     log:
         "results/{dataset}/logs/tokenize_corpus_{shard}.log",
     benchmark:
@@ -29,6 +31,9 @@ rule count_ngrams:
         "results/{dataset}/tokens/ngram_counts.npz",
     params:
         pretrain=params_of("pretrain"),
+    threads: threads_of("count_ngrams")
+    resources:
+        **resources_of("count_ngrams"),
     log:
         "results/{dataset}/logs/count_ngrams.log",
     benchmark:
@@ -51,7 +56,9 @@ rule pretrain:
     params:
         pretrain=pretrain_params,
         checkpoints=checkpoint_dir("pretrain/{method}"),
-    threads: 8
+    threads: threads_of("pretrain")
+    resources:
+        **resources_of("pretrain"),
     log:
         "results/{dataset}/logs/pretrain_{method}.log",
     benchmark:
@@ -91,6 +98,9 @@ rule ablation_summary:
         ),
     params:
         methods=ablation_methods,
+    threads: threads_of("ablation_summary")
+    resources:
+        **resources_of("ablation_summary"),
     log:
         "results/{dataset}/logs/ablation_summary.log",
     benchmark:

@@ -184,7 +184,8 @@ class PretrainingModel(nn.Module):
         if method in ("simlm", "enc_dec_mlm", "enc_dec_rtd", "autoencoder"):
             if settings.decoder_layers > len(layers):
                 raise ValueError(f"decoder_layers {settings.decoder_layers} > the encoder's {len(layers)} layers")
-            self.decoder = nn.ModuleList(copy.deepcopy(layer) for layer in layers[len(layers) - settings.decoder_layers:])
+            last = layers[len(layers) - settings.decoder_layers:]
+            self.decoder = nn.ModuleList(copy.deepcopy(layer) for layer in last)
         elif method in ("condenser", "cocondenser"):
             if not 0 < settings.condenser_skip_layer < len(layers):
                 raise ValueError(f"condenser_skip_layer {settings.condenser_skip_layer}: must lie between 1 and "
@@ -331,7 +332,8 @@ class PretrainingModel(nn.Module):
         encoded = self._encode(self._bert_mask(input_ids, mask), attention_mask).last_hidden_state
         length = input_ids.shape[1]
         allowed = local_causal_mask(length, self.settings.seed_attention_span, input_ids.device)[None, None]
-        decoded = self.decode(encoded[:, 0], self._decoder_embeddings(input_ids), allowed & self._key_padding(attention_mask))
+        decoded = self.decode(encoded[:, 0], self._decoder_embeddings(input_ids),
+                              allowed & self._key_padding(attention_mask))
         # position j predicts token j + 1 from [CLS] and tokens j−k+1 … j
         logits = self.lm_head(decoded[:, :-1])
         return self._total({"encoder": _masked_mean_ce(self.lm_head(encoded), input_ids, mask),

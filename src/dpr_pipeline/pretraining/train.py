@@ -95,8 +95,9 @@ def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGener
     reference = params["generator"]
     if reference == RANDOM_GENERATOR:
         hidden = params["random_generator_hidden_size"]
-        config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=params["random_generator_layers"],
-                            num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
+        config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=4 * hidden,
+                            num_hidden_layers=params["random_generator_layers"],
+                            num_attention_heads=max(1, hidden // 64),
                             max_position_embeddings=encoder_config.max_position_embeddings)
         return TokenGenerator(BertForMaskedLM(config), trainable=True)
     model = AutoModelForMaskedLM.from_pretrained(models.resolve_model_path(reference))
