@@ -21,7 +21,8 @@ BUILTIN_DEFAULT = {"threads": 1, "mem_mb": 4000, "runtime": 60}
 
 #: Rules that run on a GPU when one is lent (the others are CPU rules): the trainers ask for ``processes`` GPUs,
 #: the inference rules for one.
-GPU_TRAINING_RULES = {"train_retriever": "retriever", "train_reranker": "reranker", "train_distill": "distill"}
+GPU_TRAINING_RULES = {"pretrain": "pretrain", "train_retriever": "retriever", "train_reranker": "reranker",
+                      "train_distill": "distill"}
 GPU_INFERENCE_RULES = ("encode_corpus", "dense_search", "rerank", "teacher_scores_shard")
 
 

@@ -9,6 +9,11 @@ The vectors are unit length, so the inner product is the cosine. Index kinds:
   uses and which is slow; ``nprobe`` trades speed for recall).
 
 Row ``i`` of the index is the document in row ``i`` of the ids Parquet written next to it.
+
+Search runs on the GPUs when faiss-gpu is installed and a GPU is visible (``faiss.get_num_gpus()``), with the
+index sharded over all visible GPUs in float32 (the same hits and scores as on the CPU, up to float rounding of
+near-ties); otherwise, and for HNSW (no GPU version), on the CPU with faiss-cpu. Memory: a ``flat`` index holds
+``4 * dim`` bytes per passage (MS MARCO, 8.8M x 768: 27 GB in host memory, split over the GPUs when searching there).
 """
 
 from __future__ import annotations
@@ -167,12 +172,13 @@ def _training_sample(shards: list[np.ndarray], train_size: int, seed: int) -> np
 
 def search_index(index_path: str | Path, ids_path: str | Path, query_ids: Sequence[str],
                  query_vectors: np.ndarray, *, depth: int, batch_size: int = 1024,
-                 hnsw_ef_search: int | None = None,
-                 ivf_nprobe: int | None = None) -> Iterator[tuple[str, list[tuple[str, float]]]]:
+                 hnsw_ef_search: int | None = None, ivf_nprobe: int | None = None,
+                 use_gpu: bool | None = None) -> Iterator[tuple[str, list[tuple[str, float]]]]:
     """Yield ``(query_id, [(doc_id, score), ...])`` for each query, hits in rank order (best first).
 
     A query gets fewer than ``depth`` hits only when the index holds fewer vectors (or an approximate
-    index finds fewer). ``hnsw_ef_search`` / ``ivf_nprobe`` tune the approximate kinds.
+    index finds fewer). ``hnsw_ef_search`` / ``ivf_nprobe`` tune the approximate kinds. ``use_gpu``: None
+    (default) searches on the GPUs when :func:`gpus_available`, True insists on it, False stays on the CPU.
     """
     if depth < 1 or batch_size < 1:
         raise ValueError(f"depth ({depth}) and batch_size ({batch_size}) must be >= 1")
@@ -187,12 +193,37 @@ def search_index(index_path: str | Path, ids_path: str | Path, query_ids: Sequen
         raise DataError(index_path, f"the index has dimension {index.d}, the queries {query_vectors.shape[1]}",
                         "search with the model that encoded the corpus")
     _set_search_parameters(index, hnsw_ef_search, ivf_nprobe)
+    index = _search_device(index, use_gpu)
     for start in range(0, len(query_ids), batch_size):
         batch = np.ascontiguousarray(query_vectors[start:start + batch_size], dtype=np.float32)
         scores, rows = index.search(batch, depth)
         for query_id, query_scores, query_rows in zip(query_ids[start:start + batch_size], scores, rows):
             found = query_rows >= 0
             yield query_id, list(zip(doc_ids[query_rows[found]].tolist(), query_scores[found].tolist()))
+
+
+def gpus_available() -> int:
+    """GPUs faiss can search on: 0 without faiss-gpu (faiss-cpu has no GPU code) or without a visible GPU."""
+    if not hasattr(faiss, "StandardGpuResources"):
+        return 0
+    return int(faiss.get_num_gpus())
+
+
+def _search_device(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
+    """The index itself (CPU), or a copy sharded over every visible GPU (flat and IVF kinds)."""
+    gpus = gpus_available()
+    if use_gpu is False or (use_gpu is None and gpus == 0):
+        return index
+    if gpus == 0:
+        raise RuntimeError("use_gpu=True but faiss sees no GPU (install faiss-gpu and run where a GPU is visible)")
+    if isinstance(index, faiss.IndexHNSW):
+        logger.info("HNSW has no GPU version: searching on the CPU")
+        return index
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard = True            # each GPU holds 1/n of the vectors
+    options.useFloat16 = False      # float32 as on the CPU: the same scores
+    logger.info("searching on %d GPU(s) (faiss-gpu)", gpus)
+    return faiss.index_cpu_to_all_gpus(index, co=options)
 
 
 def _read_index(path: str | Path) -> faiss.Index:

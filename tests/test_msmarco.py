@@ -1,0 +1,121 @@
+"""The msmarco configuration on the tiny stand-in (tests/data/msmarco: the official files' names and formats):
+TREC DL's graded qrels, the whole chain to the distilled retriever, and the cluster plan of the real run."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, make_tiny_bert
+from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
+from dpr_pipeline.metrics import evaluate_run
+
+FIXTURE = REPO / "tests" / "data" / "msmarco"
+MSMARCO = yaml.safe_load((REPO / "config.yaml").read_text())["datasets"]["msmarco"]
+
+
+def test_graded_qrels_binary_metrics_count_grade_2_and_up():
+    qrels = pd.DataFrame({"query_id": ["a", "a", "a", "b", "b"], "doc_id": ["x", "y", "z", "x", "w"],
+                          "relevance": [1, 3, 0, 1, 0]})
+    run = pd.DataFrame({"query_id": ["a", "a", "a", "b", "b"], "doc_id": ["x", "y", "z", "x", "w"],
+                        "score": [3.0, 2.0, 1.0, 2.0, 1.0]})
+    metrics = ["MRR@10", "R@2", "nDCG@10"]
+    level1 = evaluate_run(run, qrels, metrics)
+    level2 = evaluate_run(run, qrels, metrics, relevance_level=2)
+    assert level1["num_queries"] == level2["num_queries"] == 2       # b has a grade-1 document only
+    assert level1["MRR@10"] == pytest.approx(1.0)                     # x (grade 1) first for both
+    assert level2["MRR@10"] == pytest.approx((1 / 2 + 0) / 2)         # a: y at rank 2; b: nothing >= 2
+    assert level2["R@2"] == pytest.approx((1 + 0) / 2)
+    assert level1["nDCG@10"] == level2["nDCG@10"]                     # graded either way
+
+
+def test_trec_dl_official_files_ingest(tmp_path):
+    corpus = tmp_path / "corpus.parquet"
+    assert ingest_corpus("msmarco", FIXTURE, corpus) == 120
+    files = MSMARCO["split_files"]
+    for split, judged in (("dev", 20), ("dl19", 10), ("dl20", 10)):
+        queries, qrels = tmp_path / f"q_{split}.parquet", tmp_path / f"r_{split}.parquet"
+        ingest_split("msmarco", FIXTURE, split, corpus, queries, qrels, files=files[split])
+        assert len(pd.read_parquet(queries)) == judged                # unjudged topics are left out
+    grades = pd.read_parquet(tmp_path / "r_dl19.parquet")["relevance"]
+    assert set(grades) == {0, 1, 2, 3} or set(grades) == {0, 1, 3}
+    assert MSMARCO["metric_relevance"] == {"dl19": 2, "dl20": 2}
+
+
+def copy_repo(root):
+    shutil.copytree(REPO, root, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache", "*.egg-info"))
+    return root
+
+
+def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
+    """`snakemake --profile slurm -n results/msmarco/distill/metrics.json` with the stand-in for the data: the
+    whole DAG, each job with the resources sbatch gets (no conda here: DPR_PIPELINE_SOFTWARE=env)."""
+    root = copy_repo(tmp_path / "repo")
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n",
+                           "results/msmarco/distill/metrics.json", "--configfile", "tests/data/msmarco/standin.yaml"],
+                          cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.stdout
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out[out.index("Job stats:"):], re.M)}
+    assert jobs["encode_corpus"] == 3 * 32 and jobs["teacher_scores_shard"] == 64   # sharded (config msmarco)
+    assert jobs["ingest_split"] == 4 and jobs["train_retriever"] == 2 and jobs["train_distill"] == 1
+
+    def resources(rule):
+        block = out[out.index(f"rule {rule}:"):]
+        return dict(re.findall(r"(\w+)=([^,\s]+)", block[block.index("resources:"):].splitlines()[0]))
+
+    train = resources("train_retriever")
+    assert train["gpu"] == "4" and train["slurm_partition"] == "gpu" and train["mem_mb"] == "128000"
+    assert resources("train_reranker")["gpu"] == "8"                                  # Table 13
+    assert resources("encode_corpus")["gpu"] == "1"
+    cpu = resources("ingest_corpus")
+    assert cpu["gpu"] == "0" and cpu["slurm_partition"] == "cpu"
+    assert re.search(r"rule train_reranker:(?:.|\n)*?threads: 32", out)              # not capped by this machine
+
+
+@pytest.mark.slow
+def test_whole_msmarco_chain_on_the_stand_in(tmp_path):
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    dataset = config["datasets"]["msmarco"]
+    dataset["path"] = str(FIXTURE)
+    tiny = str(make_tiny_bert(tmp_path / "tiny_bert"))
+    small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, epochs=1, warmup_steps=2, save_steps=50, processes=1)
+    dataset["stages"] = {
+        "bm25": {"threads": 1, "depth": 100},
+        "retriever": {**small, "negatives_per_query": 2, "negatives_depth": 50, "mined_negatives_per_query": 10,
+                      "search_depth": 100, "passage_max_length": 32, "encode_shards": 2, "encode_batch_size": 64},
+        "reranker": {**small, "negatives_per_query": 3, "negatives_depth": 20, "mined_negatives_per_query": 5,
+                     "rerank_depth": 10, "max_length": 48, "teacher_shards": 2, "score_batch_size": 64},
+        "distill": {**small, "negatives_per_query": 2, "passage_max_length": 32},
+    }
+    dataset.pop("resources", None)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+               str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",
+               "results/msmarco/distill/metrics.json", "results/msmarco/bm25/metrics.json"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-6000:]
+    results = tmp_path / "results" / "msmarco"
+    official = pd.read_parquet(results / "data" / "official_negatives.parquet")
+    assert len(official) == 60                                      # the official negatives trained Retriever 1
+    for stage in ("bm25", "distill"):
+        metrics = json.loads((results / stage / "metrics.json").read_text())
+        assert list(metrics) == ["dev", "dl19", "dl20"]
+        assert [metrics[s]["num_queries"] for s in metrics] == [20, 10, 10]
+        for split in metrics.values():
+            assert 0 <= split["MRR@10"] <= 1 and 0 <= split["nDCG@10"] <= 1 and split["R@50"] <= split["R@1000"]
+    # TREC DL's MRR counts grade >= 2 only: the first query of each year (only a grade-1 document) scores 0.
+    bm25 = json.loads((results / "bm25" / "metrics.json").read_text())
+    run = pd.read_csv(results / "bm25" / "run_dl19.trec", sep=" ", names=["query_id", "q0", "doc_id", "rank",
+                                                                           "score", "tag"], dtype={"query_id": str,
+                                                                                                   "doc_id": str})
+    qrels = pd.read_parquet(results / "data" / "qrels_dl19.parquet")
+    assert bm25["dl19"]["MRR@10"] == pytest.approx(evaluate_run(run, qrels, ["MRR@10"], relevance_level=2)["MRR@10"])

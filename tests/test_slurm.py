@@ -1,0 +1,161 @@
+"""The `slurm` profile against a real Slurm: the bundled SciFact chain through `snakemake --profile slurm`.
+
+scripts/slurm/start brings up a one-node Slurm on this machine (Slurm 22.05, MUNGE, slurmdbd + MariaDB from
+apt; two count-only GPUs so that GPU rules' `--gpus` requests schedule, their jobs then running on the CPU).
+The test runs, in a copy of the repository and from its root, exactly the command users run:
+
+    snakemake --profile slurm results/scifact/retriever1/metrics.json
+
+(ingestion, BM25, Retriever 1 trained, the corpus encoded in 2 shards, indexed, searched, evaluated: 12 jobs;
+DPR_SLURM_TEST_TARGET=results/scifact/distill/metrics.json runs the whole chain, 28 jobs, about 11 minutes
+on 2 cores) with a tiny config (2-layer random BERTs, small resources), jobs in this venv
+(DPR_PIPELINE_SOFTWARE=env: no conda here) and the first status check after 2 s instead of 40
+(--slurm-init-seconds-before-status-checks). It checks that every job went through sbatch and finished in
+Slurm's accounting, that GPU rules asked for GPUs and CPU rules for none, that the retriever was trained by
+torchrun with 2 processes in a job given 2 GPUs, and that a job made to fail once (an injected fault: its
+script exits non-zero on the first attempt) is resubmitted with twice the memory and the run completes. Skipped, with the reason, where Slurm cannot be started (not root, no apt-get).
+The Slurm job ids and the sacct table go to logs/slurm_test.log (.ci/run prints it).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, make_tiny_bert
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+
+TARGET = os.environ.get("DPR_SLURM_TEST_TARGET", "results/scifact/retriever1/metrics.json")
+FAULTY_RULE = "bm25_negatives"
+FAULT = '''# Injected by tests/test_slurm.py: fail the first attempt, succeed on the retry.
+import os as _os
+from pathlib import Path as _Path
+_marker = _Path("injected_fault_attempts.txt")
+_marker.write_text(_marker.read_text() + _os.environ.get("SLURM_JOB_ID", "?") + "\\n" if _marker.exists()
+                   else _os.environ.get("SLURM_JOB_ID", "?") + "\\n")
+if len(_marker.read_text().split()) == 1:
+    raise SystemExit("injected fault: first attempt fails")
+'''
+IGNORED = shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache",
+                                 "*.egg-info", "report.zip")
+LOG = REPO / "logs" / "slurm_test.log"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    start = REPO / "scripts" / "slurm" / "start"
+    if os.geteuid() != 0 and not shutil.which("sudo"):
+        pytest.skip("Slurm cannot be started here: scripts/slurm/start needs root (or sudo)")
+    if not shutil.which("apt-get") and not shutil.which("slurmctld"):
+        pytest.skip("Slurm cannot be started here: no Slurm installed and no apt-get to install it")
+    began = time.monotonic()
+    done = subprocess.run([str(start)], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        pytest.skip(f"Slurm cannot be started here: scripts/slurm/start failed:\n{done.stderr[-2000:]}")
+    return {"start_seconds": time.monotonic() - began, "sinfo": done.stdout}
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory):
+    """A copy of the repository (what a user has on the cluster), with the fault injected and a tiny config."""
+    root = tmp_path_factory.mktemp("slurm") / "repo"
+    shutil.copytree(REPO, root, symlinks=True, ignore=IGNORED)
+    script = root / "workflow_scripts" / f"{FAULTY_RULE}.py"
+    script.write_text(FAULT + script.read_text())
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
+    config["run_datasets"] = ["scifact"]
+    tiny = str(make_tiny_bert(root / "tiny_bert"))
+    stages = config["datasets"]["scifact"]["stages"]
+    for stage in ("retriever", "reranker", "distill"):
+        stages[stage].update(plm=tiny, learning_rate=1e-3, batch_size=32, save_steps=10)
+    stages["retriever"].update(encode_batch_size=256, encode_shards=2)
+    stages["reranker"].update(teacher_shards=2, score_batch_size=256)
+    stages["retriever"].update(processes=2)        # 2-GPU training jobs: torchrun --nproc_per_node 2
+    # Small jobs for a 2-CPU node: 1 thread, 2 GB, 30 minutes each (a retry doubles memory and runtime).
+    config["datasets"]["scifact"]["resources"] = {"default": {"threads": 1, "mem_mb": 2000, "runtime": 30}}
+    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
+    return root
+
+
+@pytest.fixture(scope="module")
+def run(slurm, checkout):
+    command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TARGET, "--configfile", "tiny.yaml",
+               "--slurm-init-seconds-before-status-checks", "2"]
+    env = {**os.environ, "DPR_PIPELINE_SOFTWARE": "env", "OMP_NUM_THREADS": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    began = time.monotonic()
+    done = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=env, timeout=1800)
+    seconds = time.monotonic() - began
+    output = done.stdout + done.stderr
+    submitted = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", output)
+    accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,JobName,State,ExitCode,AllocTRES,Partition",
+                                 "-j", ",".join(j for _, j in submitted) or "0"],
+                                capture_output=True, text=True).stdout
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    LOG.write_text(f"$ {' '.join(command)}   (in a copy of the repository, {checkout})\n"
+                   f"Slurm started in {slurm['start_seconds']:.0f} s; workflow {seconds:.0f} s, exit "
+                   f"{done.returncode}; {len(submitted)} sbatch submissions\n\n"
+                   f"{slurm['sinfo']}\nSnakemake job -> Slurm job id:\n"
+                   + "".join(f"  {job} -> {slurm_id}\n" for job, slurm_id in submitted)
+                   + f"\nsacct (JobID|JobName|State|ExitCode|AllocTRES|Partition):\n{accounting}\n"
+                   + ("" if done.returncode == 0 else f"\nSnakemake output (tail):\n{output[-8000:]}\n"))
+    if done.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed after {seconds:.0f} s:\n{output[-8000:]}")
+    return {"output": output, "submitted": submitted, "sacct": accounting, "root": checkout}
+
+
+def planned(root):
+    """Jobs of the run, from a dry run of the same command (Snakemake job stats)."""
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", TARGET, "--configfile",
+                           "tiny.yaml", "-n", "--forceall"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})
+    table = done.stdout[done.stdout.index("Job stats:"):]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_every_job_goes_through_sbatch_and_the_target_appears(run):
+    root = run["root"]
+    assert (root / TARGET).is_file()
+    jobs = planned(root)
+    # Every job once, the faulty one twice; all with a Slurm job id, none run locally.
+    assert len(run["submitted"]) == jobs["total"] + 1
+    assert "localrule" not in run["output"]
+    states = [line.split("|") for line in run["sacct"].splitlines() if line]
+    assert len(states) == len(run["submitted"])
+    assert sorted(s[2] for s in states).count("COMPLETED") == len(states) - 1
+    assert [s[2] for s in states].count("FAILED") == 1
+
+
+def test_the_injected_fault_is_retried_with_more_memory(run):
+    root = run["root"]
+    attempts = (root / "injected_fault_attempts.txt").read_text().split()
+    assert len(attempts) == 2                                  # failed once, then succeeded
+    failed, retried = attempts
+    rows = {r.split("|")[0]: r.split("|") for r in run["sacct"].splitlines() if r}
+    assert rows[failed][2] == "FAILED" and rows[retried][2] == "COMPLETED"
+    memory = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,ReqMem", "-j", f"{failed},{retried}"],
+                            capture_output=True, text=True).stdout
+    requested = dict(line.split("|") for line in memory.splitlines() if line)
+    assert requested[failed].rstrip("M") == "2000" and requested[retried].rstrip("M") == "4000"
+    assert (root / "results" / "scifact" / "bm25" / "negatives.parquet").is_file()
+
+
+def test_gpu_rules_request_gpus_and_training_uses_one_process_per_gpu(run):
+    rows = [r.split("|") for r in run["sacct"].splitlines() if r]
+    with_gpus = [(alloc, partition) for _, _, _, _, alloc, partition in rows if "gres/gpu=" in alloc]
+    assert any("gres/gpu=2" in alloc for alloc, _ in with_gpus)   # train_retriever: processes 2
+    assert any("gres/gpu=1" in alloc for alloc, _ in with_gpus)   # encoding, search
+    assert {partition for _, partition in with_gpus} == {"gpu"}   # profiles/slurm: GPU rules' partition
+    cpu_jobs = [partition for _, _, _, _, alloc, partition in rows if "gres/gpu=" not in alloc]
+    assert cpu_jobs and set(cpu_jobs) == {"cpu"}                  # CPU rules: no GPUs, the cpu partition
+    # torchrun's processes log to the job's Slurm log (logs/slurm/, kept by the profile)
+    logs = [p.read_text() for p in (run["root"] / "logs" / "slurm").rglob("*.log") if "train_retriever" in str(p)]
+    assert any(re.search(r"\d+ steps of \d+, 2 process\(es\)", text) for text in logs), logs
