@@ -23,8 +23,8 @@ from tqdm.auto import tqdm
 
 from .data.schemas import read_artifact, write_artifact
 from .errors import DataError
-from .data.corpus_shards import corpus_shard_bounds
-from .models import default_device, inference_autocast, load_cross_encoder, load_tokenizer
+from .data.corpus_shards import corpus_shard_bounds, iter_corpus_rows, open_corpus
+from .models import default_device, inference_autocast, load_cross_encoder, load_tokenizer, passage_text
 from .runs import read_trec_run, write_trec_run
 from .training.groups import check_negatives_known, read_texts
 
@@ -153,6 +153,22 @@ def _split_per_row(scores: np.ndarray, counts: list[int]) -> list[list[float]]:
     return [part.tolist() for part in np.split(scores, np.cumsum(counts)[:-1])] if counts else []
 
 
+def read_passages(corpus_path: str | Path, doc_ids: set[str]) -> dict[str, str]:
+    """Passage strings (``title text``) of ``doc_ids`` only, streamed from the corpus artifact batch by batch,
+    so that a teacher shard job's memory follows its shard's passages, not the corpus (8.8M for MS MARCO).
+    Ids not in the corpus are simply absent (the caller reports them)."""
+    corpus = open_corpus(corpus_path)
+    passages: dict[str, str] = {}
+    for batch in iter_corpus_rows(corpus, 0, corpus.metadata.num_rows):
+        ids = batch.column("doc_id").to_pylist()
+        wanted = [i for i, doc_id in enumerate(ids) if doc_id in doc_ids]
+        if wanted:
+            titles, texts = batch.column("title").to_pylist(), batch.column("text").to_pylist()
+            for i in wanted:
+                passages[ids[i]] = passage_text(titles[i], texts[i] or "")
+    return passages
+
+
 def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, corpus_path: str | Path,
                         queries_path: str | Path, output_path: str | Path, *, shard: int, num_shards: int,
                         max_length: int, batch_size: int) -> None:
@@ -164,7 +180,11 @@ def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, corpu
     negatives = read_artifact(negatives_path, "negatives")
     rows_slice = shard_slice(len(negatives), shard, num_shards)
     rows = negatives.iloc[rows_slice].reset_index(drop=True)
-    passages, queries = read_texts(corpus_path, queries_path)
+    del negatives
+    needed = {d for ids in (*rows["positive_ids"], *rows["negative_ids"]) for d in ids}
+    passages = read_passages(corpus_path, needed)
+    query_table = read_artifact(queries_path, "queries")
+    queries = dict(zip(query_table["query_id"], query_table["text"]))
     check_negatives_known(rows, negatives_path, passages, queries, first_row=rows_slice.start + 1)
     positive_counts = rows["positive_ids"].map(len).tolist()
     negative_counts = rows["negative_ids"].map(len).tolist()
