@@ -243,3 +243,17 @@ def test_a_frozen_generator_gets_no_gradient_and_no_loss():
     assert "generator" not in losses
     losses["loss"].backward()
     assert all(p.grad is None for p in generator.parameters())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_trainable_parameter_gets_a_gradient(method):
+    """DDP (find_unused_parameters off) requires it: no trainable module may sit outside the loss."""
+    model = make_model(method)
+    ids, mask, content = make_batch()
+    torch.manual_seed(0)
+    if method == "cocondenser":
+        cocondenser_step(0)(model, {"input_ids": ids, "attention_mask": mask, "content": content}, Distributed())
+    else:
+        run(model, ids, mask, content)["loss"].backward()
+    missing = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing

@@ -200,6 +200,11 @@ class PretrainingModel(nn.Module):
         else:
             self.decoder = None
         if method == "enc_dec_rtd":
+            # no token prediction: the LM head (but the word embeddings it shares) stays out of training, so DDP
+            # finds no parameter without a gradient
+            for parameter in self.lm_head.parameters():
+                if parameter is not self.encoder.embeddings.word_embeddings.weight:
+                    parameter.requires_grad_(False)
             self.rtd_head = nn.Sequential(nn.Linear(config.hidden_size, config.hidden_size), nn.GELU(),
                                           nn.Linear(config.hidden_size, 1))
             self.rtd_head.apply(masked_lm._init_weights)
