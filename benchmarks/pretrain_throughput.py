@@ -146,7 +146,6 @@ def main() -> None:
         print(f"{method:13s} {entry['tokens_per_s']:9.0f} tokens/s  baseline {entry['baseline_tokens_per_s']:9.0f}"
               f"  ratio {entry['ratio_vs_bert_mlm']:.2f}  {entry['step_tflop']:.3f} TFLOP/step"
               + (f"  MFU {entry['mfu']:.1%}" if "mfu" in entry else ""), flush=True)
-        del model, optimizer
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2))

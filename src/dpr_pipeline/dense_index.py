@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .data.schemas import open_parquet
 from .encode import encode_queries
 from .errors import DataError
 from .io import atomic_outputs
@@ -114,13 +115,8 @@ def _check_ids(shards: list[np.ndarray], vector_files: Sequence[str | Path],
 
 
 def _read_ids(path: str | Path) -> pa.Array:
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "the ids file does not exist", "run the encoding rule that writes it")
-    try:
-        table = pq.read_table(path)
-    except Exception as err:  # corrupt or not Parquet
-        raise DataError(path, f"not a readable Parquet file ({err})", _REENCODE) from None
+    table = open_parquet(path, "ids file", missing_fix="run the encoding rule that writes it",
+                         corrupt_fix=_REENCODE).read()
     if "doc_id" not in table.column_names:
         raise DataError(path, f"no doc_id column (has {table.column_names})", _REENCODE)
     return table.column("doc_id").combine_chunks().cast(pa.string())

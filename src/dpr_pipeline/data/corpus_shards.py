@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from .. import models
 from ..errors import DataError
-from .schemas import check_schema
+from .schemas import check_schema, open_parquet
 
 _READ_BATCH = 4096  # Parquet rows per streamed record batch
 _REBUILD = "delete it and rerun the Snakemake rule that writes it"
@@ -29,13 +29,7 @@ def corpus_shard_bounds(num_rows: int, shard: int, num_shards: int) -> tuple[int
 
 def open_corpus(path: str | Path) -> pq.ParquetFile:
     """The corpus artifact as a ParquetFile (nothing read but the footer), its schema checked."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "the corpus artifact does not exist", "run the Snakemake rule that writes it")
-    try:
-        corpus = pq.ParquetFile(path)
-    except Exception as err:  # corrupt or not Parquet
-        raise DataError(path, f"not a readable Parquet file ({err})", _REBUILD) from None
+    corpus = open_parquet(path, "corpus artifact")
     check_schema(corpus.schema_arrow, "corpus", path)
     return corpus
 

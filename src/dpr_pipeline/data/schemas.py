@@ -80,17 +80,23 @@ def check_frame(frame: pd.DataFrame, kind: str, path: str | Path) -> None:
                 raise DataError(path, "ids and scores of different lengths", _REBUILD, row=row)
 
 
-def read_artifact(path: str | Path, kind: str, columns: list[str] | None = None) -> pd.DataFrame:
-    """Read a Parquet artifact after checking its schema (and, when all columns are read, its rows)."""
+def open_parquet(path: str | Path, what: str, *, missing_fix: str = "run the Snakemake rule that writes it",
+                 corrupt_fix: str = _REBUILD) -> pq.ParquetFile:
+    """A Parquet file opened (only its footer read), or one DataError naming it: missing, or not Parquet."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(path, f"the {kind} artifact does not exist", "run the Snakemake rule that writes it")
+        raise DataError(path, f"the {what} does not exist", missing_fix)
     try:
-        schema = pq.read_schema(path)
+        return pq.ParquetFile(path)
     except Exception as err:  # corrupt or not Parquet
-        raise DataError(path, f"not a readable Parquet file ({err})", _REBUILD) from None
-    check_schema(schema, kind, path)
-    frame = pq.read_table(path, columns=columns or SCHEMAS[kind].names).to_pandas()
+        raise DataError(path, f"not a readable Parquet file ({err})", corrupt_fix) from None
+
+
+def read_artifact(path: str | Path, kind: str, columns: list[str] | None = None) -> pd.DataFrame:
+    """Read a Parquet artifact after checking its schema (and, when all columns are read, its rows)."""
+    parquet = open_parquet(path, f"{kind} artifact")
+    check_schema(parquet.schema_arrow, kind, path)
+    frame = parquet.read(columns=columns or SCHEMAS[kind].names).to_pandas()
     if columns is None or set(KEYS[kind]) <= set(columns):
         check_frame(frame, kind, path)
     return frame

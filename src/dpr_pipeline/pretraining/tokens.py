@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from .. import models
 from ..data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
+from ..data.schemas import open_parquet
 from ..errors import DataError
 from ..io import atomic_output
 
@@ -94,13 +95,8 @@ class TokenizedCorpus:
 
 
 def read_token_metadata(path: str | Path) -> dict[str, str]:
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "the token shard does not exist", "run the tokenize_corpus rule")
-    try:
-        schema = pq.read_schema(path)
-    except Exception as err:  # corrupt or not Parquet
-        raise DataError(path, f"not a readable Parquet file ({err})", _REBUILD) from None
+    schema = open_parquet(path, "token shard", missing_fix="run the tokenize_corpus rule",
+                          corrupt_fix=_REBUILD).schema_arrow
     raw = schema.metadata or {}
     metadata = {k.decode()[len(META_PREFIX):]: v.decode() for k, v in raw.items()
                 if k.decode().startswith(META_PREFIX)}
