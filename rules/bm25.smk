@@ -3,9 +3,10 @@
 
 rule bm25_index:
     input:
-        data_file("corpus.parquet"),
+        corpus=data_file("corpus.parquet"),
     output:
-        directory("results/{dataset}/bm25/index"),
+        index=directory("results/{dataset}/bm25/index"),
+        manifest="results/{dataset}/bm25/manifest.json",
     params:
         bm25=params_of("bm25"),
     threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]

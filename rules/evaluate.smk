@@ -14,6 +14,7 @@ rule evaluate:
             dataset=wc.dataset,
             split=eval_splits(wc),
         ),
+        manifest="results/{dataset}/{stage}/manifest.json",
     output:
         "results/{dataset}/{stage}/metrics.json",
     params:

@@ -53,6 +53,7 @@ rule pretrain:
     output:
         model=directory("results/{dataset}/pretrain/{method}/model"),
         loss_log="results/{dataset}/pretrain/{method}/loss_log.jsonl",
+        manifest="results/{dataset}/pretrain/{method}/manifest.json",
     params:
         pretrain=pretrain_params,
         checkpoints=checkpoint_dir("pretrain/{method}"),

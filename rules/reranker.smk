@@ -10,6 +10,7 @@ rule train_reranker:
     output:
         model=directory("results/{dataset}/reranker/model"),
         loss_log="results/{dataset}/reranker/loss_log.jsonl",
+        manifest="results/{dataset}/reranker/manifest.json",
     params:
         reranker=params_of("reranker"),
         checkpoints=checkpoint_dir("reranker"),
@@ -99,6 +100,7 @@ rule train_distill:
     output:
         model=directory("results/{dataset}/distill/model"),
         loss_log="results/{dataset}/distill/loss_log.jsonl",
+        manifest="results/{dataset}/distill/manifest.json",
     params:
         distill=trained_params("distill"),
         checkpoints=checkpoint_dir("distill"),

@@ -16,6 +16,7 @@ rule train_retriever:
     output:
         model=directory("results/{dataset}/{stage}/model"),
         loss_log="results/{dataset}/{stage}/loss_log.jsonl",
+        manifest="results/{dataset}/{stage}/manifest.json",
     wildcard_constraints:
         stage="|".join(["retriever1", "retriever2"] + ABLATION_STAGES),
     params:

@@ -1,5 +1,6 @@
 """Each metric against values computed by hand on a tiny run."""
 
+import hashlib
 import json
 import math
 
@@ -55,8 +56,12 @@ def test_evaluate_splits_writes_one_object_per_split(tmp_path):
     run_file.write_text("".join(f"{q} Q0 {d} {r} {s} t\n" for q, d, r, s in RUN.itertuples(index=False)))
     QRELS.assign(relevance=QRELS["relevance"].astype("int32")).to_parquet(tmp_path / "qrels.parquet")
     evaluate_splits([str(run_file)], [str(tmp_path / "qrels.parquet")], ["dev"], ["MRR@10", "R@50"],
-                    str(tmp_path / "metrics.json"))
+                    str(tmp_path / "metrics.json"), manifest="results/x/bm25/manifest.json")
     written = json.loads((tmp_path / "metrics.json").read_text())
-    assert list(written) == ["dev"]
+    assert list(written) == ["dev", "provenance"]
+    provenance = written["provenance"]
+    assert provenance["manifest"] == "results/x/bm25/manifest.json"
+    assert provenance["runs"]["dev"]["sha256"] == hashlib.sha256(run_file.read_bytes()).hexdigest()
+    assert provenance["qrels"]["dev"]["path"] == str(tmp_path / "qrels.parquet")
     assert written["dev"]["num_queries"] == 3
     assert written["dev"]["R@50"] == pytest.approx(2 / 3)

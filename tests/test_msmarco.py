@@ -107,6 +107,7 @@ def test_whole_msmarco_chain_on_the_stand_in(tmp_path):
     official = pd.read_parquet(results / "data" / "official_negatives.parquet")
     assert len(official) == 60                                      # the official negatives trained Retriever 1
     metrics = json.loads((results / "distill" / "metrics.json").read_text())
+    assert metrics.pop("provenance")["manifest"] == "results/msmarco/distill/manifest.json"
     assert list(metrics) == ["dev", "dl19", "dl20"]
     assert [metrics[s]["num_queries"] for s in metrics] == [20, 10, 10]
     for split in metrics.values():

@@ -78,7 +78,7 @@ def built(workdir):
 
 def test_bm25_matches_pyserini_regression(built):
     metrics = json.loads((built / "bm25" / "metrics.json").read_text())
-    assert list(metrics) == ["test"]
+    assert list(metrics) == ["test", "provenance"]
     test = metrics["test"]
     assert test["num_queries"] == 300
     assert test["nDCG@10"] == pytest.approx(0.6789, abs=0.0005)
@@ -107,6 +107,39 @@ def test_every_stage_is_evaluated_and_summarised(built):
     assert "Retriever₂" in (built / "summary.md").read_text()
     assert (built / "summary.png").stat().st_size > 0
     assert not [path for path in (built / "checkpoints").rglob("*") if path.is_file()]  # removed after training
+
+
+def test_each_stage_has_a_manifest_that_its_metrics_name(built):
+    from dpr_pipeline.manifest import file_sha256
+
+    config = yaml.safe_load((built.parents[1] / "config.yaml").read_text())
+    for stage in ("bm25", "retriever1", "retriever2", "reranker", "distill"):
+        metrics = json.loads((built / stage / "metrics.json").read_text())
+        assert metrics["provenance"]["manifest"] == f"results/scifact/{stage}/manifest.json"
+        manifest = json.loads((built.parents[1] / metrics["provenance"]["manifest"]).read_text())
+        assert manifest["stage"] == stage and manifest["dataset"] == "scifact"
+        assert manifest["config"]["datasets"]["scifact"]["stages"] == config["datasets"]["scifact"]["stages"]
+        assert manifest["config"]["stages"]["retriever"]["seed"] == 42      # resolved: schema defaults filled in
+        assert manifest["software"]["packages"]["torch"].startswith("2.13.0")
+        for name, item in manifest["inputs"].items():
+            for one in item if isinstance(item, list) else [item]:
+                if one["sha256"] is not None:
+                    assert one["sha256"] == file_sha256(built.parents[1] / one["path"]), (stage, name)
+    retriever1 = json.loads((built / "retriever1" / "manifest.json").read_text())
+    assert retriever1["inputs"]["negatives"]["path"] == "results/scifact/bm25/negatives.parquet"
+    assert retriever1["outputs"]["model"]["sha256"] == file_sha256(built / "retriever1" / "model")
+    assert retriever1["seed"] == 42 and retriever1["world_size"] == 1
+    # tiny config: global batch 32, 1 BM25 negative per query -> 32 * 2 - 1 passages besides the positive
+    assert retriever1["negatives"]["hard_per_query"] == 1 and retriever1["negatives"]["effective_per_query"] == 63
+    assert retriever1["parameters"]["retriever"]["plm"] == str(built.parents[1] / "tiny_bert")
+    simlm = json.loads((built / "pretrain" / "simlm" / "manifest.json").read_text())
+    assert simlm["stage"] == "pretrain/simlm" and simlm["negatives"] is None
+    assert [item["path"] for item in simlm["inputs"]["tokens"]] == ["results/scifact/tokens/part_0.parquet"]
+    reranker = json.loads((built / "reranker" / "manifest.json").read_text())
+    assert reranker["negatives"]["in_batch"] is False and reranker["negatives"]["effective_per_query"] == 3
+    assert json.loads((built / "distill" / "manifest.json").read_text())["inputs"]["init"] == [
+        {"path": "results/scifact/pretrain/simlm/model", "sha256": file_sha256(built / "pretrain" / "simlm" / "model")}]
+    assert "init" not in retriever1["inputs"]        # Retriever1 starts from the tiny BERT (its `plm` input)
 
 
 def test_mined_and_teacher_negatives(built):

@@ -2,11 +2,17 @@ import _library  # noqa: F401  (puts src/ on the path)
 from dpr_pipeline.pretraining.train import pretrain
 from dpr_pipeline.cluster import processes_for
 from dpr_pipeline.training.launch import run_training
-from dpr_pipeline.workflow import logged
+from dpr_pipeline.workflow import logged, write_job_manifest
 
 with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.pretrain
-    run_training(pretrain, processes_for(snakemake.resources.gpu), token_shards=list(snakemake.input.tokens),
+    processes = processes_for(snakemake.resources.gpu)
+    run_training(pretrain, processes, token_shards=list(snakemake.input.tokens),
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,
                  loss_log=snakemake.output.loss_log, params=params,
                  ngram_counts=snakemake.input.ngram_counts[0] if snakemake.input.ngram_counts else None)
+    # coCondenser's span contrast (Eq. 6): each span against the other 2B - 2 spans of the global batch
+    negatives = ({"in_batch": True, "batch_size": params["batch_size"],
+                  "effective_per_query": 2 * params["batch_size"] - 2} if params["method"] == "cocondenser" else None)
+    write_job_manifest(snakemake, f"pretrain/{params['method']}", seed=params["seed"], world_size=processes,
+                       negatives=negatives)

@@ -24,6 +24,7 @@ import pandas as pd
 from .data.schemas import read_artifact
 from .errors import DataError
 from .io import atomic_output
+from .manifest import file_sha256
 from .runs import read_trec_run
 
 
@@ -43,6 +44,9 @@ def parse_metric(name: str):
     provider = "msmarco" if measure.NAME == "RR" else "pytrec_eval"
     return measure, ir_measures.providers.registry[provider]
 
+
+#: metrics.json's key for where its numbers come from; every other key is an evaluation split.
+PROVENANCE = "provenance"
 
 GRADED_MEASURES = ("nDCG", "ERR")  # use the graded labels; every other measure is binary at relevance_level
 
@@ -87,8 +91,10 @@ def evaluate_run(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str],
 
 
 def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metrics: list[str],
-                    output: str, relevance_levels: dict[str, int] | None = None) -> dict[str, dict[str, float]]:
-    """Evaluate one run per split against its qrels artifact; write ``{split: {metric: value}}`` as JSON.
+                    output: str, relevance_levels: dict[str, int] | None = None,
+                    manifest: str | None = None) -> dict[str, dict[str, float]]:
+    """Evaluate one run per split against its qrels artifact; write ``{split: {metric: value}}`` as JSON, plus
+    ``provenance``: the stage's ``manifest`` (path) and the SHA-256 of each run and qrels file evaluated.
 
     ``relevance_levels``: per split, the smallest grade binary metrics count as relevant (default 1)."""
     if not (len(runs) == len(qrels) == len(splits)):
@@ -97,6 +103,10 @@ def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metric
     result = {split: evaluate_run(read_trec_run(run), read_artifact(judged, "qrels"), metrics, str(judged),
                                   int(levels.get(split, 1)))
               for split, run, judged in zip(splits, runs, qrels)}
+    provenance = {"manifest": str(manifest) if manifest else None,
+                  "runs": {split: {"path": str(run), "sha256": file_sha256(run)} for split, run in zip(splits, runs)},
+                  "qrels": {split: {"path": str(judged), "sha256": file_sha256(judged)}
+                            for split, judged in zip(splits, qrels)}}
     with atomic_output(output) as tmp:
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.write_text(json.dumps({**result, PROVENANCE: provenance}, indent=2) + "\n")
     return result

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from .io import atomic_output
+from .summary import read_metrics
 
 
 def plot_stage_metrics(metrics_json: str | Path, output: str | Path, title: str) -> None:
@@ -16,7 +17,7 @@ def plot_stage_metrics(metrics_json: str | Path, output: str | Path, title: str)
     import matplotlib.pyplot as plt
     import numpy as np
 
-    per_split = json.loads(Path(metrics_json).read_text())
+    per_split = read_metrics(metrics_json)
     splits = list(per_split)
     names = [k for k in next(iter(per_split.values())) if k != "num_queries"]
     width = 0.8 / max(1, len(splits))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .errors import DataError
 from .io import atomic_outputs
+from .metrics import PROVENANCE
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ Summary = dict[str, dict[str, dict[str, float]]]
 
 
 def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
-    """A stage's metrics.json: ``{split: {metric: value}}``."""
+    """A stage's metrics.json as ``{split: {metric: value}}`` (its ``provenance`` entry left out)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "metrics file not found", "run the stage's evaluate rule")
@@ -39,7 +40,7 @@ def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
         raise DataError(path, f"not valid JSON ({err})", "delete it and rerun the stage's evaluate rule") from None
     if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
         raise DataError(path, "not a {split: {metric: value}} object", "delete it and rerun the evaluate rule")
-    return metrics
+    return {split: values for split, values in metrics.items() if split != PROVENANCE}
 
 
 def collect_summary(metrics_paths: dict[str, str | Path]) -> Summary:

@@ -31,3 +31,50 @@ def logged(log_file: str | Path, threads: int | None = None) -> Iterator[logging
     except BaseException:
         logger.error("failed:\n%s", traceback.format_exc())
         raise
+
+
+def _files_by_name(files) -> dict:
+    """A Snakemake input/output list as ``{name: path or [paths]}``; unnamed files under ``files``."""
+    named = {name: value if isinstance(value, str) else list(value) for name, value in files.items()
+             if isinstance(value, str) or len(value)}
+    covered = {p for value in named.values() for p in ([value] if isinstance(value, str) else value)}
+    rest = [str(f) for f in files if f not in covered]
+    return {**named, "files": rest} if rest else named
+
+
+def negative_counts(negatives_path) -> list[int]:
+    """Per query of a negatives (or teacher scores) artifact, the negatives it offers."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    column = pq.read_table(negatives_path, columns=["negative_ids"]).column("negative_ids")
+    return pc.list_value_length(column).to_pylist()
+
+
+def group_negatives(snakemake, params: dict, *, in_batch: bool) -> dict:
+    """The negatives a training query of a fine-tuning job sees (:func:`dpr_pipeline.manifest.negatives_per_query`)."""
+    from .manifest import negatives_per_query
+
+    return negatives_per_query(negative_counts(snakemake.input.negatives), params["negatives_per_query"],
+                               batch_size=params["batch_size"], in_batch=in_batch)
+
+
+def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: int = 1,
+                       negatives: dict | None = None) -> None:
+    """Write the job's ``manifest`` output (:mod:`dpr_pipeline.manifest`): its inputs and outputs with their
+    hashes, its resolved parameters and the whole resolved config, seed, world size, negatives and software."""
+    from .manifest import build_manifest, write_manifest
+
+    from .models import resolve_model_path
+
+    inputs = _files_by_name(snakemake.input)
+    outputs = {k: v for k, v in _files_by_name(snakemake.output).items() if k != "manifest"}
+    parameters = {k: v for k, v in snakemake.params.items()}
+    read = {p for value in inputs.values() for p in ([value] if isinstance(value, str) else value)}
+    for values in parameters.values():  # the model training starts from, unless already an input
+        if isinstance(values, dict) and isinstance(values.get("plm"), str) and values["plm"] not in read:
+            inputs["plm"] = resolve_model_path(values["plm"])
+    manifest = build_manifest(stage=stage, dataset=snakemake.wildcards.dataset, rule=snakemake.rule,
+                              inputs=inputs, outputs=outputs, parameters=parameters,
+                              config=snakemake.config, seed=seed, world_size=world_size, negatives=negatives)
+    write_manifest(snakemake.output.manifest, manifest)

@@ -1,0 +1,136 @@
+"""Per-stage manifests: which data, settings and software produced a stage's model (docs/artifacts.md).
+
+Every stage that produces a model (pre-training, Retriever1-2, the re-ranker, the distilled retriever, the
+ablation's retrievers) and BM25 (its index) writes ``results/{dataset}/{stage}/manifest.json`` next to its
+outputs, and the stage's ``metrics.json`` names it (``provenance.manifest``). A manifest holds:
+
+* ``inputs`` / ``outputs``: every file the job read or wrote, with its SHA-256 (a folder: the hash of its sorted
+  ``relative path, file hash`` lines, so a model folder hashes the same wherever it lies); a model reference
+  that is not a workflow file (a Hub name) is recorded as given;
+* ``parameters``: the stage's resolved settings (config defaults filled in, dataset overrides applied), and
+  ``config``: the whole resolved configuration;
+* ``seed``, ``world_size`` (training processes) and ``negatives``: hard negatives per query, the in-batch
+  passages every query is contrasted with, and the effective negatives per query they add up to, with how many
+  negatives the artifact really offers per query (fewer than asked are drawn with replacement);
+* ``software``: Python, the platform, the pipeline's version and git commit, and the versions of the packages
+  the stages use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .io import atomic_output
+
+#: Packages whose versions a manifest records (missing ones are recorded as null).
+PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "sentence-transformers", "faiss-cpu",
+            "faiss-gpu", "pyserini", "numpy", "pandas", "pyarrow", "ir-measures", "pytrec-eval-terrier",
+            "snakemake", "dpr_pipeline")
+
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, or of a folder: of its ``relative/path<TAB>sha256`` lines in sorted order."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    if path.is_dir():
+        for member in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(f"{member.relative_to(path).as_posix()}\t{file_sha256(member)}\n".encode())
+        return digest.hexdigest()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_files(named: Mapping[str, str | Iterable[str]]) -> dict[str, Any]:
+    """``{name: {"path", "sha256"}}`` (a list of them for a list of files); a path that is not on disk (a Hub
+    model name) is kept with ``sha256`` null."""
+
+    def one(path: str) -> dict[str, str | None]:
+        return {"path": str(path), "sha256": file_sha256(path) if Path(path).exists() else None}
+
+    return {name: one(value) if isinstance(value, (str, Path)) else [one(v) for v in value]
+            for name, value in named.items()}
+
+
+def package_versions(packages: Iterable[str] = PACKAGES) -> dict[str, str | None]:
+    versions = {}
+    for name in packages:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def pipeline_commit(repository: str | Path = Path(__file__).resolve().parents[2]) -> dict[str, Any]:
+    """The git commit of the pipeline's code and whether tracked files differ from it (null outside git)."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(repository), *args], capture_output=True, text=True,
+                                  timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None}
+
+
+def software() -> dict[str, Any]:
+    return {"python": sys.version.split()[0], "platform": platform.platform(), **pipeline_commit(),
+            "packages": package_versions()}
+
+
+def negatives_per_query(negative_counts: Iterable[int], hard_per_query: int, *, batch_size: int | None = None,
+                        in_batch: bool = False) -> dict[str, Any]:
+    """What one training query is contrasted with.
+
+    ``negative_counts``: per query of the negatives artifact, the negatives it offers. Each group holds the
+    positive and ``hard_per_query`` hard negatives; with ``in_batch`` (the bi-encoders' contrastive loss over the
+    global batch, cross-device) a query also scores the other groups' passages, so its effective negatives are
+    ``batch_size * (1 + hard_per_query) - 1``; without it (the re-ranker's listwise loss) they are its hard ones.
+    Queries that offer no negative are left out of training; fewer than ``hard_per_query`` are drawn with
+    replacement.
+    """
+    if in_batch and batch_size is None:
+        raise ValueError("in-batch negatives need the global batch_size")
+    counts = sorted(int(c) for c in negative_counts)
+    trained = [c for c in counts if c > 0]
+    group = 1 + hard_per_query
+    summary = {
+        "hard_per_query": hard_per_query,
+        "in_batch": in_batch,
+        "batch_size": batch_size,
+        "effective_per_query": batch_size * group - 1 if in_batch else hard_per_query,
+        "queries": len(counts),
+        "queries_trained": len(trained),
+        "queries_with_fewer_than_asked": sum(1 for c in trained if c < hard_per_query),
+        "available_per_query": ({"min": trained[0], "median": trained[len(trained) // 2], "max": trained[-1]}
+                                if trained else None),
+    }
+    return summary
+
+
+def build_manifest(*, stage: str, dataset: str, rule: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   parameters: Mapping[str, Any], config: Mapping[str, Any], seed: int | None,
+                   world_size: int, negatives: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"stage": stage, "dataset": dataset, "rule": rule, "inputs": describe_files(inputs),
+            "outputs": describe_files(outputs), "parameters": dict(parameters), "seed": seed,
+            "world_size": world_size, "negatives": dict(negatives) if negatives is not None else None,
+            "config": dict(config), "software": software()}
+
+
+def write_manifest(path: str | Path, manifest: Mapping[str, Any]) -> None:
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
