@@ -1,9 +1,14 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.metrics import evaluate_splits
+from dpr_pipeline.metrics import evaluate_answer_splits, evaluate_splits
 from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0]) as log:
-    result = evaluate_splits(list(snakemake.input.runs), list(snakemake.input.qrels), list(snakemake.params.splits),
-                             list(snakemake.params.metrics), snakemake.output[0],
-                             relevance_levels=dict(snakemake.params.relevance_levels))
+    if snakemake.params.relevance == "answers":
+        result = evaluate_answer_splits(list(snakemake.input.runs), list(snakemake.input.answers),
+                                        snakemake.input.corpus, list(snakemake.params.splits),
+                                        list(snakemake.params.metrics), snakemake.output[0])
+    else:
+        result = evaluate_splits(list(snakemake.input.runs), list(snakemake.input.qrels),
+                                 list(snakemake.params.splits), list(snakemake.params.metrics), snakemake.output[0],
+                                 relevance_levels=dict(snakemake.params.relevance_levels))
     log.info("%s", result)

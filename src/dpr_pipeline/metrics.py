@@ -100,3 +100,52 @@ def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metric
     with atomic_output(output) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+# ------------------------------------------------------------------------------ answer-based relevance (DPR)
+def accuracy_cutoff(name: str) -> int:
+    """``k`` of a top-k retrieval accuracy name: ``R@k`` (SimLM Table 4's name for it) or ``Acc@k``."""
+    prefix, _, k = name.partition("@")
+    if prefix not in ("R", "Acc") or not k.isdigit() or int(k) < 1:
+        raise ValueError(f"unknown metric {name!r} for answer-based relevance; use R@k or Acc@k (top-k retrieval "
+                         "accuracy, e.g. R@20)")
+    return int(k)
+
+
+def answer_accuracy(run: pd.DataFrame, labels: pd.Series, query_ids, metrics: list[str]) -> dict[str, float]:
+    """Top-k retrieval accuracy (DPR; SimLM's NQ R@k): the fraction of ``query_ids`` with at least one
+    answer-containing hit (``labels``, per run row) among their first k hits by rank. A question the run does
+    not answer counts as 0. Returns ``num_queries`` and one value per metric name."""
+    cutoffs = {name: accuracy_cutoff(name) for name in metrics}
+    query_ids = pd.Index(pd.unique(pd.Series(list(query_ids), dtype=object)))
+    if len(query_ids) == 0:
+        raise ValueError("no questions to evaluate")
+    hits = run.assign(has_answer=labels.to_numpy(bool)).sort_values(["query_id", "rank"], kind="stable")
+    hits["position"] = hits.groupby("query_id", sort=False).cumcount() + 1
+    first = hits[hits["has_answer"]].groupby("query_id")["position"].min()
+    first = first.reindex(query_ids)  # NaN: no answer-containing hit (or not in the run)
+    return {"num_queries": int(len(query_ids)),
+            **{name: float((first <= k).sum() / len(query_ids)) for name, k in cutoffs.items()}}
+
+
+def evaluate_answer_splits(runs: list[str], answers: list[str], corpus: str, splits: list[str], metrics: list[str],
+                           output: str) -> dict[str, dict[str, float]]:
+    """Evaluate one run per split by answer containment (:mod:`dpr_pipeline.answers`), every question of the
+    split's answers artifact counted; write ``{split: {"num_queries": n, metric: value}}`` as JSON."""
+    from .answers import label_hits, read_passage_texts
+
+    if not (len(runs) == len(answers) == len(splits)):
+        raise ValueError("runs, answers and splits must be parallel lists")
+    for name in metrics:
+        accuracy_cutoff(name)
+    result = {}
+    for split, run_path, answers_path in zip(splits, runs, answers):
+        run = read_trec_run(run_path)
+        if len(run):
+            run = run[run["rank"] <= max(accuracy_cutoff(name) for name in metrics)]
+        questions = read_artifact(answers_path, "answers")
+        labels = label_hits(run, questions, read_passage_texts(corpus, run["doc_id"]))
+        result[split] = answer_accuracy(run, labels, questions["query_id"], metrics)
+    with atomic_output(output) as tmp:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+    return result
