@@ -138,16 +138,15 @@ def test_evaluation_of_a_hand_built_run_against_the_fixture(ingested, tmp_path):
     """Test questions 0 and 1 get their answer passage at rank 2 and 21, the rest passages without an answer."""
     corpus = read_artifact(ingested / "corpus.parquet", "corpus")
     answers = read_artifact(ingested / "a_test.parquet", "answers")
-    holder = {q: next(d for d, t in zip(corpus["doc_id"], corpus["text"]) if has_answer(a, t))
-              for q, a in zip(answers["query_id"], answers["answers"])}
+    holders = {q: [d for d, t in zip(corpus["doc_id"], corpus["text"]) if has_answer(a, t)]
+               for q, a in zip(answers["query_id"], answers["answers"])}
     results = []
     for qid in answers["query_id"]:
-        others = [d for d in corpus["doc_id"] if d != holder[qid]][:25]
-        hits = others[:]
+        hits = [d for d in corpus["doc_id"] if d not in holders[qid]][:25]
         if qid == "0":
-            hits.insert(1, holder[qid])
+            hits.insert(1, holders[qid][0])
         elif qid == "1":
-            hits.insert(20, holder[qid])
+            hits.insert(20, holders[qid][0])
         results.append((qid, [(d, 100.0 - i) for i, d in enumerate(hits)]))
     write_trec_run(results, tmp_path / "run.trec", "hand")
     metrics = evaluate_answer_splits([str(tmp_path / "run.trec")], [str(ingested / "a_test.parquet")],
@@ -239,11 +238,19 @@ def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     assert official == b"official"
     train_answers = read_artifact(results / "data" / "answers_train.parquet", "answers")
     answers_of = dict(zip(train_answers["query_id"], train_answers["answers"]))
-    for stage in ("retriever1", "retriever2"):
+    for stage, depth in (("retriever1", 20), ("retriever2", 20)):
         mined = read_artifact(results / stage / "negatives.parquet", "negatives")
         assert mined["negative_ids"].map(len).sum() > 0
         for qid, negatives in zip(mined["query_id"], mined["negative_ids"]):
             assert not any(has_answer(answers_of[qid], corpus[d]) for d in negatives), (stage, qid)
+        # the fixture's founders also appear in another topic's passage: such non-positive answer hits were in
+        # the mined depth and were left out
+        train_run = pd.read_csv(results / stage / "run_train.trec", sep=" ", header=None, dtype={0: str, 2: str},
+                                names=["query_id", "q0", "doc_id", "rank", "score", "tag"])
+        positives = dict(zip(mined["query_id"], mined["positive_ids"]))
+        top = train_run[train_run["rank"] <= depth]
+        assert any(has_answer(answers_of[q], corpus[d]) and d not in positives[q]
+                   for q, d in zip(top["query_id"], top["doc_id"]))
     steps = [json.loads(line)["step"] for line in (results / "retriever1" / "loss_log.jsonl").read_text().splitlines()]
     assert max(steps) == 3                         # train_steps, not epochs
     summary = (results / "summary.md").read_text()

@@ -24,9 +24,11 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import regex
+
+from .data.schemas import open_parquet
 
 _TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
 
@@ -70,10 +72,8 @@ def read_passage_texts(corpus: str, doc_ids: Iterable[str]) -> dict[str, str]:
     texts: dict[str, str] = {}
     if len(wanted) == 0:
         return texts
-    import pyarrow as pa
-
     wanted_array = pa.array(wanted, type=pa.string())
-    for batch in pq.ParquetFile(corpus).iter_batches(columns=["doc_id", "text"], batch_size=262144):
+    for batch in open_parquet(corpus, "corpus artifact").iter_batches(columns=["doc_id", "text"], batch_size=262144):
         keep = pc.is_in(batch.column(0), value_set=wanted_array)
         if pc.any(keep).as_py():
             chosen = batch.filter(keep)

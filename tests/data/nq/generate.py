@@ -1,6 +1,8 @@
 """Writes the tiny NQ stand-in (60 passages, 24 train and 10 test questions) in DPR's formats (run from the repository root; the files are committed):
 psgs_w100.tsv, biencoder-nq-train.json, nq-test.qa.csv. Invented places, people and facts (no real data):
-20 topics of 3 passages; every question's answer is in exactly one passage's text."""
+20 topics of 3 passages; every question's answer is in its positive passage's text, and a founder's name also
+in the next topic's third passage ("The fair was opened by ..."): a passage with the answer that is not the
+positive, which mined negatives must leave out."""
 
 import csv
 import json
@@ -38,7 +40,7 @@ def main():
             f"The river {river} flows through {place} before it reaches the sea. Locals call the stretch through "
             f'town "the slow water", and a stone bridge crosses it near the town hall.',
             f"{place} is best known for its {goods}, traded at the autumn fair since the town's early years; "
-            f"merchants come from the whole coast to buy them.",
+            f"merchants come from the whole coast to buy them. The fair was opened by {FOUNDERS[(i + 1) % 20]}.",
         ]
         for k, text in enumerate(texts):
             passages.append({"id": str(base + k), "title": place, "text": text})
@@ -49,9 +51,10 @@ def main():
         ]
     rng.shuffle(questions)
     by_id = {p["id"]: p for p in passages}
-    for question, answers, pid in questions:  # the answer is in its passage and no other
+    for question, answers, pid in questions:  # the answer is in its passage; a founder also in another topic's
         holders = [p["id"] for p in passages if has_answer(answers, p["text"])]
-        assert holders == [str(pid)], (question, holders)
+        assert holders[:1] == [str(pid)] or str(pid) in holders, (question, holders)
+        assert len(holders) == (2 if question.startswith("who founded") else 1), (question, holders)
 
     with open(OUT / "psgs_w100.tsv", "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
@@ -66,7 +69,8 @@ def main():
     train = []
     for n, (question, answers, pid) in enumerate(questions[:24]):
         same_topic = [q for q in range(pid - (pid - 1) % 3, pid - (pid - 1) % 3 + 3) if q != pid]
-        other = rng.sample([q for q in range(1, len(passages) + 1) if q not in same_topic and q != pid], 2)
+        holders = {int(p["id"]) for p in passages if has_answer(answers, p["text"])}
+        other = rng.sample([q for q in range(1, len(passages) + 1) if q not in same_topic and q not in holders], 2)
         key = "psg_id" if n % 6 == 5 else "passage_id"  # older DPR releases name it psg_id
         train.append({"dataset": "nq_train_psg", "question": question, "answers": answers,
                       "positive_ctxs": [ctx(pid, key)],
