@@ -191,7 +191,6 @@ def test_nq_config_carries_the_paper_settings():
 @pytest.mark.slow
 def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    config["run_datasets"] = ["nq"]
     dataset = config["datasets"]["nq"]
     dataset["path"] = str(FIXTURE)
     dataset.pop("resources")
@@ -209,7 +208,9 @@ def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-               str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "2"]
+               str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "2", "results/nq/summary.json",
+               *[f"results/nq/{stage}/metrics.json" for stage in ("bm25", "retriever1", "retriever2", "reranker",
+                                                                  "distill")]]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-6000:]
     results = tmp_path / "results" / "nq"
@@ -255,3 +256,16 @@ def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     assert max(steps) == 3                         # train_steps, not epochs
     summary = (results / "summary.md").read_text()
     assert "R@20" in summary and "R@100" in summary
+
+
+def test_json_array_streams_across_chunk_boundaries_with_line_numbers(tmp_path):
+    from dpr_pipeline.data.text_files import iter_json_array
+
+    records = [{"question": f"q{i}", "text": "é \" x" * (i % 7)} for i in range(300)]
+    path = _write(tmp_path / "big.json", json.dumps(records, indent=4, ensure_ascii=False))
+    streamed = list(iter_json_array(path, chunk_chars=37))
+    assert [record for _, record in streamed] == records
+    assert [line for line, _ in streamed][:3] == [2, 6, 10]          # where each object starts
+    bad = path.read_text(encoding="utf-8").replace('"question": "q100",', '"question": "q100" oops,')
+    with pytest.raises(DataError, match=r"line 403: not valid JSON"):
+        list(iter_json_array(_write(path, bad), chunk_chars=37, max_object_chars=500))

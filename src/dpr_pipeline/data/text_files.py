@@ -117,9 +117,13 @@ def iter_csv_rows(path: Path, columns: tuple[str, ...], *, header: tuple[str, ..
                             "close every double-quoted field", line=reader.line_num) from None
 
 
-def iter_json_array(path: Path, chunk_chars: int = 1 << 20) -> Iterator[tuple[int, dict]]:
+def iter_json_array(path: Path, chunk_chars: int = 1 << 20,
+                    max_object_chars: int = 1 << 26) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, object)`` for each element of a (possibly huge) JSON array of objects, streaming:
-    only the current object and one chunk are in memory. ``line_number`` is where the object starts."""
+    only the current object and one chunk are in memory. ``line_number`` is where the object starts.
+
+    An element that does not parse is given more text until it does, the file ends, or it would exceed
+    ``max_object_chars`` (so a syntax error early in a large file does not load the rest of it)."""
     decoder = json.JSONDecoder()
     with open_text(path) as handle:
         buffer, pos, line, eof = "", 0, 1, False
@@ -177,7 +181,7 @@ def iter_json_array(path: Path, chunk_chars: int = 1 << 20) -> Iterator[tuple[in
                     record, end = decoder.raw_decode(buffer, pos)
                     break
                 except json.JSONDecodeError as err:
-                    if not eof and read_more():
+                    if not eof and len(buffer) - pos < max_object_chars and read_more():
                         continue
                     raise fail(f"not valid JSON ({err.msg})", line + buffer.count("\n", pos, err.pos)) from None
             if not isinstance(record, dict):
