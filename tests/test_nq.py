@@ -269,3 +269,23 @@ def test_json_array_streams_across_chunk_boundaries_with_line_numbers(tmp_path):
     bad = path.read_text(encoding="utf-8").replace('"question": "q100",', '"question": "q100" oops,')
     with pytest.raises(DataError, match=r"line 403: not valid JSON"):
         list(iter_json_array(_write(path, bad), chunk_chars=37, max_object_chars=500))
+
+
+def test_slurm_dry_run_of_the_nq_chain(tmp_path):
+    """The cluster plan of the real NQ run, with the stand-in for the data (no conda: DPR_PIPELINE_SOFTWARE=env)."""
+    import os
+    import re
+    import shutil
+
+    root = tmp_path / "repo"
+    shutil.copytree(REPO, root, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache", "*.egg-info"))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n",
+                           "results/nq/distill/metrics.json", "--configfile", "tests/data/nq/standin.yaml"],
+                          cwd=root, capture_output=True, text=True, env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.stdout
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out[out.index("Job stats:"):], re.M)}
+    assert jobs["ingest_answers"] == 2 and jobs["ingest_official_negatives"] == 1 and jobs["pretrain"] == 1
+    assert jobs["encode_corpus"] == 3 * 64 and jobs["teacher_scores_shard"] == 64
+    assert "bm25_negatives" in jobs and jobs["train_retriever"] == 2
