@@ -81,6 +81,9 @@ def read_passage_texts(corpus: str, doc_ids: Iterable[str]) -> dict[str, str]:
     return texts
 
 
+_TOKEN_CACHE_PASSAGES = 100_000
+
+
 def label_hits(run: pd.DataFrame, answers: pd.DataFrame, passages: dict[str, str]) -> pd.Series:
     """Per hit of ``run`` (columns query_id, doc_id), whether its passage contains one of the query's answers.
 
@@ -96,6 +99,8 @@ def label_hits(run: pd.DataFrame, answers: pd.DataFrame, passages: dict[str, str
             return False
         tokens = token_cache.get(doc_id)
         if tokens is None:
+            if len(token_cache) >= _TOKEN_CACHE_PASSAGES:  # bounded: NQ mining labels ~6M hits
+                token_cache.clear()
             tokens = token_cache[doc_id] = tokenize(passages[doc_id])
         return any(contains_tokens(tokens, _answer_tokens(answer)) for answer in wanted)
 
