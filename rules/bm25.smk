@@ -46,6 +46,7 @@ rule bm25_search:
 
 rule bm25_negatives:
     input:
+        unpack(bm25_negatives_answer_inputs),
         pool=bm25_negatives_pool,
         qrels=lambda wc: f"results/{wc.dataset}/data/qrels_{train_split(wc)}.parquet",
     output:

@@ -17,6 +17,10 @@ from dpr_pipeline.data.readers import raw_files
 SCHEMA = yaml.safe_load(Path(workflow.basedir, "schemas", "config.schema.yaml").read_text())
 validate(config, "../schemas/config.schema.yaml")
 check_stage_overrides(config, SCHEMA)
+for _name, _dataset in config["datasets"].items():
+    if _dataset.get("relevance") == "answers" and _dataset["format"] != "dpr":
+        raise ValueError(f"config key datasets.{_name}.relevance: `answers` needs format `dpr` (the answers come "
+                         f"from DPR's question files), the dataset is {_dataset['format']!r}")
 
 # Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
 STAGES = ["bm25", "retriever1", "retriever2", "reranker", "distill"]
@@ -202,3 +206,43 @@ def trained_params(stage):
 
 def ablation_methods(wildcards):
     return stage_params(config, wildcards.dataset, "pretrain")["ablation_methods"]
+
+
+# Answer-based relevance (format dpr, `relevance: answers`): a passage is relevant when it contains an answer.
+ANSWER_METRICS = ["R@5", "R@20", "R@100"]  # top-k retrieval accuracy, SimLM Table 4 (NQ)
+
+
+def relevance_of(wildcards):
+    return dataset_config(wildcards).get("relevance", "qrels")
+
+
+def dataset_metrics(wildcards):
+    """The dataset's `metrics`, else evaluation.metrics (qrels) or R@5/R@20/R@100 (answers)."""
+    if "metrics" in dataset_config(wildcards):
+        return dataset_config(wildcards)["metrics"]
+    return ANSWER_METRICS if relevance_of(wildcards) == "answers" else config["evaluation"]["metrics"]
+
+
+def evaluation_inputs(wildcards):
+    """A stage's runs per evaluation split and what judges them: qrels, or answers and the corpus."""
+    splits = eval_splits(wildcards)
+    inputs = {"runs": [f"results/{wildcards.dataset}/{wildcards.stage}/run_{s}.trec" for s in splits]}
+    if relevance_of(wildcards) == "answers":
+        inputs["answers"] = [f"results/{wildcards.dataset}/data/answers_{s}.parquet" for s in splits]
+        inputs["corpus"] = f"results/{wildcards.dataset}/data/corpus.parquet"
+    else:
+        inputs["qrels"] = [f"results/{wildcards.dataset}/data/qrels_{s}.parquet" for s in splits]
+    return inputs
+
+
+def mining_answer_inputs(wildcards):
+    """Answer-based datasets: the train answers and the corpus, so mined negatives contain no answer."""
+    if relevance_of(wildcards) != "answers":
+        return {}
+    return {"answers": f"results/{wildcards.dataset}/data/answers_{train_split(wildcards)}.parquet",
+            "corpus": f"results/{wildcards.dataset}/data/corpus.parquet"}
+
+
+def bm25_negatives_answer_inputs(wildcards):
+    """As mining_answer_inputs, for BM25 negatives taken from our Pyserini run (official ones are left as is)."""
+    return {} if "official_negatives" in dataset_config(wildcards) else mining_answer_inputs(wildcards)

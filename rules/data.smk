@@ -1,4 +1,4 @@
-# Ingestion: raw dataset files (BEIR, MS MARCO, Parquet) -> checked Parquet artifacts (docs/artifacts.md).
+# Ingestion: raw dataset files (BEIR, MS MARCO, Parquet, DPR) -> checked Parquet artifacts (docs/artifacts.md).
 
 
 rule ingest_corpus:
@@ -69,3 +69,24 @@ rule ingest_official_negatives:
         "../envs/data.yaml"
     script:
         "../workflow_scripts/ingest_official_negatives.py"
+
+
+rule ingest_answers:
+    input:
+        lambda wc: raw_files("dpr", dataset_config(wc)["path"], wc.split, split_files(wc)),
+    output:
+        data_file("answers_{split}.parquet"),
+    params:
+        root=lambda wc: dataset_config(wc)["path"],
+        files=split_files,
+    threads: threads_of("ingest_answers")
+    resources:
+        **resources_of("ingest_answers"),
+    log:
+        "results/{dataset}/logs/ingest_answers_{split}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/ingest_answers_{split}.tsv"
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/ingest_answers.py"

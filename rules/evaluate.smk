@@ -3,23 +3,14 @@
 
 rule evaluate:
     input:
-        runs=lambda wc: expand(
-            "results/{dataset}/{stage}/run_{split}.trec",
-            dataset=wc.dataset,
-            stage=wc.stage,
-            split=eval_splits(wc),
-        ),
-        qrels=lambda wc: expand(
-            "results/{dataset}/data/qrels_{split}.parquet",
-            dataset=wc.dataset,
-            split=eval_splits(wc),
-        ),
+        unpack(evaluation_inputs),
         manifest="results/{dataset}/{stage}/manifest.json",
     output:
         "results/{dataset}/{stage}/metrics.json",
     params:
         splits=eval_splits,
-        metrics=config["evaluation"]["metrics"],
+        metrics=dataset_metrics,
+        relevance=relevance_of,
         relevance_levels=lambda wc: dataset_config(wc).get("metric_relevance", {}),
     threads: threads_of("evaluate")
     resources:

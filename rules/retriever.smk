@@ -112,6 +112,7 @@ rule dense_search:
 
 rule mine_hard_negatives:
     input:
+        unpack(mining_answer_inputs),
         run=lambda wc: f"results/{wc.dataset}/{wc.stage}/run_{train_split(wc)}.trec",
         qrels=train_qrels,
     output:

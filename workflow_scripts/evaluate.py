@@ -1,10 +1,16 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.metrics import evaluate_splits
+from dpr_pipeline.metrics import evaluate_answer_splits, evaluate_splits
 from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0]) as log:
-    result = evaluate_splits(list(snakemake.input.runs), list(snakemake.input.qrels), list(snakemake.params.splits),
-                             list(snakemake.params.metrics), snakemake.output[0],
-                             relevance_levels=dict(snakemake.params.relevance_levels),
-                             manifest=snakemake.input.manifest)
+    if snakemake.params.relevance == "answers":
+        result = evaluate_answer_splits(list(snakemake.input.runs), list(snakemake.input.answers),
+                                        snakemake.input.corpus, list(snakemake.params.splits),
+                                        list(snakemake.params.metrics), snakemake.output[0],
+                                        manifest=snakemake.input.manifest)
+    else:
+        result = evaluate_splits(list(snakemake.input.runs), list(snakemake.input.qrels),
+                                 list(snakemake.params.splits), list(snakemake.params.metrics), snakemake.output[0],
+                                 relevance_levels=dict(snakemake.params.relevance_levels),
+                                 manifest=snakemake.input.manifest)
     log.info("%s", result)

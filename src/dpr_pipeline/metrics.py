@@ -103,10 +103,63 @@ def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metric
     result = {split: evaluate_run(read_trec_run(run), read_artifact(judged, "qrels"), metrics, str(judged),
                                   int(levels.get(split, 1)))
               for split, run, judged in zip(splits, runs, qrels)}
+    write_metrics(output, result, manifest, splits, runs=runs, qrels=qrels)
+    return result
+
+
+def write_metrics(output: str, result: dict, manifest: str | None, splits: list[str], **evaluated: list[str]) -> None:
+    """Write ``{split: {metric: value}}`` and ``provenance``: the stage's ``manifest`` (path) and, per kind of
+    file evaluated (runs, qrels or answers), each split's file with its SHA-256."""
     provenance = {"manifest": str(manifest) if manifest else None,
-                  "runs": {split: {"path": str(run), "sha256": file_sha256(run)} for split, run in zip(splits, runs)},
-                  "qrels": {split: {"path": str(judged), "sha256": file_sha256(judged)}
-                            for split, judged in zip(splits, qrels)}}
+                  **{kind: {split: {"path": str(path), "sha256": file_sha256(path)} for split, path in zip(splits, paths)}
+                     for kind, paths in evaluated.items()}}
     with atomic_output(output) as tmp:
         tmp.write_text(json.dumps({**result, PROVENANCE: provenance}, indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------ answer-based relevance (DPR)
+def accuracy_cutoff(name: str) -> int:
+    """``k`` of a top-k retrieval accuracy name: ``R@k`` (SimLM Table 4's name for it) or ``Acc@k``."""
+    prefix, _, k = name.partition("@")
+    if prefix not in ("R", "Acc") or not k.isdigit() or int(k) < 1:
+        raise ValueError(f"unknown metric {name!r} for answer-based relevance; use R@k or Acc@k (top-k retrieval "
+                         "accuracy, e.g. R@20)")
+    return int(k)
+
+
+def answer_accuracy(run: pd.DataFrame, labels: pd.Series, query_ids, metrics: list[str]) -> dict[str, float]:
+    """Top-k retrieval accuracy (DPR; SimLM's NQ R@k): the fraction of ``query_ids`` with at least one
+    answer-containing hit (``labels``, per run row) among their first k hits by rank. A question the run does
+    not answer counts as 0. Returns ``num_queries`` and one value per metric name."""
+    cutoffs = {name: accuracy_cutoff(name) for name in metrics}
+    query_ids = pd.Index(pd.unique(pd.Series(list(query_ids), dtype=object)))
+    if len(query_ids) == 0:
+        raise ValueError("no questions to evaluate")
+    hits = run.assign(has_answer=labels.to_numpy(bool)).sort_values(["query_id", "rank"], kind="stable")
+    hits["position"] = hits.groupby("query_id", sort=False).cumcount() + 1
+    first = hits[hits["has_answer"]].groupby("query_id")["position"].min()
+    first = first.reindex(query_ids)  # NaN: no answer-containing hit (or not in the run)
+    return {"num_queries": int(len(query_ids)),
+            **{name: float((first <= k).sum() / len(query_ids)) for name, k in cutoffs.items()}}
+
+
+def evaluate_answer_splits(runs: list[str], answers: list[str], corpus: str, splits: list[str], metrics: list[str],
+                           output: str, manifest: str | None = None) -> dict[str, dict[str, float]]:
+    """Evaluate one run per split by answer containment (:mod:`dpr_pipeline.answers`), every question of the
+    split's answers artifact counted; write ``{split: {"num_queries": n, metric: value}}`` as JSON."""
+    from .answers import label_hits, read_passage_texts
+
+    if not (len(runs) == len(answers) == len(splits)):
+        raise ValueError("runs, answers and splits must be parallel lists")
+    for name in metrics:
+        accuracy_cutoff(name)
+    result = {}
+    for split, run_path, answers_path in zip(splits, runs, answers):
+        run = read_trec_run(run_path)
+        if len(run):
+            run = run[run["rank"] <= max(accuracy_cutoff(name) for name in metrics)]
+        questions = read_artifact(answers_path, "answers")
+        labels = label_hits(run, questions, read_passage_texts(corpus, run["doc_id"]))
+        result[split] = answer_accuracy(run, labels, questions["query_id"], metrics)
+    write_metrics(output, result, manifest, splits, runs=runs, answers=answers)
     return result

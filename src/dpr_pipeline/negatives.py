@@ -19,14 +19,20 @@ from .runs import read_trec_run
 log = logging.getLogger(__name__)
 
 
-def negatives_from_run(run: pd.DataFrame, qrels: pd.DataFrame, depth: int, min_relevance: int = 1) -> pd.DataFrame:
+def negatives_from_run(run: pd.DataFrame, qrels: pd.DataFrame, depth: int, min_relevance: int = 1,
+                       excluded: pd.Series | None = None) -> pd.DataFrame:
     """Per query with a positive judgement: positives, and the run's top ``depth`` minus the positives.
+
+    ``excluded``: a boolean per row of ``run`` (same index); those hits are never negatives (answer-based
+    datasets: the hits that contain an answer, SimLM §B).
 
     ``run`` has columns query_id, doc_id, rank, score; scores are the run's (NaN for an unretrieved positive).
     Negatives stay in rank order. A judged query absent from the run gets an empty negative list.
     """
     positives = (qrels[qrels["relevance"] >= min_relevance].groupby("query_id", sort=False)["doc_id"]
                  .apply(list))
+    if excluded is not None:
+        run = run[~excluded.reindex(run.index, fill_value=False).to_numpy()]
     top = run[run["rank"] <= depth].sort_values(["query_id", "rank"], kind="stable")
     by_query = {qid: group for qid, group in top.groupby("query_id", sort=False)}
     rows = []
@@ -76,16 +82,32 @@ def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: 
     return frame
 
 
+def answer_hits(run: pd.DataFrame, answers: str, corpus: str) -> pd.Series:
+    """Per hit of ``run``, whether its passage contains one of the query's answers (answers artifact)."""
+    from .answers import label_hits, read_passage_texts
+
+    labels = label_hits(run, read_artifact(answers, "answers"), read_passage_texts(corpus, run["doc_id"]))
+    log.info("%d of %d hits contain an answer and are never negatives", int(labels.sum()), len(labels))
+    return labels
+
+
 def mine_hard_negatives(run: str, qrels: str, output: str, *, depth: int, count: int, seed: int,
-                        min_relevance: int = 1, source: str) -> pd.DataFrame:
+                        min_relevance: int = 1, source: str, answers: str | None = None,
+                        corpus: str | None = None) -> pd.DataFrame:
     """Hard negatives from a retriever's TREC run on the train queries: its top ``depth`` minus the
-    positives, ``count`` sampled per query (seeded), written as the negatives artifact with the run's scores."""
-    candidates = negatives_from_run(read_trec_run(run), read_artifact(qrels, "qrels"), depth, min_relevance)
+    positives, ``count`` sampled per query (seeded), written as the negatives artifact with the run's scores.
+
+    With ``answers`` (and ``corpus``), an answer-based dataset: hits containing an answer are left out too."""
+    hits = read_trec_run(run)
+    top = hits[hits["rank"] <= depth]
+    excluded = answer_hits(top, answers, corpus) if answers is not None else None
+    candidates = negatives_from_run(top, read_artifact(qrels, "qrels"), depth, min_relevance, excluded)
     return _write_sample(candidates, output, source=source, depth=depth, count=count, seed=seed)
 
 
 def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, count: int, seed: int,
-                         min_relevance: int = 1) -> pd.DataFrame:
+                         min_relevance: int = 1, answers: str | None = None,
+                         corpus: str | None = None) -> pd.DataFrame:
     """The BM25 negatives artifact from a TREC run (``.trec``) or official negatives (negatives artifact).
 
     From a run: the top ``depth`` minus the positives; from official negatives: their list. Either way
@@ -93,6 +115,6 @@ def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, coun
     """
     if str(pool).endswith(".trec"):
         return mine_hard_negatives(pool, qrels, output, depth=depth, count=count, seed=seed,
-                                   min_relevance=min_relevance, source="bm25")
+                                   min_relevance=min_relevance, source="bm25", answers=answers, corpus=corpus)
     return _write_sample(read_artifact(pool, "negatives"), output, source="official", depth=depth, count=count,
                          seed=seed)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 
 from ..errors import DataError
 from ..io import atomic_output, atomic_outputs
-from .readers import Document, read_documents, read_judgements, read_official_negatives, read_queries
+from .readers import (Document, read_answers, read_documents, read_judgements, read_official_negatives,
+                      read_queries)
 from .schemas import SCHEMAS, read_artifact, write_artifact
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
     """
     if unknown_ids not in UNKNOWN_ID_POLICIES:
         raise ValueError(f"unknown_ids must be one of {UNKNOWN_ID_POLICIES}, got {unknown_ids!r}")
+    if fmt == "dpr":
+        return _ingest_dpr_split(root, split, corpus, queries_out, qrels_out, unknown_ids, files)
     judgements = {}
     for j in read_judgements(fmt, root, split, files):
         if not j.query_id.strip() or not j.doc_id.strip():
@@ -136,6 +139,45 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
         write_artifact(qrels, qrels_tmp, "qrels")
     log.info("split %s: %d queries, %d judgements", split, len(split_queries), len(qrels))
     return len(split_queries), len(qrels)
+
+
+def _ingest_dpr_split(root, split: str, corpus, queries_out, qrels_out, unknown_ids: str,
+                      files: dict | None) -> tuple[int, int]:
+    """A DPR split: *every* question is a query (relevance comes from answers, not judgements); the qrels are
+    the ``positive_ctxs`` of a bi-encoder JSON (none for a .qa.csv split)."""
+    queries, judgements = [], []
+    for q in read_answers(root, split, files):
+        if not q.text.strip():
+            raise q.where.error(f"question {q.query_id} has empty text", "give the question its text or remove it")
+        queries.append((q.query_id, q.text))
+        judgements += [_DprJudgement(q.where, q.query_id, pid) for pid in q.positive_ids]
+    if not queries:
+        raise DataError(root, f"split {split!r} has no questions", "check the split's file (split_files)")
+    doc_ids = set(read_artifact(corpus, "corpus", columns=["doc_id"])["doc_id"])
+    kept = _drop_unknown(judgements, "doc_id", doc_ids, "corpus", unknown_ids)
+    qrels = pd.DataFrame({"query_id": [j.query_id for j in kept], "doc_id": [j.doc_id for j in kept],
+                          "relevance": [1] * len(kept)})
+    with atomic_outputs(queries_out, qrels_out) as (queries_tmp, qrels_tmp):
+        write_artifact(pd.DataFrame(queries, columns=["query_id", "text"]), queries_tmp, "queries")
+        write_artifact(qrels, qrels_tmp, "qrels")
+    log.info("split %s: %d questions, %d positive passages", split, len(queries), len(qrels))
+    return len(queries), len(qrels)
+
+
+class _DprJudgement(NamedTuple):
+    where: object
+    query_id: str
+    doc_id: str
+
+
+def ingest_answers(root: str | Path, split: str, output: str | Path, files: dict | None = None) -> int:
+    """Write ``answers_<split>.parquet`` (query_id, answers) of a ``dpr`` split; return the question count."""
+    rows = [(q.query_id, [a for a in q.answers if a.strip()]) for q in read_answers(root, split, files)]
+    if not rows:
+        raise DataError(root, f"split {split!r} has no questions", "check the split's file (split_files)")
+    write_artifact(pd.DataFrame(rows, columns=["query_id", "answers"]), output, "answers")
+    log.info("split %s: answers of %d questions", split, len(rows))
+    return len(rows)
 
 
 def ingest_official_negatives(path: str | Path, qrels: str | Path, output: str | Path,

@@ -16,6 +16,15 @@ Layouts (``path`` is the dataset folder from config.yaml; any text file may also
 * ``parquet``: ``corpus.parquet`` (``doc_id``, ``text``, optional ``title``), ``queries_<split>.parquet``
   or ``queries.parquet`` (``query_id``, ``text``), ``qrels_<split>.parquet`` (``query_id``, ``doc_id``,
   ``relevance``).
+* ``dpr`` (DPR's open-domain QA releases: Natural Questions, TriviaQA, ...): ``psgs_w100.tsv`` (header
+  ``id<TAB>text<TAB>title``, read like DPR with ``csv`` and a tab delimiter), and per split either a DPR
+  bi-encoder JSON (``biencoder-nq-train.json``: a list of ``{question, answers, positive_ctxs,
+  hard_negative_ctxs, ...}``, each context with ``passage_id`` or ``psg_id``) or a QA file
+  (``nq-test.qa.csv``: ``question<TAB>["answer", ...]``, no header). A split's file is named by
+  ``split_files: {split: {queries: name}}``, else ``<split>.json`` or ``<split>.qa.csv``. Questions have no
+  ids in these files; a question's id is its 0-based position in its file (Pyserini's ids for DPR topics).
+  Positives come from ``positive_ctxs``; ``hard_negative_ctxs`` (DPR's BM25 negatives) are the official
+  negatives when ``official_negatives`` names the train JSON.
 """
 
 from __future__ import annotations
@@ -23,12 +32,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+import ast
+import json
+
 import pyarrow.parquet as pq
 
 from ..errors import DataError
-from .text_files import iter_json_lines, iter_lines, iter_tsv, resolve_file
+from .text_files import iter_csv_rows, iter_json_array, iter_json_lines, iter_lines, iter_tsv, resolve_file
 
-FORMATS = ("beir", "msmarco", "parquet")
+FORMATS = ("beir", "msmarco", "parquet", "dpr")
 
 
 class Location(NamedTuple):
@@ -64,6 +76,16 @@ class NegativeList(NamedTuple):
     where: Location
     query_id: str
     doc_ids: list[str]
+
+
+class Question(NamedTuple):
+    """A DPR question: its answers, and (bi-encoder JSON only) positive and BM25 hard-negative passage ids."""
+    where: Location
+    query_id: str
+    text: str
+    answers: list[str]
+    positive_ids: list[str]
+    hard_negative_ids: list[str]
 
 
 def _as_text(value, where: Location, field: str) -> str:
@@ -190,6 +212,10 @@ def read_official_negatives(path: str | Path) -> Iterator[NegativeList]:
     The layout is decided by the first line; triples of one query are grouped (in file order).
     """
     path = resolve_file(path, "official negatives")
+    if ".json" in path.suffixes:  # DPR's bi-encoder train JSON: hard_negative_ctxs are its BM25 negatives
+        for question in read_dpr_questions(path):
+            yield NegativeList(question.where, question.query_id, question.hard_negative_ids)
+        return
     lines = iter_lines(path)
     first = next(lines, None)
     if first is None:
@@ -216,6 +242,93 @@ def read_official_negatives(path: str | Path) -> Iterator[NegativeList]:
                         "positive pid, negative pid)", "give train.negatives.tsv or qidpidtriples", line=first[0])
 
 
+# ------------------------------------------------------------------------------------------------- dpr
+DPR_PASSAGES = "psgs_w100.tsv"
+
+
+def _dpr_documents(root: Path) -> Iterator[Document]:
+    path = resolve_file(root / DPR_PASSAGES, "DPR passages")
+    for line, (pid, text, title) in iter_csv_rows(path, ("id", "text", "title"), header=("id", "text", "title")):
+        yield Document(Location(path, line), pid, title, text)
+
+
+def _dpr_split_name(root: Path, split: str, files: dict | None) -> str:
+    """The split's DPR file: ``files["queries"]`` when given, else ``<split>.json`` or ``<split>.qa.csv``."""
+    if files and files.get("queries"):
+        return files["queries"]
+    for name in (f"{split}.json", f"{split}.qa.csv"):
+        if any((root / n).exists() for n in (name, name + ".gz")):
+            return name
+    return f"{split}.json"
+
+
+def _as_answers(value, where: Location) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+        raise where.error(f"answers {value!r} are not a non-empty list of strings",
+                          'give every question its answers as a list of strings, e.g. ["Paris", "Paris, France"]')
+    if not any(a.strip() for a in value):
+        raise where.error("every answer is empty", "give the question at least one non-empty answer")
+    return value
+
+
+def _ctx_ids(record: dict, key: str, where: Location) -> list[str]:
+    contexts = record.get(key) or []
+    if not isinstance(contexts, list):
+        raise where.error(f"{key!r} is {type(contexts).__name__}, expected a list of contexts",
+                          f"write {key!r} as a list of {{title, text, passage_id}} objects")
+    ids = []
+    for number, ctx in enumerate(contexts, start=1):
+        pid = ctx.get("passage_id", ctx.get("psg_id")) if isinstance(ctx, dict) else None
+        if pid is None or isinstance(pid, bool) or not isinstance(pid, (str, int)) or not str(pid).strip():
+            raise where.error(f"context {number} of {key!r} has no passage id ('passage_id' or 'psg_id')",
+                              "give every context the psgs_w100.tsv id of its passage (DPR's passage_id)")
+        if str(pid).strip() not in ids:
+            ids.append(str(pid).strip())
+    return ids
+
+
+def read_dpr_questions(path: str | Path) -> Iterator[Question]:
+    """The questions of a DPR split file: bi-encoder JSON (``.json``) or QA file (``.qa.csv``/``.csv``)."""
+    path = Path(path)
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    if name.endswith(".json"):
+        for index, (line, record) in enumerate(iter_json_array(path)):
+            where = Location(path, line)
+            missing = [k for k in ("question", "answers") if k not in record]
+            if missing:
+                raise where.error(f"question record {index} lacks {', '.join(map(repr, missing))}",
+                                  "give every record DPR's fields question, answers, positive_ctxs, "
+                                  "hard_negative_ctxs")
+            yield Question(where, str(index), _as_text(record["question"], where, "question"),
+                           _as_answers(record["answers"], where), _ctx_ids(record, "positive_ctxs", where),
+                           _ctx_ids(record, "hard_negative_ctxs", where))
+    elif name.endswith(".csv"):
+        for index, (line, (question, answers)) in enumerate(iter_csv_rows(path, ("question", "answers"))):
+            where = Location(path, line)
+            try:
+                parsed = json.loads(answers)
+            except json.JSONDecodeError:
+                try:
+                    parsed = ast.literal_eval(answers.strip())
+                except (ValueError, SyntaxError):
+                    raise where.error(f"answers {answers[:80]!r} are not a list literal",
+                                      'write the answers as a list, e.g. ["Paris", "Paris, France"]') from None
+            yield Question(where, str(index), question, _as_answers(parsed, where), [], [])
+    else:
+        raise DataError(path, "not a DPR split file (expected .json or .qa.csv, optionally .gz)",
+                        "name the split's file in the dataset's split_files")
+
+
+def _dpr_questions(root: Path, split: str, files: dict | None) -> Iterator[Question]:
+    name = _dpr_split_name(root, split, files)
+    return read_dpr_questions(resolve_file(root / name, f"DPR questions for split {split!r}"))
+
+
+def read_answers(root: str | Path, split: str, files: dict | None = None) -> Iterator[Question]:
+    """The questions of a ``dpr`` split with their answers (the ``answers_{split}`` artifact's source)."""
+    return _dpr_questions(Path(root), split, files)
+
+
 # ------------------------------------------------------------------------------------------- dispatch
 def read_documents(fmt: str, root: str | Path) -> Iterator[Document]:
     root = Path(root)
@@ -225,12 +338,16 @@ def read_documents(fmt: str, root: str | Path) -> Iterator[Document]:
         return _msmarco_documents(root)
     if fmt == "parquet":
         return _parquet_documents(root / "corpus.parquet")
+    if fmt == "dpr":
+        return _dpr_documents(root)
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
 
 def _check_split_files(fmt: str, files: dict | None) -> None:
-    if files and fmt != "msmarco":
-        raise ValueError(f"split_files is only for the msmarco layout, the dataset is {fmt!r}")
+    if files and fmt not in ("msmarco", "dpr"):
+        raise ValueError(f"split_files is only for the msmarco and dpr layouts, the dataset is {fmt!r}")
+    if files and fmt == "dpr" and set(files) - {"queries"}:
+        raise ValueError("split_files of a dpr dataset name only `queries` (the split's JSON or .qa.csv file)")
 
 
 def read_queries(fmt: str, root: str | Path, split: str, files: dict | None = None) -> Iterator[Query]:
@@ -246,6 +363,8 @@ def read_queries(fmt: str, root: str | Path, split: str, files: dict | None = No
     if fmt == "parquet":
         per_split = root / f"queries_{split}.parquet"
         return _parquet_queries(per_split if per_split.is_file() else root / "queries.parquet")
+    if fmt == "dpr":
+        return (Query(q.where, q.query_id, q.text) for q in _dpr_questions(root, split, files))
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
 
@@ -258,6 +377,9 @@ def read_judgements(fmt: str, root: str | Path, split: str, files: dict | None =
         return _msmarco_judgements(root, split, files)
     if fmt == "parquet":
         return _parquet_judgements(root / f"qrels_{split}.parquet")
+    if fmt == "dpr":
+        return (Judgement(q.where, q.query_id, pid, 1) for q in _dpr_questions(root, split, files)
+                for pid in q.positive_ids)
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
 
@@ -269,14 +391,16 @@ def raw_files(fmt: str, root: str | Path, split: str | None = None, files: dict 
     """
     root = Path(root)
     if split is None:
-        names = {"beir": ["corpus.jsonl"], "msmarco": ["collection.tsv"], "parquet": ["corpus.parquet"]}[fmt]
+        names = {"beir": ["corpus.jsonl"], "msmarco": ["collection.tsv"], "parquet": ["corpus.parquet"],
+                 "dpr": [DPR_PASSAGES]}[fmt]
         if fmt == "msmarco" and any((root / n).exists() for n in ("titles.tsv", "titles.tsv.gz")):
             names.append("titles.tsv")
     else:
         names = {"beir": ["queries.jsonl", f"qrels/{split}.tsv"],
                  "msmarco": [_split_file(split, files, "queries"), _split_file(split, files, "qrels")],
                  "parquet": [f"queries_{split}.parquet" if (root / f"queries_{split}.parquet").exists()
-                             else "queries.parquet", f"qrels_{split}.parquet"]}[fmt]
+                             else "queries.parquet", f"qrels_{split}.parquet"],
+                 "dpr": [_dpr_split_name(root, split, files)]}[fmt]
     found = []
     for name in names:
         plain = root / name

@@ -25,10 +25,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("negative_ids", pa.list_(pa.string())),
         ("negative_scores", pa.list_(pa.float32())),
     ]),
+    "answers": pa.schema([("query_id", pa.string()), ("answers", pa.list_(pa.string()))]),
 }
 # Columns that together identify a row: unique and never null or empty.
 KEYS = {"corpus": ["doc_id"], "queries": ["query_id"], "qrels": ["query_id", "doc_id"],
-        "negatives": ["query_id"]}
+        "negatives": ["query_id"], "answers": ["query_id"]}
 
 _REBUILD = "delete it and rerun the Snakemake rule that writes it"
 
@@ -78,6 +79,10 @@ def check_frame(frame: pd.DataFrame, kind: str, path: str | Path) -> None:
                 raise DataError(path, "a query without positives", _REBUILD, row=row)
             if len(ids) != len(scores) or len(nids) != len(nscores):
                 raise DataError(path, "ids and scores of different lengths", _REBUILD, row=row)
+    if kind == "answers":
+        for row, answers in enumerate(frame["answers"], 1):
+            if answers is None or len(answers) == 0:
+                raise DataError(path, "a question without answers", _REBUILD, row=row)
 
 
 def open_parquet(path: str | Path, what: str, *, missing_fix: str = "run the Snakemake rule that writes it",

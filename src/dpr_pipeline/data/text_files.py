@@ -71,3 +71,122 @@ def iter_tsv(path: Path, columns: tuple[str, ...], *, header: bool = False,
                             f"({', '.join(columns)})",
                             f"write {len(columns)} columns per line: {', '.join(columns)}", line=number)
         yield number, fields
+
+
+def open_text(path: Path):
+    """A text handle (strict UTF-8, newlines untranslated as the csv module wants) on a plain or gzipped file."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, "r", encoding="utf-8", newline="")
+
+
+def iter_csv_rows(path: Path, columns: tuple[str, ...], *, header: tuple[str, ...] | None = None
+                  ) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(line_number, fields)`` of a tab-separated file read as DPR reads it (``csv.reader`` with
+    ``delimiter="\\t"``: a field in double quotes may hold tabs, newlines and doubled quotes).
+
+    ``header``: the first row must be exactly these names. ``line_number`` is the row's last physical line.
+    """
+    import csv
+
+    with open_text(path) as handle:
+        reader = csv.reader(handle, delimiter="\t")
+        try:
+            if header is not None:
+                first = next(reader, None)
+                if first is None or [f.strip() for f in first] != list(header):
+                    raise DataError(path, f"header {first!r}, expected {list(header)}",
+                                    f"start the file with the tab-separated header line: {' '.join(header)}",
+                                    line=1)
+            for fields in reader:
+                if not fields or (len(fields) == 1 and not fields[0].strip()):
+                    continue
+                if len(fields) != len(columns):
+                    raise DataError(path, f"{len(fields)} tab-separated columns, expected {len(columns)} "
+                                    f"({', '.join(columns)})",
+                                    f"write {len(columns)} columns per line: {', '.join(columns)} (a field with "
+                                    "a tab or a stray double quote must be quoted: \"...\" with \"\" inside)",
+                                    line=reader.line_num)
+                yield reader.line_num, fields
+        except UnicodeDecodeError as err:
+            raise DataError(path, f"bytes that are not UTF-8 ({err.reason})",
+                            "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`",
+                            line=reader.line_num + 1) from None
+        except csv.Error as err:
+            raise DataError(path, f"not a readable tab-separated line ({err})",
+                            "close every double-quoted field", line=reader.line_num) from None
+
+
+def iter_json_array(path: Path, chunk_chars: int = 1 << 20,
+                    max_object_chars: int = 1 << 26) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for each element of a (possibly huge) JSON array of objects, streaming:
+    only the current object and one chunk are in memory. ``line_number`` is where the object starts.
+
+    An element that does not parse is given more text until it does, the file ends, or it would exceed
+    ``max_object_chars`` (so a syntax error early in a large file does not load the rest of it)."""
+    decoder = json.JSONDecoder()
+    with open_text(path) as handle:
+        buffer, pos, line, eof = "", 0, 1, False
+
+        def read_more() -> bool:
+            nonlocal buffer, pos, eof
+            try:
+                chunk = handle.read(chunk_chars)
+            except UnicodeDecodeError as err:
+                raise DataError(path, f"bytes that are not UTF-8 ({err.reason})",
+                                "re-encode the file as UTF-8", line=line) from None
+            if not chunk:
+                eof = True
+                return False
+            buffer, pos = buffer[pos:] + chunk, 0
+            return True
+
+        def next_char() -> str:
+            """The next non-whitespace character (consumed whitespace counted in ``line``), '' at the end."""
+            nonlocal pos, line
+            while True:
+                while pos < len(buffer) and buffer[pos] in " \t\r\n":
+                    line += buffer[pos] == "\n"
+                    pos += 1
+                if pos < len(buffer):
+                    return buffer[pos]
+                if not read_more():
+                    return ""
+
+        def fail(problem: str, at_line: int) -> DataError:
+            return DataError(path, problem, "give a JSON list of objects (DPR's biencoder-*.json layout)",
+                             line=at_line)
+
+        if next_char() != "[":
+            raise fail("not a JSON array (the file must start with '[')", line)
+        pos += 1
+        expect_element = True
+        while True:
+            char = next_char()
+            if char == "]" and expect_element is not None:
+                pos += 1
+                if next_char() != "":
+                    raise fail("text after the closing ']'", line)
+                return
+            if char == "":
+                raise fail("the file ends inside the array (truncated?)", line)
+            if expect_element is False:
+                if char != ",":
+                    raise fail(f"expected ',' or ']' between objects, found {char!r}", line)
+                pos += 1
+                expect_element = None  # an element must follow a comma
+                continue
+            while True:
+                try:
+                    record, end = decoder.raw_decode(buffer, pos)
+                    break
+                except json.JSONDecodeError as err:
+                    if not eof and len(buffer) - pos < max_object_chars and read_more():
+                        continue
+                    raise fail(f"not valid JSON ({err.msg})", line + buffer.count("\n", pos, err.pos)) from None
+            if not isinstance(record, dict):
+                raise fail(f"an element is {type(record).__name__}, expected an object", line)
+            yield line, record
+            line += buffer.count("\n", pos, end)
+            pos = end
+            expect_element = False
