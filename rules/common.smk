@@ -72,11 +72,13 @@ def data_file(name):
 
 
 def final_targets():
-    """What `snakemake` with no target builds: every stage's metrics and the summary, per run_datasets entry."""
+    """What `snakemake` with no target builds: every stage's metrics and the summary, per run_datasets entry, and
+    the report's files."""
     targets = []
     for dataset in config["run_datasets"]:
         targets += [f"results/{dataset}/{stage}/metrics.png" for stage in STAGES]
         targets += [f"results/{dataset}/summary.{ext}" for ext in ("json", "md", "png")]
+        targets += report_targets(dataset)  # rules/report.smk: loss curves, metric tables, scores, throughput
     return targets
 
 

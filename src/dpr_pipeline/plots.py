@@ -103,6 +103,7 @@ def plot_training_loss(loss_log: str | Path, output: str | Path, title: str) -> 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     import numpy as np
 
     rows = read_loss_log(loss_log)
@@ -124,10 +125,10 @@ def plot_training_loss(loss_log: str | Path, output: str | Path, title: str) -> 
         lr_axis.set_ylabel("learning rate (dashed)", color="0.45")
         lr_axis.tick_params(axis="y", colors="0.45")
         lr_axis.set_ylim(bottom=0)
-        lr_axis.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+        lr_axis.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:.1e}"))
         handles.append(lr_axis.lines[0])
         labels.append("learning rate (right axis)")
-    ax.legend(handles, labels, fontsize=8, loc="upper right")
+    ax.legend(handles, labels, fontsize=8, loc="best")
     if "seconds" in rows[-1]:
         ax.text(0.01, 0.02, f"{len(rows)} steps logged, {rows[-1]['seconds']:.0f} s of training",
                 transform=ax.transAxes, fontsize=8, color="0.3")
@@ -161,9 +162,11 @@ def score_separation(frame) -> dict:
             "positive_first": above / compared if compared else float("nan")}
 
 
-def plot_score_distributions(sources: dict[str, str | Path], output: str | Path, title: str) -> None:
+def plot_score_distributions(sources: dict[str, str | Path], output: str | Path, title: str,
+                             score_names: dict[str, str] | None = None) -> None:
     """One panel per negatives-schema artifact (panel title -> path): histograms, each normalised to density,
-    of the source ranker's scores of the queries' positives and of their (sampled) negatives."""
+    of the source ranker's scores of the queries' positives and of their (sampled) negatives; ``score_names``
+    (panel title -> x-axis label) says what the scores are."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,17 +188,16 @@ def plot_score_distributions(sources: dict[str, str | Path], output: str | Path,
         both = np.concatenate([pos, neg])
         bins = np.linspace(both.min(), both.max(), 41) if both.max() > both.min() else 10
         missing = f", {scores['unscored_positives']} not retrieved" if scores["unscored_positives"] else ""
-        ax.hist(neg, bins=bins, density=True, alpha=0.55, color="C3",
-                label=f"negatives ({len(neg)} scores)")
+        ax.hist(neg, bins=bins, density=True, alpha=0.55, color="C3", label=f"negatives ({len(neg)} scores)")
         if len(pos):
             ax.hist(pos, bins=bins, density=True, alpha=0.55, color="C2",
                     label=f"positives ({len(pos)} scores{missing})")
         ax.set_ylabel("density")
-        ax.set_xlabel("score", fontsize=8, labelpad=1)
-        if scores["compared_queries"]:
-            ax.text(0.01, 0.95, f"best positive above every negative: {100 * scores['positive_first']:.1f} % of "
-                                f"{scores['compared_queries']} queries", transform=ax.transAxes, va="top", fontsize=8)
-        ax.legend(fontsize=8, loc="upper right")
+        ax.set_xlabel((score_names or {}).get(name, "score"), fontsize=8, labelpad=1)
+        separation = (f"best positive above every negative:\n{100 * scores['positive_first']:.1f} % of "
+                      f"{scores['compared_queries']} queries" if scores["compared_queries"] else None)
+        legend = ax.legend(fontsize=8, loc="best", title=separation, title_fontsize=8)
+        legend._legend_box.align = "left"
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     with atomic_output(output) as tmp:
