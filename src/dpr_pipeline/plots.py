@@ -112,9 +112,14 @@ def plot_training_loss(loss_log: str | Path, output: str | Path, title: str) -> 
     window = max(1, len(losses) // 10)
     smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
     fig, ax = plt.subplots(figsize=(7.5, 4.0))
-    ax.plot(steps, losses, color="C0", alpha=0.3, linewidth=0.8, label="loss of each step")
-    ax.plot(steps[window - 1:], smooth, color="C0", linewidth=2,
-            label=f"running mean over {window} step{'s' if window > 1 else ''} ({smooth[0]:.3f} → {smooth[-1]:.3f})")
+    if window > 1:
+        ax.plot(steps, losses, color="C0", alpha=0.3, linewidth=0.8, label="loss of each step")
+        ax.plot(steps[window - 1:], smooth, color="C0", linewidth=2,
+                label=f"running mean over {window} steps ({smooth[0]:.3f} → {smooth[-1]:.3f})")
+    else:  # under 20 steps: nothing to smooth
+        ax.plot(steps, losses, color="C0", linewidth=2, marker="o", markersize=3,
+                label=f"loss of each step ({losses[0]:.3f} → {losses[-1]:.3f})")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("training loss")
     ax.set_title(title, fontsize=10)

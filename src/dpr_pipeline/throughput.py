@@ -108,7 +108,7 @@ def plot_throughput(table: pd.DataFrame, output: str | Path, title: str) -> None
             ax.set_xscale("log")
         finite = values[np.isfinite(values)]
         if len(finite):
-            ax.set_xlim(right=finite.max() * (8 if ax.get_xscale() == "log" else 1.45))
+            ax.set_xlim(right=finite.max() * (60 if ax.get_xscale() == "log" else 1.45))
         ax.set_xlabel(xlabel)
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(y, labels, fontsize=8)
