@@ -76,11 +76,13 @@ def data_file(name):
 
 
 def final_targets():
-    """What `snakemake` with no target builds: every stage's metrics and the summary, per run_datasets entry."""
+    """What `snakemake` with no target builds: every stage's metrics and the summary, per run_datasets entry, and
+    the report's files."""
     targets = []
     for dataset in config["run_datasets"]:
         targets += [f"results/{dataset}/{stage}/metrics.png" for stage in STAGES]
         targets += [f"results/{dataset}/summary.{ext}" for ext in ("json", "md", "png")]
+        targets += report_targets(dataset)  # rules/report.smk: loss curves, metric tables, scores, throughput
     return targets
 
 
@@ -246,3 +248,62 @@ def mining_answer_inputs(wildcards):
 def bm25_negatives_answer_inputs(wildcards):
     """As mining_answer_inputs, for BM25 negatives taken from our Pyserini run (official ones are left as is)."""
     return {} if "official_negatives" in dataset_config(wildcards) else mining_answer_inputs(wildcards)
+
+
+# The report (rules/report.smk): what it plots and which jobs' benchmark files it reads.
+# Training stages with a loss_log.jsonl: the main chain, each pre-training method, each ablation Retriever1.
+TRAINED_STAGES = ["retriever1", "retriever2", "reranker", "distill"]
+
+
+def pretraining_in_chain(dataset):
+    """The pre-training methods the main chain trains: pretrain.method when a bi-encoder starts from it."""
+    uses = [stage_params(config, dataset, stage)["plm"] == "pretrain" for stage in ("retriever", "distill")]
+    return [f"pretrain/{stage_params(config, dataset, 'pretrain')['method']}"] if any(uses) else []
+
+
+def report_targets(dataset):
+    """The report's files of a dataset (part of the default target)."""
+    stages = TRAINED_STAGES + pretraining_in_chain(dataset)
+    return ([f"results/{dataset}/{stage}/loss_curve.png" for stage in stages]
+            + [f"results/{dataset}/{stage}/metrics.html" for stage in STAGES]
+            + [f"results/{dataset}/report/score_distributions.png"]
+            + [f"results/{dataset}/report/throughput.{ext}" for ext in ("tsv", "html", "png")])
+
+
+def benchmarked_jobs(wildcards):
+    """The jobs whose throughput the report shows, with what each processed (see src/dpr_pipeline/throughput.py):
+    corpus encoding (passages), BM25 and dense search and re-ranking (queries), teacher scoring (query-passage
+    pairs), training (steps). ``output``: a file the job writes, so this rule runs after it and its benchmark."""
+    ds = wildcards.dataset
+    root, bench = f"results/{ds}", f"results/{ds}/benchmarks"
+    train, evals = train_split(wildcards), eval_splits(wildcards)
+    with_train = list(dict.fromkeys([train] + evals))
+    jobs = []
+    for stage in ["retriever1", "retriever2", "distill"]:
+        for shard in range(retriever_params(wildcards)["encode_shards"]):
+            ids = f"{root}/{stage}/embeddings/shard_{shard}.ids.parquet"
+            jobs.append({"task": "corpus encoding", "job": f"{stage} shard {shard}", "unit": "passages",
+                         "benchmark": f"{bench}/encode_corpus_{stage}_{shard}.tsv", "output": ids, "counted": ids})
+    bm25_splits = evals if "official_negatives" in dataset_config(wildcards) else with_train
+    searches = [("BM25 search", "bm25", "bm25_search_", bm25_splits)] + [
+        ("dense search", stage, f"dense_search_{stage}_", with_train if stage != "distill" else evals)
+        for stage in ["retriever1", "retriever2", "distill"]]
+    for task, stage, prefix, splits in searches:
+        for split in splits:
+            jobs.append({"task": task, "job": split if stage == "bm25" else f"{stage} {split}", "unit": "queries",
+                         "benchmark": f"{bench}/{prefix}{split}.tsv", "output": f"{root}/{stage}/run_{split}.trec",
+                         "counted": f"{root}/data/queries_{split}.parquet"})
+    for split in evals:
+        jobs.append({"task": "re-ranking", "job": split, "unit": "queries", "benchmark": f"{bench}/rerank_{split}.tsv",
+                     "output": f"{root}/reranker/run_{split}.trec", "counted": f"{root}/data/queries_{split}.parquet"})
+    for shard, path in enumerate(teacher_shards(wildcards)):
+        jobs.append({"task": "teacher scoring", "job": f"shard {shard}", "unit": "query-passage pairs",
+                     "benchmark": f"{bench}/teacher_scores_{shard}.tsv", "output": path, "counted": path})
+    for stage in TRAINED_STAGES + pretraining_in_chain(ds):
+        log_file = f"{root}/{stage}/loss_log.jsonl"
+        name = {"reranker": "train_reranker", "distill": "train_distill"}.get(stage, f"train_{stage}")
+        if stage.startswith("pretrain/"):
+            name = f"pretrain_{stage.split('/', 1)[1]}"
+        jobs.append({"task": "training", "job": stage, "unit": "steps", "benchmark": f"{bench}/{name}.tsv",
+                     "output": log_file, "counted": log_file})
+    return jobs

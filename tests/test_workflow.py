@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import pandas as pd
 import pytest
@@ -67,7 +68,9 @@ def test_dry_run_plans_every_stage(workdir):
                     "dense_search": 5,                  # train + test for Retriever1 and 2, test for distill
                     "mine_hard_negatives": 2, "train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2,
                     "merge_teacher_scores": 1, "train_distill": 1, "evaluate": 5, "plot_metrics": 5,
-                    "summary": 1, "all": 1, "tokenize_corpus": 1, "pretrain": 1}
+                    "summary": 1, "all": 1, "tokenize_corpus": 1, "pretrain": 1,
+                    # the report: loss curves of Retriever1-2, re-ranker, distill and SimLM pre-training
+                    "plot_training_loss": 5, "metrics_table": 5, "score_distributions": 1, "throughput": 1}
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +172,8 @@ def test_deleting_the_reranker_reruns_it_and_what_depends_on_it(built, workdir):
     jobs = planned_jobs(snakemake(workdir, "-n"))
     assert jobs == {"train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2, "merge_teacher_scores": 1,
                     "train_distill": 1, "encode_corpus": 2, "build_index": 1, "dense_search": 1, "evaluate": 2,
-                    "plot_metrics": 2, "summary": 1, "all": 1}
+                    "plot_metrics": 2, "summary": 1, "all": 1,
+                    "plot_training_loss": 2, "metrics_table": 2, "score_distributions": 1, "throughput": 1}
 
 
 def test_pretraining_ablation_fine_tunes_retriever1_from_each_method(built, workdir):
@@ -194,4 +198,28 @@ def test_pretraining_ablation_fine_tunes_retriever1_from_each_method(built, work
 def test_report_has_the_plots(built, workdir):
     snakemake(workdir)                                    # rebuild what the previous test deleted
     snakemake(workdir, "--report", str(workdir / "report.zip"))
-    assert (workdir / "report.zip").stat().st_size > 0
+    with zipfile.ZipFile(workdir / "report.zip") as report:
+        names = report.namelist()
+        html = report.read("report/report.html").decode("utf-8")
+    root = "results/scifact"
+    expected = ([f"{root}/{stage}/metrics.{ext}" for stage in ("bm25", "retriever1", "retriever2", "reranker",
+                                                                "distill") for ext in ("png", "html")]
+                + [f"{root}/{stage}/loss_curve.png" for stage in ("retriever1", "retriever2", "reranker", "distill",
+                                                                   "pretrain/simlm")]
+                + [f"{root}/report/score_distributions.png", f"{root}/report/throughput.html",
+                   f"{root}/report/throughput.png", f"{root}/summary.png"])
+    for path in expected:                                 # registered (with its caption) and stored in the zip
+        entry = html.find(f'"{path}": {{"name": "{path.rsplit("/", 1)[1]}"')
+        assert entry >= 0, path
+        stored = re.compile(r'"data_uri": "([^"]+)"').search(html, entry).group(1)
+        assert f"report/{stored}" in names, path
+    assert "How hard the hard negatives are" in html and "Throughput, wall time and peak memory" in html
+
+    throughput = pd.read_csv(built / "report" / "throughput.tsv", sep="\t")
+    counts = throughput.groupby("task").size().to_dict()
+    assert counts == {"corpus encoding": 6, "BM25 search": 2, "dense search": 5, "re-ranking": 1,
+                      "teacher scoring": 2, "training": 5}
+    assert throughput["seconds"].gt(0).all() and throughput["max_rss_mb"].gt(0).all()
+    encoded = throughput[throughput["task"] == "corpus encoding"]
+    assert encoded["items"].sum() == 3 * len(pd.read_parquet(built / "data" / "corpus.parquet"))
+    assert throughput.loc[throughput["job"] == "test", "items"].tolist() == [300, 300]  # BM25 and re-ranking

@@ -1,0 +1,114 @@
+# What `snakemake --report` shows besides the stages' metric plots: each training stage's loss curve, the scores
+# of positives vs mined negatives (BM25, Retriever1, Retriever2, teacher), every stage's metric table, and the
+# throughput of encoding, search, re-ranking, teacher scoring and training from the jobs' benchmark files.
+
+
+rule plot_training_loss:
+    input:
+        "results/{dataset}/{trained}/loss_log.jsonl",
+    output:
+        report(
+            "results/{dataset}/{trained}/loss_curve.png",
+            caption="../report/loss_curve.rst",
+            category="{dataset}",
+            subcategory="{trained}",
+        ),
+    wildcard_constraints:
+        trained="|".join(TRAINED_STAGES + [f"pretrain/{m}" for m in PRETRAIN_METHODS] + ABLATION_STAGES),
+    threads: threads_of("plot_training_loss")
+    resources:
+        **resources_of("plot_training_loss"),
+    log:
+        "results/{dataset}/logs/plot_training_loss_{trained}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/plot_training_loss_{trained}.tsv"
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/plot_training_loss.py"
+
+
+rule metrics_table:
+    input:
+        "results/{dataset}/{stage}/metrics.json",
+    output:
+        report(
+            "results/{dataset}/{stage}/metrics.html",
+            caption="../report/metrics_table.rst",
+            category="{dataset}",
+            subcategory="{stage}",
+        ),
+    threads: threads_of("metrics_table")
+    resources:
+        **resources_of("metrics_table"),
+    log:
+        "results/{dataset}/logs/metrics_table_{stage}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/metrics_table_{stage}.tsv"
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/metrics_table.py"
+
+
+rule score_distributions:
+    input:
+        bm25="results/{dataset}/bm25/negatives.parquet",
+        retriever1="results/{dataset}/retriever1/negatives.parquet",
+        retriever2="results/{dataset}/retriever2/negatives.parquet",
+        teacher="results/{dataset}/reranker/teacher_scores.parquet",
+    output:
+        report(
+            "results/{dataset}/report/score_distributions.png",
+            caption="../report/score_distributions.rst",
+            category="{dataset}",
+            subcategory="negatives",
+        ),
+    threads: threads_of("score_distributions")
+    resources:
+        **resources_of("score_distributions"),
+    log:
+        "results/{dataset}/logs/score_distributions.log",
+    benchmark:
+        "results/{dataset}/benchmarks/score_distributions.tsv"
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/score_distributions.py"
+
+
+rule throughput:
+    input:
+        # the jobs' outputs (so their benchmark files exist) and the files that count what each processed
+        outputs=lambda wc: [job["output"] for job in benchmarked_jobs(wc)],
+        counted=lambda wc: list(
+            dict.fromkeys(job["counted"] for job in benchmarked_jobs(wc) if job["counted"] != job["output"])
+        ),
+    output:
+        tsv="results/{dataset}/report/throughput.tsv",
+        html=report(
+            "results/{dataset}/report/throughput.html",
+            caption="../report/throughput.rst",
+            category="{dataset}",
+            subcategory="throughput",
+        ),
+        png=report(
+            "results/{dataset}/report/throughput.png",
+            caption="../report/throughput.rst",
+            category="{dataset}",
+            subcategory="throughput",
+        ),
+    params:
+        # benchmark files are not outputs of any rule: read them here, after the jobs that write them
+        jobs=benchmarked_jobs,
+    threads: threads_of("throughput")
+    resources:
+        **resources_of("throughput"),
+    log:
+        "results/{dataset}/logs/throughput.log",
+    benchmark:
+        "results/{dataset}/benchmarks/throughput.tsv"
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/throughput.py"
