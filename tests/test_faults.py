@@ -90,17 +90,28 @@ def stage_spec(stage: str, inputs: dict[str, Path], folder: Path) -> dict:
     return {**texts, **outputs, "params": params}
 
 
-def run_stage(stage: str, inputs: dict[str, Path], folder: Path, kill_at_step: int | None = None) -> int:
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = folder / "spec.json"
-    spec.write_text(json.dumps({"stage": stage, "kwargs": stage_spec(stage, inputs, folder)}))
-    command = [sys.executable, str(STAGE_SCRIPT), str(spec)]
+def stage_process(stages: list[str], inputs: dict[str, Path], root: Path,
+                  kill_at_step: int | None = None) -> subprocess.Popen:
+    """Start one process that runs ``stages`` one after the other, each in ``root/<stage>``."""
+    specs = []
+    for stage in stages:
+        (root / stage).mkdir(parents=True, exist_ok=True)
+        specs.append(root / stage / "spec.json")
+        specs[-1].write_text(json.dumps({"stage": stage, "kwargs": stage_spec(stage, inputs, root / stage)}))
+    command = [sys.executable, str(STAGE_SCRIPT), *map(str, specs)]
     if kill_at_step:
         command += ["--kill-at-step", str(kill_at_step)]
-    done = subprocess.run(command, cwd=folder, env=child_env(), capture_output=True, text=True, timeout=600)
-    if done.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(f"{stage} failed:\n{done.stderr[-4000:]}")
-    return done.returncode
+    stderr = root / f"{'-'.join(stages)}.stderr"
+    with stderr.open("w") as log:
+        process = subprocess.Popen(command, cwd=root, env=child_env(), stdout=subprocess.DEVNULL, stderr=log)
+    process.stderr_path = stderr
+    return process
+
+
+def finished(process: subprocess.Popen, expected: int) -> None:
+    code = process.wait(timeout=600)
+    stderr = process.stderr_path.read_text()
+    assert code == expected, f"{process.args}: exit {code}\n{stderr[-4000:]}"
 
 
 def loss_values(path: Path) -> list[tuple[int, float, float]]:
@@ -108,25 +119,38 @@ def loss_values(path: Path) -> list[tuple[int, float, float]]:
     return [(r["step"], r["loss"], r["learning_rate"]) for r in map(json.loads, path.read_text().splitlines())]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("stage", ["pretrain", "retriever", "reranker", "distill"])
-def test_kill_9_during_training_then_rerun_ends_as_an_uninterrupted_run(stage, stage_inputs, tmp_path):
-    assert run_stage(stage, stage_inputs, tmp_path / "clean") == 0
-    killed = tmp_path / "killed"
-    assert run_stage(stage, stage_inputs, killed, kill_at_step=5) == -signal.SIGKILL
-    # killed after step 5's update: checkpoints of steps 2 (previous) and 4 (latest), loss lines of steps 1-4
-    assert torch.load(killed / "checkpoints" / "latest" / "state.pt", weights_only=True)["step"] == 4
-    assert torch.load(killed / "checkpoints" / "previous" / "state.pt", weights_only=True)["step"] == 2
-    assert [s for s, _, _ in loss_values(killed / "checkpoints" / "loss_log.jsonl")] == [1, 2, 3, 4]
-    assert not (killed / "model").exists() and not (killed / "loss_log.jsonl").exists()
+TRAINING_STAGES = ["pretrain", "retriever", "reranker", "distill"]
 
-    assert run_stage(stage, stage_inputs, killed) == 0
-    assert loss_values(killed / "loss_log.jsonl") == loss_values(tmp_path / "clean" / "loss_log.jsonl")
-    assert len(loss_values(killed / "loss_log.jsonl")) == 8
-    clean, resumed = (load_file(f / "model" / "model.safetensors") for f in (tmp_path / "clean", killed))
-    assert clean.keys() == resumed.keys()
-    assert all(torch.equal(resumed[name], clean[name]) for name in clean)
-    assert not (killed / "checkpoints").exists()
+
+@pytest.mark.slow
+def test_kill_9_during_each_training_stage_then_rerun_ends_as_an_uninterrupted_run(stage_inputs, tmp_path):
+    """Each stage (SimLM pre-training, Retriever, re-ranker, distilled retriever) is SIGKILLed after step 5 of 8
+    and rerun; the rerun resumes from the step-4 checkpoint and ends with an uninterrupted run's weights and
+    loss log, bit for bit. (Processes run concurrently: one uninterrupted run of all stages, one killed run per
+    stage; then one process reruns the killed stages.)"""
+    clean = stage_process(TRAINING_STAGES, stage_inputs, tmp_path / "clean")
+    killed = [stage_process([stage], stage_inputs, tmp_path / "killed", kill_at_step=5)
+              for stage in TRAINING_STAGES]
+    for process in killed:
+        finished(process, -signal.SIGKILL)
+    for stage in TRAINING_STAGES:
+        folder = tmp_path / "killed" / stage
+        # killed after step 5's update: checkpoints of steps 2 (previous) and 4 (latest), loss lines of steps 1-4
+        assert torch.load(folder / "checkpoints" / "latest" / "state.pt", weights_only=True)["step"] == 4, stage
+        assert torch.load(folder / "checkpoints" / "previous" / "state.pt", weights_only=True)["step"] == 2, stage
+        assert [s for s, _, _ in loss_values(folder / "checkpoints" / "loss_log.jsonl")] == [1, 2, 3, 4], stage
+        assert not (folder / "model").exists() and not (folder / "loss_log.jsonl").exists(), stage
+    rerun = stage_process(TRAINING_STAGES, stage_inputs, tmp_path / "killed")
+    finished(clean, 0)
+    finished(rerun, 0)
+    for stage in TRAINING_STAGES:
+        reference, resumed = tmp_path / "clean" / stage, tmp_path / "killed" / stage
+        assert loss_values(resumed / "loss_log.jsonl") == loss_values(reference / "loss_log.jsonl"), stage
+        assert len(loss_values(resumed / "loss_log.jsonl")) == 8, stage
+        weights, expected = (load_file(f / "model" / "model.safetensors") for f in (resumed, reference))
+        assert weights.keys() == expected.keys(), stage
+        assert all(torch.equal(weights[name], expected[name]) for name in expected), stage
+        assert not (resumed / "checkpoints").exists(), stage
 
 
 # --- damaged checkpoints -------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Run one training stage's plain function in its own process; tests/test_faults.py kills it with SIGKILL.
 
-usage: run_training_stage.py SPEC.json [--kill-at-step N]
-SPEC.json: {"stage": "pretrain" | "retriever" | "reranker" | "distill", "kwargs": {...}} with the keyword
+usage: run_training_stage.py SPEC.json [SPEC.json ...] [--kill-at-step N]
+Runs the specs one after the other (one process start for several stages). Each SPEC.json: {"stage": "pretrain" | "retriever" | "reranker" | "distill", "kwargs": {...}} with the keyword
 arguments of dpr_pipeline.pretraining.train.pretrain, dpr_pipeline.training.biencoder.train_biencoder or
 dpr_pipeline.reranker.train_reranker. With --kill-at-step N the process sends itself SIGKILL (kill -9: no
 cleanup, no exception handlers, no atexit) right after the optimizer step N, before that step's loss line
@@ -37,13 +37,17 @@ def kill_at_step(step: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("spec", type=Path)
+    parser.add_argument("specs", type=Path, nargs="+")
     parser.add_argument("--kill-at-step", type=int)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    spec = json.loads(args.spec.read_text())
     if args.kill_at_step:
         kill_at_step(args.kill_at_step)
+    for path in args.specs:
+        run(json.loads(path.read_text()))
+
+
+def run(spec: dict) -> None:
     kwargs = spec["kwargs"]
     if spec["stage"] == "pretrain":
         from dpr_pipeline.pretraining.train import pretrain
