@@ -4,6 +4,7 @@ an interrupted encoding shard, and byte-identical reruns. See docs/reliability.m
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -369,3 +371,109 @@ def test_an_unwritable_output_folder_gives_a_clear_error_and_no_partial_output(w
         assert leftovers(results) == []
     finally:
         shutil.rmtree(top)
+
+
+# --- through Snakemake: an interrupted encoding shard, byte-identical reruns ---------------------------------
+
+TARGET = "results/tiny/retriever1/metrics.json"
+
+
+def tiny_dataset(root: Path) -> Path:
+    """A BEIR dataset of 48 passages on 12 topics, 12 train and 12 test queries."""
+    from conftest import write_beir
+
+    topics = ["cats", "dogs", "birds", "fish", "trees", "rivers", "stars", "trains", "bread", "chess", "rain",
+              "bees"]
+    docs = [(f"{t}{k}", t.title(), f"Passage {k} about {t}: {t} are discussed at length, fact {k}.")
+            for t in topics for k in range(4)]
+    queries = [(f"train_{t}", f"what about {t}") for t in topics] + [(f"test_{t}", f"facts on {t}") for t in topics]
+    qrels = {"train": [(f"train_{t}", f"{t}0", 1) for t in topics], "test": [(f"test_{t}", f"{t}1", 1) for t in topics]}
+    return write_beir(root, docs, queries, qrels)
+
+
+def snakemake_workdir(root: Path, dataset: Path, plm: Path) -> Path:
+    """A working folder whose config runs BM25 -> Retriever1 (tiny BERT, corpus encoded in 2 shards) -> metrics."""
+    root.mkdir(parents=True)
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["run_datasets"] = ["tiny"]
+    config["datasets"] = {"tiny": {
+        "format": "beir", "path": str(dataset), "train_split": "train", "eval_splits": ["test"],
+        "unknown_qrels_ids": "error",
+        "stages": {"bm25": {"threads": 1, "negatives_per_query": 8},
+                   "retriever": {"plm": str(plm), "batch_size": 4, "epochs": 1, "warmup_steps": 1,
+                                 "learning_rate": 1e-3, "negatives_per_query": 1, "query_max_length": 16,
+                                 "passage_max_length": 32, "encode_batch_size": 8, "encode_shards": 2,
+                                 "save_steps": 2, "search_depth": 20}}}}
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
+    return root
+
+
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(workdir / "config.yaml"), "--cores", "1", *args]
+
+
+def snakemake(workdir: Path, *args: str) -> str:
+    done = subprocess.run(snakemake_command(workdir, *args), capture_output=True, text=True, cwd=workdir,
+                          env=child_env(), timeout=900)
+    assert done.returncode == 0, f"snakemake {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return done.stdout + done.stderr
+
+
+def planned_jobs(output: str) -> dict[str, int]:
+    table = output[output.index("Job stats:"):]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+
+
+@pytest.fixture(scope="module")
+def two_workdirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("snakemake_faults")
+    dataset, plm = tiny_dataset(root / "raw"), make_tiny_bert(root / "bert", dropout=0.1)
+    return snakemake_workdir(root / "first", dataset, plm), snakemake_workdir(root / "second", dataset, plm)
+
+
+@pytest.mark.slow
+def test_an_interrupted_encoding_shard_reruns_alone_and_two_runs_are_byte_identical(two_workdirs):
+    """The first folder runs the chain straight through. In the second (at the same time), Snakemake (and with it the running
+    encoding job) is SIGKILLed while the second of the two corpus shards is being encoded; after
+    ``snakemake --unlock`` a dry run with ``--rerun-incomplete`` plans only that shard and what depends on it,
+    the finished shard is not touched, and the rerun ends byte-identical to the first folder: metrics.json,
+    the trained model, the loss values, the shards and the faiss index."""
+    first, second = two_workdirs
+    straight = subprocess.Popen(snakemake_command(first, TARGET), cwd=first, env=child_env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)    # runs alongside
+    process = subprocess.Popen(snakemake_command(second, TARGET), cwd=second, env=child_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    shards = [second / "results/tiny/retriever1/embeddings" / f"shard_{i}.npy" for i in range(2)]
+    shard_logs = [second / "results/tiny/logs" / f"encode_corpus_retriever1_{i}.log" for i in range(2)]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None:
+        done = [i for i in range(2) if shards[i].exists()]
+        if len(done) == 1 and shard_logs[1 - done[0]].exists():   # one shard written, the other one running
+            break
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert len(done) == 1, "the chain finished or timed out before the second shard started"
+    finished, interrupted = done[0], 1 - done[0]
+    assert not shards[interrupted].exists() and not (second / "results/tiny/retriever1/index.faiss").exists()
+    kept = (shards[finished].stat().st_mtime_ns, shards[finished].read_bytes())
+    output = straight.communicate(timeout=900)[0]
+    assert straight.returncode == 0, output[-6000:]
+
+    snakemake(second, "--unlock")
+    plan = planned_jobs(snakemake(second, "-n", "--rerun-incomplete", TARGET))
+    assert plan == {"encode_corpus": 1, "build_index": 1, "dense_search": 1, "evaluate": 1}
+    log = snakemake(second, "--rerun-incomplete", TARGET)
+    assert f"shard={interrupted}" in log and f"shard={finished}" not in log
+    assert (shards[finished].stat().st_mtime_ns, shards[finished].read_bytes()) == kept
+
+    results = Path("results/tiny")
+    for name in ("retriever1/metrics.json", "retriever1/model/model.safetensors", "retriever1/index.faiss",
+                 "retriever1/embeddings/shard_0.npy", "retriever1/embeddings/shard_1.npy",
+                 "retriever1/run_test.trec", "bm25/negatives.parquet"):
+        assert (second / results / name).read_bytes() == (first / results / name).read_bytes(), name
+    assert loss_values(second / results / "retriever1/loss_log.jsonl") == \
+        loss_values(first / results / "retriever1/loss_log.jsonl")
+    metrics = json.loads((first / results / "retriever1/metrics.json").read_text())
+    assert metrics["test"]["num_queries"] == 12 and 0 < metrics["test"]["MRR@10"] <= 1
