@@ -178,6 +178,7 @@ def _load_checkpoint(folder: Path, settings: TrainingSettings) -> dict | None:
             return None
         if damaged:
             log.warning("resuming from %s instead of the damaged %s", path, damaged[0].path)
+        state["folder"] = path.parent           # its loss log is the one to continue
         return state
     if damaged:
         raise damaged[-1] if len(damaged) == 1 else CheckpointError(
@@ -234,7 +235,7 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         start = state["step"]
         log.info("resuming %s from checkpoint step %d of %d", description, start, steps)
         if dist.is_main:
-            saved_log = checkpoint_dir / "latest" / LOSS_LOG
+            saved_log = state["folder"] / LOSS_LOG
             if saved_log.exists():
                 shutil.copy(saved_log, log_path)
             _truncate_loss_log(log_path, start)
