@@ -434,8 +434,8 @@ def two_workdirs(tmp_path_factory):
 
 @pytest.mark.slow
 def test_an_interrupted_encoding_shard_reruns_alone_and_two_runs_are_byte_identical(two_workdirs):
-    """The first folder runs the chain straight through. In the second (at the same time), Snakemake (and with it the running
-    encoding job) is SIGKILLed while the second of the two corpus shards is being encoded; after
+    """The first folder runs the chain straight through. In the second (at the same time), Snakemake (and with
+    it the running encoding job) is SIGKILLed while the second of the two corpus shards is being encoded; after
     ``snakemake --unlock`` a dry run with ``--rerun-incomplete`` plans only that shard and what depends on it,
     the finished shard is not touched, and the rerun ends byte-identical to the first folder: metrics.json,
     the trained model, the loss values, the shards and the faiss index."""

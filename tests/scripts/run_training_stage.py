@@ -1,8 +1,9 @@
 """Run one training stage's plain function in its own process; tests/test_faults.py kills it with SIGKILL.
 
 usage: run_training_stage.py SPEC.json [SPEC.json ...] [--kill-at-step N]
-Runs the specs one after the other (one process start for several stages). Each SPEC.json: {"stage": "pretrain" | "retriever" | "reranker" | "distill", "kwargs": {...}} with the keyword
-arguments of dpr_pipeline.pretraining.train.pretrain, dpr_pipeline.training.biencoder.train_biencoder or
+Runs the specs one after the other (one process start for several stages). Each SPEC.json:
+{"stage": "pretrain" | "retriever" | "reranker" | "distill", "kwargs": {...}} with the keyword arguments
+of dpr_pipeline.pretraining.train.pretrain, dpr_pipeline.training.biencoder.train_biencoder or
 dpr_pipeline.reranker.train_reranker. With --kill-at-step N the process sends itself SIGKILL (kill -9: no
 cleanup, no exception handlers, no atexit) right after the optimizer step N, before that step's loss line
 and checkpoint are written, so the kill always lands mid-run at the same place.
