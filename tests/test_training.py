@@ -95,11 +95,11 @@ def test_killed_training_resumes_to_the_same_weights(tmp_path):
         time.sleep(0.1)
     killed.send_signal(signal.SIGKILL)
     killed.wait()
-    saved_step = torch.load(state, weights_only=False)["step"]
+    saved_step = torch.load(state, weights_only=True)["step"]
     assert 0 < saved_step < 4 and not (tmp_path / "resumed.pt").exists()   # 4 steps in all: killed mid-run
 
     assert run_script(workdir, tmp_path / "resumed.pt").wait(timeout=300) == 0
-    straight, resumed = torch.load(tmp_path / "straight.pt"), torch.load(tmp_path / "resumed.pt")
+    straight, resumed = (torch.load(tmp_path / name, weights_only=True) for name in ("straight.pt", "resumed.pt"))
     for name in straight:
         torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
     assert losses(tmp_path / "resumed.pt") == losses(tmp_path / "straight.pt")

@@ -1,8 +1,10 @@
-"""The one error type for bad input data: it names the file, the place in it, the problem and the fix."""
+"""The error types: bad input data (DataError), unusable checkpoints, outputs that cannot be written; each names
+the file, the problem and the fix."""
 
 from __future__ import annotations
 
 from os import PathLike
+from pathlib import Path
 
 
 class DataError(ValueError):
@@ -18,3 +20,32 @@ class DataError(ValueError):
         where = f"line {line}" if line is not None else f"row {row}" if row is not None else None
         location = f"{self.path}, {where}" if where else self.path
         super().__init__(f"{location}: {problem}. Fix: {fix}")
+
+
+class CheckpointError(RuntimeError):
+    """A training checkpoint that cannot be used. ``str(error)`` names the file, the problem and the fix."""
+
+    FIX = "delete the checkpoint folder {folder} to restart this stage's training from the beginning"
+
+    def __init__(self, path: str | PathLike, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        folder = Path(path).parent.parent          # <checkpoint_dir>/latest/state.pt
+        self.fix = self.FIX.format(folder=folder)
+        super().__init__(f"{self.path}: {problem}. Fix: {self.fix}")
+
+
+class OutputWriteError(OSError):
+    """An output that could not be written (disk full, file-size limit, no permission, read-only, not a folder).
+
+    ``str(error)`` names the output, the cause and the fix; no partial output is left behind.
+    """
+
+    def __init__(self, path: str | PathLike, errno_code: int, cause: str, fix: str):
+        self.path = str(path)
+        self.cause = cause
+        self.fix = fix
+        super().__init__(errno_code, f"cannot write {self.path}: {cause}. Fix: {fix}")
+
+    def __str__(self) -> str:
+        return self.strerror

@@ -10,7 +10,8 @@ A stage supplies three things:
 
 The batch order of each epoch is a permutation seeded by (seed, epoch). A step takes ``batch_size`` examples
 (over all processes: rank r gets the r-th contiguous slice). Every ``save_steps`` steps the model, optimizer,
-scheduler, RNG states and the step are saved to ``checkpoint_dir/latest`` (atomically); a rerun with the same
+scheduler, RNG states and the step are saved to ``checkpoint_dir/latest`` (atomically, the one before kept as
+``previous``; tensors and plain containers only, loaded with ``weights_only=True``); a rerun with the same
 folder continues from there and ends with the same weights as an uninterrupted run. ``checkpoint_dir`` must not
 be a declared Snakemake output, since Snakemake deletes those when a job fails.
 """
@@ -35,11 +36,13 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from ..errors import CheckpointError
 from .distributed import Distributed
 
 log = logging.getLogger(__name__)
 
 LOSS_LOG = "loss_log.jsonl"
+CHECKPOINT_STATE = "state.pt"
 
 
 class TrainingData(Protocol):
@@ -89,15 +92,24 @@ def batch_indices(num_examples: int, batch_size: int, seed: int, step: int) -> t
 
 
 def _rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The RNG states as tensors and ints only, so the checkpoint loads with ``torch.load(weights_only=True)``."""
+    version, mt_state, gauss = random.getstate()
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state = {"python": {"version": version, "state": torch.tensor(mt_state, dtype=torch.int64), "gauss": gauss},
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def _set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    python = state["python"]
+    random.setstate((python["version"], tuple(python["state"].tolist()), python["gauss"]))
+    numpy_state = state["numpy"]
+    np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy().astype(np.uint32),
+                         numpy_state["position"], numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -105,31 +117,74 @@ def _set_rng_state(state: dict) -> None:
 
 def _save_checkpoint(folder: Path, model, optimizer, scheduler, step: int, settings: TrainingSettings,
                      rank: int) -> None:
-    """Write ``folder/latest`` atomically: a job killed while saving keeps the previous checkpoint."""
+    """Write ``folder/latest`` atomically and keep the one before it as ``folder/previous``.
+
+    The new checkpoint is written to a temporary folder first; only then does ``latest`` become ``previous``
+    and the temporary folder ``latest``. A job killed at any point leaves at least one complete checkpoint, and
+    a ``latest`` damaged later (a truncated copy, a full disk) falls back to ``previous`` (:func:`_load_checkpoint`).
+    """
     tmp = folder / f".latest.tmp-{rank}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "step": step, "rng": _rng_state(),
-                "settings": dataclasses.asdict(settings)}, tmp / "state.pt")
+                "settings": dataclasses.asdict(settings)}, tmp / CHECKPOINT_STATE)
     if (folder / LOSS_LOG).exists():
         shutil.copy(folder / LOSS_LOG, tmp / LOSS_LOG)
-    old = folder / "latest"
-    if old.exists():
-        old.rename(folder / f".latest.old-{rank}")
-    tmp.rename(old)
-    shutil.rmtree(folder / f".latest.old-{rank}", ignore_errors=True)
+    latest, previous = folder / "latest", folder / "previous"
+    if latest.exists():
+        shutil.rmtree(previous, ignore_errors=True)
+        latest.rename(previous)
+    tmp.rename(latest)
+
+
+_STATE_KEYS = {"model", "optimizer", "scheduler", "step", "rng", "settings"}
+
+
+def _read_state(path: Path) -> dict:
+    """``torch.load`` with ``weights_only=True`` (no pickled objects run); a damaged file -> CheckpointError."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
+        raise CheckpointError(path, f"it cannot be read as a training checkpoint ({type(error).__name__}: "
+                                    f"{str(error).strip().splitlines()[0] if str(error).strip() else error!r})") \
+            from error
+    if not isinstance(state, dict) or not _STATE_KEYS <= state.keys():
+        raise CheckpointError(path, "it is not a training checkpoint of this pipeline (missing "
+                                    f"{sorted(_STATE_KEYS - set(state)) if isinstance(state, dict) else 'all keys'})")
+    return state
 
 
 def _load_checkpoint(folder: Path, settings: TrainingSettings) -> dict | None:
-    path = folder / "latest" / "state.pt"
-    if not path.is_file():
-        return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    if state["settings"] != dataclasses.asdict(settings):
-        log.warning("ignoring checkpoint %s: written with other settings %s", path, state["settings"])
-        return None
-    return state
+    """The newest readable checkpoint in ``folder`` (``latest``, else ``previous``), or None if there is none.
+
+    A checkpoint written with other settings is ignored (warning: training starts afresh). A ``latest`` that
+    cannot be read falls back to ``previous`` with a warning; if no readable checkpoint is left, CheckpointError
+    (never training from a damaged state or silently starting over).
+    """
+    candidates = [folder / name / CHECKPOINT_STATE for name in ("latest", "previous")]
+    damaged: list[CheckpointError] = []
+    for path in candidates:
+        if not path.is_file():
+            continue
+        try:
+            state = _read_state(path)
+        except CheckpointError as error:
+            log.warning("%s; trying the previous checkpoint", error)
+            damaged.append(error)
+            continue
+        if state["settings"] != dataclasses.asdict(settings):
+            log.warning("ignoring checkpoint %s: written with other settings %s", path, state["settings"])
+            return None
+        if damaged:
+            log.warning("resuming from %s instead of the damaged %s", path, damaged[0].path)
+        state["folder"] = path.parent           # its loss log is the one to continue
+        return state
+    if damaged:
+        raise damaged[-1] if len(damaged) == 1 else CheckpointError(
+            damaged[0].path, "neither it nor the previous checkpoint can be read: " + "; ".join(
+                e.problem for e in damaged))
+    return None
 
 
 def _truncate_loss_log(path: Path, step: int) -> None:
@@ -180,7 +235,7 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         start = state["step"]
         log.info("resuming %s from checkpoint step %d of %d", description, start, steps)
         if dist.is_main:
-            saved_log = checkpoint_dir / "latest" / LOSS_LOG
+            saved_log = state["folder"] / LOSS_LOG
             if saved_log.exists():
                 shutil.copy(saved_log, log_path)
             _truncate_loss_log(log_path, start)

@@ -1,0 +1,67 @@
+"""Run one training stage's plain function in its own process; tests/test_faults.py kills it with SIGKILL.
+
+usage: run_training_stage.py SPEC.json [SPEC.json ...] [--kill-at-step N]
+Runs the specs one after the other (one process start for several stages). Each SPEC.json:
+{"stage": "pretrain" | "retriever" | "reranker" | "distill", "kwargs": {...}} with the keyword arguments
+of dpr_pipeline.pretraining.train.pretrain, dpr_pipeline.training.biencoder.train_biencoder or
+dpr_pipeline.reranker.train_reranker. With --kill-at-step N the process sends itself SIGKILL (kill -9: no
+cleanup, no exception handlers, no atexit) right after the optimizer step N, before that step's loss line
+and checkpoint are written, so the kill always lands mid-run at the same place.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from dpr_pipeline.training import trainer  # noqa: E402
+
+
+def kill_at_step(step: int) -> None:
+    """Make the trainer's progress bar SIGKILL this process when it reaches ``step``."""
+
+    class KillingProgress(trainer.tqdm):
+        def update(self, n=1):
+            result = super().update(n)
+            if self.n >= step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+
+    trainer.tqdm = KillingProgress
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("specs", type=Path, nargs="+")
+    parser.add_argument("--kill-at-step", type=int)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.kill_at_step:
+        kill_at_step(args.kill_at_step)
+    for path in args.specs:
+        run(json.loads(path.read_text()))
+
+
+def run(spec: dict) -> None:
+    kwargs = spec["kwargs"]
+    if spec["stage"] == "pretrain":
+        from dpr_pipeline.pretraining.train import pretrain
+        pretrain(**kwargs)
+    elif spec["stage"] in ("retriever", "distill"):
+        from dpr_pipeline.training.biencoder import train_biencoder
+        train_biencoder(**kwargs, distill=spec["stage"] == "distill")
+    elif spec["stage"] == "reranker":
+        from dpr_pipeline.reranker import train_reranker
+        train_reranker(**kwargs)
+    else:
+        raise SystemExit(f"unknown stage {spec['stage']!r}")
+
+
+if __name__ == "__main__":
+    main()
