@@ -19,6 +19,7 @@ include: "rules/pretrain.smk"
 include: "rules/retriever.smk"
 include: "rules/reranker.smk"
 include: "rules/evaluate.smk"
+include: "rules/transfer.smk"
 
 
 rule all:

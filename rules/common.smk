@@ -10,7 +10,7 @@ SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from dpr_pipeline.config import check_stage_overrides, stage_params
+from dpr_pipeline.config import check_stage_overrides, stage_params, train_split_of
 from dpr_pipeline.data.readers import raw_files
 
 
@@ -46,7 +46,10 @@ def params_of(stage):
 
 
 def train_split(wildcards):
-    return dataset_config(wildcards)["train_split"]
+    """The dataset's train split; an evaluation-only dataset (no train_split) fails with one message naming the
+    dataset, the missing split and the job (rule and stage) that needs it."""
+    job = " ".join(f"{key}={value}" for key, value in wildcards.items() if key != "dataset")
+    return train_split_of(config, wildcards.dataset, f"the training job ({job})" if job else "training")
 
 
 def eval_splits(wildcards):
@@ -59,7 +62,8 @@ def search_depth(stage, mining_stage):
 
     def depth(wildcards):
         full = stage_params(config, wildcards.dataset, stage)
-        if wildcards.split == train_split(wildcards) and wildcards.split not in eval_splits(wildcards):
+        train = dataset_config(wildcards).get("train_split")  # None: evaluation-only
+        if wildcards.split == train and wildcards.split not in eval_splits(wildcards):
             return min(full["depth" if stage == "bm25" else "search_depth"],
                        stage_params(config, wildcards.dataset, mining_stage(wildcards))["negatives_depth"])
         return full["depth" if stage == "bm25" else "search_depth"]
@@ -75,8 +79,13 @@ def final_targets():
     """What `snakemake` with no target builds: every stage's metrics and the summary, per run_datasets entry."""
     targets = []
     for dataset in config["run_datasets"]:
+        if "train_split" not in config["datasets"][dataset]:  # evaluation-only: BM25 is all it has of its own
+            targets.append(f"results/{dataset}/bm25/metrics.png")
+            continue
         targets += [f"results/{dataset}/{stage}/metrics.png" for stage in STAGES]
         targets += [f"results/{dataset}/summary.{ext}" for ext in ("json", "md", "png")]
+        if config["datasets"][dataset]["transfer_to"]:
+            targets += [f"results/{dataset}/transfer_summary.{ext}" for ext in ("json", "md", "png")]
     return targets
 
 
@@ -202,3 +211,37 @@ def trained_params(stage):
 
 def ablation_methods(wildcards):
     return stage_params(config, wildcards.dataset, "pretrain")["ablation_methods"]
+
+
+# Zero-shot transfer (rules/transfer.smk): {dataset} = A, the dataset the models trained on; {target} = B.
+def target_config(wildcards):
+    return config["datasets"][wildcards.target]
+
+
+def transfer_retriever_params(wildcards):
+    """A's retriever settings (model side: encoding batch size, embedding dtype) with the corpus-side ones of
+    the target B: the number of encoding jobs, the index and the search depth."""
+    target = stage_params(config, wildcards.target, "retriever")
+    return {**retriever_params(wildcards), **{key: target[key] for key in ("encode_shards", "index", "search_depth")}}
+
+
+def transfer_encoded_shards(wildcards):
+    shards = range(transfer_retriever_params(wildcards)["encode_shards"])
+    stem = f"results/{wildcards.dataset}/{wildcards.stage}/transfer/{wildcards.target}/embeddings/shard_"
+    return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
+
+
+def transfer_runs(wildcards):
+    """A's runs of the stage on each evaluation split of B."""
+    stem = f"results/{wildcards.dataset}/{wildcards.stage}/transfer/{wildcards.target}/run_"
+    return [f"{stem}{split}.trec" for split in target_config(wildcards)["eval_splits"]]
+
+
+def transfer_metrics(wildcards):
+    """Per target B, in transfer_to order: B's own BM25 (the baseline column), then each transferred stage."""
+    return [
+        path
+        for target in dataset_config(wildcards)["transfer_to"]
+        for path in [f"results/{target}/bm25/metrics.json"]
+        + [f"results/{wildcards.dataset}/{stage}/transfer/{target}/metrics.json" for stage in config["transfer"]["stages"]]
+    ]

@@ -20,6 +20,7 @@ rule evaluate:
         splits=eval_splits,
         metrics=config["evaluation"]["metrics"],
         relevance_levels=lambda wc: dataset_config(wc).get("metric_relevance", {}),
+        ignore_identical_ids=lambda wc: dataset_config(wc)["ignore_identical_ids"],
     threads: threads_of("evaluate")
     resources:
         **resources_of("evaluate"),

@@ -5,5 +5,6 @@ from dpr_pipeline.workflow import logged
 with logged(snakemake.log[0]) as log:
     result = evaluate_splits(list(snakemake.input.runs), list(snakemake.input.qrels), list(snakemake.params.splits),
                              list(snakemake.params.metrics), snakemake.output[0],
-                             relevance_levels=dict(snakemake.params.relevance_levels))
+                             relevance_levels=dict(snakemake.params.relevance_levels),
+                             ignore_identical_ids=snakemake.params.ignore_identical_ids)
     log.info("%s", result)
