@@ -214,6 +214,12 @@ def ablation_methods(wildcards):
 
 
 # Zero-shot transfer (rules/transfer.smk): {dataset} = A, the dataset the models trained on; {target} = B.
+def evaluated_dataset(wildcards):
+    """The dataset whose qrels and evaluation settings score a job's runs: the transfer target B when the job
+    has one (transfer_evaluate), else the job's own dataset (evaluate)."""
+    return config["datasets"][wildcards.get("target", wildcards.dataset)]
+
+
 def target_config(wildcards):
     return config["datasets"][wildcards.target]
 

@@ -17,10 +17,11 @@ rule evaluate:
     output:
         "results/{dataset}/{stage}/metrics.json",
     params:
-        splits=eval_splits,
+        # the evaluated dataset's settings (the transfer target's in transfer_evaluate, rules/transfer.smk)
+        splits=lambda wc: evaluated_dataset(wc)["eval_splits"],
         metrics=config["evaluation"]["metrics"],
-        relevance_levels=lambda wc: dataset_config(wc).get("metric_relevance", {}),
-        ignore_identical_ids=lambda wc: dataset_config(wc)["ignore_identical_ids"],
+        relevance_levels=lambda wc: evaluated_dataset(wc).get("metric_relevance", {}),
+        ignore_identical_ids=lambda wc: evaluated_dataset(wc)["ignore_identical_ids"],
     threads: threads_of("evaluate")
     resources:
         **resources_of("evaluate"),

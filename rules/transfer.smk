@@ -76,6 +76,8 @@ use rule rerank as transfer_rerank with:
         "results/{dataset}/benchmarks/transfer_rerank_{target}_{split}.tsv"
 
 
+# The evaluate rule's params read the evaluated dataset's settings (evaluated_dataset: B here), so only the files
+# change: a new evaluation setting of evaluate applies to transfer too.
 use rule evaluate as transfer_evaluate with:
     input:
         runs=transfer_runs,
@@ -86,11 +88,6 @@ use rule evaluate as transfer_evaluate with:
         "results/{dataset}/{stage}/transfer/{target}/metrics.json",
     wildcard_constraints:
         stage="|".join(BIENCODERS + ["reranker"]),
-    params:
-        splits=lambda wc: target_config(wc)["eval_splits"],
-        metrics=config["evaluation"]["metrics"],
-        relevance_levels=lambda wc: target_config(wc).get("metric_relevance", {}),
-        ignore_identical_ids=lambda wc: target_config(wc)["ignore_identical_ids"],
     log:
         "results/{dataset}/logs/transfer_evaluate_{stage}_{target}.log",
     benchmark:
