@@ -20,6 +20,7 @@ include: "rules/retriever.smk"
 include: "rules/reranker.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
+include: "rules/transfer.smk"
 
 
 rule all:

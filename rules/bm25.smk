@@ -31,6 +31,7 @@ rule bm25_search:
     params:
         bm25=params_of("bm25"),
         depth=search_depth("bm25", lambda wc: "bm25"),
+        ignore_identical_ids=lambda wc: dataset_config(wc)["ignore_identical_ids"],
     threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
     resources:
         **resources_of("bm25_search"),

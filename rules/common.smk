@@ -10,7 +10,7 @@ SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from dpr_pipeline.config import check_stage_overrides, stage_params
+from dpr_pipeline.config import check_stage_overrides, stage_params, train_split_of
 from dpr_pipeline.data.readers import raw_files
 
 
@@ -50,7 +50,10 @@ def params_of(stage):
 
 
 def train_split(wildcards):
-    return dataset_config(wildcards)["train_split"]
+    """The dataset's train split; an evaluation-only dataset (no train_split) fails with one message naming the
+    dataset, the missing split and the job (rule and stage) that needs it."""
+    job = " ".join(f"{key}={value}" for key, value in wildcards.items() if key != "dataset")
+    return train_split_of(config, wildcards.dataset, f"the training job ({job})" if job else "training")
 
 
 def eval_splits(wildcards):
@@ -63,7 +66,8 @@ def search_depth(stage, mining_stage):
 
     def depth(wildcards):
         full = stage_params(config, wildcards.dataset, stage)
-        if wildcards.split == train_split(wildcards) and wildcards.split not in eval_splits(wildcards):
+        train = dataset_config(wildcards).get("train_split")  # None: evaluation-only
+        if wildcards.split == train and wildcards.split not in eval_splits(wildcards):
             return min(full["depth" if stage == "bm25" else "search_depth"],
                        stage_params(config, wildcards.dataset, mining_stage(wildcards))["negatives_depth"])
         return full["depth" if stage == "bm25" else "search_depth"]
@@ -80,9 +84,14 @@ def final_targets():
     the report's files."""
     targets = []
     for dataset in config["run_datasets"]:
+        if "train_split" not in config["datasets"][dataset]:  # evaluation-only: BM25 is all it has of its own
+            targets.append(f"results/{dataset}/bm25/metrics.png")
+            continue
         targets += [f"results/{dataset}/{stage}/metrics.png" for stage in STAGES]
         targets += [f"results/{dataset}/summary.{ext}" for ext in ("json", "md", "png")]
         targets += report_targets(dataset)  # rules/report.smk: loss curves, metric tables, scores, throughput
+        if config["datasets"][dataset]["transfer_to"]:
+            targets += [f"results/{dataset}/transfer_summary.{ext}" for ext in ("json", "md", "png")]
     return targets
 
 
@@ -215,25 +224,29 @@ ANSWER_METRICS = ["R@5", "R@20", "R@100"]  # top-k retrieval accuracy, SimLM Tab
 
 
 def relevance_of(wildcards):
-    return dataset_config(wildcards).get("relevance", "qrels")
+    """How the evaluated dataset judges a hit (evaluated_dataset: the transfer target in transfer_evaluate)."""
+    return evaluated_dataset(wildcards).get("relevance", "qrels")
 
 
 def dataset_metrics(wildcards):
-    """The dataset's `metrics`, else evaluation.metrics (qrels) or R@5/R@20/R@100 (answers)."""
-    if "metrics" in dataset_config(wildcards):
-        return dataset_config(wildcards)["metrics"]
+    """The evaluated dataset's `metrics`, else evaluation.metrics (qrels) or R@5/R@20/R@100 (answers)."""
+    if "metrics" in evaluated_dataset(wildcards):
+        return evaluated_dataset(wildcards)["metrics"]
     return ANSWER_METRICS if relevance_of(wildcards) == "answers" else config["evaluation"]["metrics"]
 
 
 def evaluation_inputs(wildcards):
-    """A stage's runs per evaluation split and what judges them: qrels, or answers and the corpus."""
-    splits = eval_splits(wildcards)
-    inputs = {"runs": [f"results/{wildcards.dataset}/{wildcards.stage}/run_{s}.trec" for s in splits]}
+    """A stage's runs per evaluation split of the evaluated dataset (a transfer target's runs live under
+    results/{A}/{stage}/transfer/{B}/) and what judges them there: qrels, or answers and the corpus."""
+    judged = wildcards.get("target", wildcards.dataset)
+    splits = evaluated_dataset(wildcards)["eval_splits"]
+    stem = f"results/{wildcards.dataset}/{wildcards.stage}/" + (f"transfer/{judged}/" if "target" in wildcards.keys() else "")
+    inputs = {"runs": [f"{stem}run_{s}.trec" for s in splits]}
     if relevance_of(wildcards) == "answers":
-        inputs["answers"] = [f"results/{wildcards.dataset}/data/answers_{s}.parquet" for s in splits]
-        inputs["corpus"] = f"results/{wildcards.dataset}/data/corpus.parquet"
+        inputs["answers"] = [f"results/{judged}/data/answers_{s}.parquet" for s in splits]
+        inputs["corpus"] = f"results/{judged}/data/corpus.parquet"
     else:
-        inputs["qrels"] = [f"results/{wildcards.dataset}/data/qrels_{s}.parquet" for s in splits]
+        inputs["qrels"] = [f"results/{judged}/data/qrels_{s}.parquet" for s in splits]
     return inputs
 
 
@@ -307,3 +320,31 @@ def benchmarked_jobs(wildcards):
         jobs.append({"task": "training", "job": stage, "unit": "steps", "benchmark": f"{bench}/{name}.tsv",
                      "output": log_file, "counted": log_file})
     return jobs
+# Zero-shot transfer (rules/transfer.smk): {dataset} = A, the dataset the models trained on; {target} = B.
+def evaluated_dataset(wildcards):
+    """The dataset whose qrels and evaluation settings score a job's runs: the transfer target B when the job
+    has one (transfer_evaluate), else the job's own dataset (evaluate)."""
+    return config["datasets"][wildcards.get("target", wildcards.dataset)]
+
+
+def transfer_retriever_params(wildcards):
+    """A's retriever settings (model side: encoding batch size, embedding dtype) with the corpus-side ones of
+    the target B: the number of encoding jobs, the index and the search depth."""
+    target = stage_params(config, wildcards.target, "retriever")
+    return {**retriever_params(wildcards), **{key: target[key] for key in ("encode_shards", "index", "search_depth")}}
+
+
+def transfer_encoded_shards(wildcards):
+    shards = range(transfer_retriever_params(wildcards)["encode_shards"])
+    stem = f"results/{wildcards.dataset}/{wildcards.stage}/transfer/{wildcards.target}/embeddings/shard_"
+    return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
+
+
+def transfer_metrics(wildcards):
+    """Per target B, in transfer_to order: B's own BM25 (the baseline column), then each transferred stage."""
+    return [
+        path
+        for target in dataset_config(wildcards)["transfer_to"]
+        for path in [f"results/{target}/bm25/metrics.json"]
+        + [f"results/{wildcards.dataset}/{stage}/transfer/{target}/metrics.json" for stage in config["transfer"]["stages"]]
+    ]

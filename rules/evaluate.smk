@@ -8,10 +8,12 @@ rule evaluate:
     output:
         "results/{dataset}/{stage}/metrics.json",
     params:
-        splits=eval_splits,
+        # the evaluated dataset's settings (the transfer target's in transfer_evaluate, rules/transfer.smk)
+        splits=lambda wc: evaluated_dataset(wc)["eval_splits"],
         metrics=dataset_metrics,
         relevance=relevance_of,
-        relevance_levels=lambda wc: dataset_config(wc).get("metric_relevance", {}),
+        relevance_levels=lambda wc: evaluated_dataset(wc).get("metric_relevance", {}),
+        ignore_identical_ids=lambda wc: evaluated_dataset(wc)["ignore_identical_ids"],
     threads: threads_of("evaluate")
     resources:
         **resources_of("evaluate"),

@@ -53,6 +53,10 @@ def workdir(tmp_path_factory):
                               learning_rate=1e-3, random_generator_hidden_size=16, random_generator_layers=1,
                               condenser_skip_layer=1, ablation_methods=["none", "cdmae"])
     stages["reranker"].update(teacher_shards=2, score_batch_size=256)
+    # zero-shot transfer of every SciFact model to the evaluation-only ArguAna-like fixture (no train split)
+    config["datasets"]["arguana_mini"] = {"format": "beir", "path": str(REPO / "tests" / "data" / "arguana_mini"),
+                                          "eval_splits": ["test"], "ignore_identical_ids": True}
+    config["datasets"]["scifact"]["transfer_to"] = ["arguana_mini"]
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     return workdir
 
@@ -63,14 +67,17 @@ def test_lint_is_clean(workdir):
 
 def test_dry_run_plans_every_stage(workdir):
     jobs = planned_jobs(snakemake(workdir, "-n"))
-    assert jobs == {"ingest_corpus": 1, "ingest_split": 2, "bm25_index": 1, "bm25_search": 2, "bm25_negatives": 1,
+    assert jobs == {"ingest_corpus": 2, "ingest_split": 3, "bm25_index": 2, "bm25_search": 3, "bm25_negatives": 1,
                     "train_retriever": 2, "encode_corpus": 6, "build_index": 3,
                     "dense_search": 5,                  # train + test for Retriever1 and 2, test for distill
                     "mine_hard_negatives": 2, "train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2,
-                    "merge_teacher_scores": 1, "train_distill": 1, "evaluate": 5, "plot_metrics": 5,
-                    "summary": 1, "all": 1, "tokenize_corpus": 1, "pretrain": 1,
-                    # the report: loss curves of Retriever1-2, re-ranker, distill and SimLM pre-training
-                    "plot_training_loss": 5, "metrics_table": 5, "score_distributions": 1, "throughput": 1}
+                     "merge_teacher_scores": 1, "train_distill": 1, "evaluate": 6, "plot_metrics": 5,
+                     "summary": 1, "all": 1, "tokenize_corpus": 1, "pretrain": 1,
+                     # the report: loss curves of Retriever1-2, re-ranker, distill and SimLM pre-training
+                     "plot_training_loss": 5, "metrics_table": 5, "score_distributions": 1, "throughput": 1,
+                     # arguana_mini: its data, BM25 and evaluation above; the three bi-encoders and the re-ranker
+                     "transfer_encode_corpus": 3, "transfer_build_index": 3, "transfer_dense_search": 3,
+                     "transfer_rerank": 1, "transfer_evaluate": 4, "transfer_summary": 1}
 
 
 @pytest.fixture(scope="module")
@@ -166,14 +173,48 @@ def test_models_load_in_transformers_and_sentence_transformers(built):
     AutoModelForSequenceClassification.from_pretrained(built / "reranker" / "model")
 
 
+def test_scifact_models_transfer_to_the_evaluation_only_collection(built):
+    from dpr_pipeline.metrics import drop_identical_ids, evaluate_run
+    from dpr_pipeline.runs import read_trec_run
+
+    arguana = built.parent / "arguana_mini"
+    summary = json.loads((built / "transfer_summary.json").read_text())
+    assert summary["source"] == "scifact" and summary["metric"] == "nDCG@10"
+    assert summary["columns"] == ["bm25", "retriever1", "retriever2", "reranker", "distill"]
+    assert list(summary["rows"]) == ["arguana_mini"] and summary["average"] == summary["rows"]["arguana_mini"]
+    bm25 = json.loads((arguana / "bm25" / "metrics.json").read_text())["test"]
+    assert summary["rows"]["arguana_mini"]["bm25"] == bm25["nDCG@10"]
+    for stage in summary["columns"][1:]:
+        metrics = json.loads((built / stage / "transfer" / "arguana_mini" / "metrics.json").read_text())["test"]
+        assert metrics["num_queries"] == 10, stage
+        assert summary["rows"]["arguana_mini"][stage] == metrics["nDCG@10"], stage
+        assert summary["collections"]["arguana_mini"]["test"][stage] == metrics, stage
+    # bi-encoders search all 40 documents; the scores drop each query itself (ignore_identical_ids)
+    run = read_trec_run(built / "retriever1" / "transfer" / "arguana_mini" / "run_test.trec")
+    assert run.groupby("query_id").size().eq(40).all()
+    qrels = pd.read_parquet(arguana / "data" / "qrels_test.parquet")
+    stored = json.loads((built / "retriever1" / "transfer" / "arguana_mini" / "metrics.json").read_text())["test"]
+    assert stored["MRR@10"] == pytest.approx(evaluate_run(drop_identical_ids(run), qrels, ["MRR@10"])["MRR@10"])
+    # the re-ranker re-orders arguana_mini's own BM25 hits (top transfer.rerank_depth = 100)
+    reranked = read_trec_run(built / "reranker" / "transfer" / "arguana_mini" / "run_test.trec")
+    bm25_run = read_trec_run(arguana / "bm25" / "run_test.trec")
+    assert set(zip(reranked["query_id"], reranked["doc_id"])) == set(zip(bm25_run["query_id"], bm25_run["doc_id"]))
+    table = (built / "transfer_summary.md").read_text()
+    assert "| collection | BM25 | Retriever₁ | Retriever₂ | Re-ranker | Retriever_distill |" in table
+    assert "| arguana_mini (10 queries) |" in table and "| **Average** |" in table
+    assert (built / "transfer_summary.png").stat().st_size > 0
+
+
 def test_deleting_the_reranker_reruns_it_and_what_depends_on_it(built, workdir):
     assert "Nothing to be done" in snakemake(workdir, "-n")
     shutil.rmtree(built / "reranker")
     jobs = planned_jobs(snakemake(workdir, "-n"))
     assert jobs == {"train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2, "merge_teacher_scores": 1,
                     "train_distill": 1, "encode_corpus": 2, "build_index": 1, "dense_search": 1, "evaluate": 2,
-                    "plot_metrics": 2, "summary": 1, "all": 1,
-                    "plot_training_loss": 2, "metrics_table": 2, "score_distributions": 1, "throughput": 1}
+                     "plot_metrics": 2, "summary": 1, "all": 1,
+                     "plot_training_loss": 2, "metrics_table": 2, "score_distributions": 1, "throughput": 1,
+                     "transfer_rerank": 1, "transfer_encode_corpus": 1, "transfer_build_index": 1,
+                     "transfer_dense_search": 1, "transfer_evaluate": 2, "transfer_summary": 1}
 
 
 def test_pretraining_ablation_fine_tunes_retriever1_from_each_method(built, workdir):

@@ -12,5 +12,6 @@ with logged(snakemake.log[0]) as log:
         result = evaluate_splits(list(snakemake.input.runs), list(snakemake.input.qrels),
                                  list(snakemake.params.splits), list(snakemake.params.metrics), snakemake.output[0],
                                  relevance_levels=dict(snakemake.params.relevance_levels),
+                                 ignore_identical_ids=snakemake.params.ignore_identical_ids,
                                  manifest=snakemake.input.manifest)
     log.info("%s", result)

@@ -40,6 +40,43 @@ def check_stage_overrides(config: dict, schema: dict) -> None:
     if missing:
         raise ConfigError(f"config key run_datasets names undeclared dataset(s) {missing}; declare them under "
                           f"`datasets` (declared: {sorted(config['datasets'])})")
+    check_transfer_targets(config)
+
+
+def check_transfer_targets(config: dict) -> None:
+    """Every ``datasets.<A>.transfer_to`` entry names another declared dataset, and A itself can train."""
+    metric = config.get("transfer", {}).get("metric")
+    metrics = config.get("evaluation", {}).get("metrics")
+    if metric is not None and metrics is not None and metric not in metrics:
+        raise ConfigError(f"config key transfer.metric: {metric!r} is not one of evaluation.metrics {metrics}; "
+                          "add it there or choose one of them")
+    for name, dataset in config["datasets"].items():
+        targets = dataset.get("transfer_to", [])
+        unknown = [t for t in targets if t not in config["datasets"]]
+        if unknown:
+            raise ConfigError(f"config key datasets.{name}.transfer_to names undeclared dataset(s) {unknown}; "
+                              f"declare them under `datasets` (declared: {sorted(config['datasets'])})")
+        if name in targets:
+            raise ConfigError(f"config key datasets.{name}.transfer_to names {name!r} itself; its own evaluation "
+                              f"is results/{name}/<stage>/metrics.json, list only other collections")
+        if targets and "train_split" not in dataset:
+            raise ConfigError(f"config key datasets.{name}.transfer_to: dataset {name!r} has no train_split "
+                              "(evaluation-only), so it has no models to transfer; move transfer_to to the "
+                              "dataset the models are trained on")
+
+
+def train_split_of(config: dict, dataset: str, purpose: str = "training") -> str:
+    """The train split of ``dataset``; an evaluation-only dataset (no ``train_split``) cannot train anything.
+
+    ``purpose`` names what asked for it (a stage, a rule) in the error."""
+    split = config["datasets"][dataset].get("train_split")
+    if split is None:
+        raise ConfigError(f"dataset {dataset!r} has no train split (datasets.{dataset}.train_split is not set: it is "
+                          f"evaluation-only), so {purpose} cannot run on it. Fix: set datasets.{dataset}.train_split "
+                          f"to a split with queries and qrels, or evaluate a model trained on another dataset on it "
+                          f"with that dataset's transfer_to: [{dataset}] (results/<other>/<stage>/transfer/"
+                          f"{dataset}/metrics.json)")
+    return split
 
 
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:

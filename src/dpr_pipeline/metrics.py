@@ -90,17 +90,30 @@ def evaluate_run(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str],
     return {"num_queries": int(len(table)), **{name: float(table[name].mean()) for name in metrics}}
 
 
+def drop_identical_ids(run: pd.DataFrame) -> pd.DataFrame:
+    """The run without hits whose doc id equals the query id (BEIR's ``ignore_identical_ids``: in ArguAna and
+    Quora the queries are corpus documents, and retrieving a query itself is not an answer). The remaining hits
+    keep their scores, so each query's later hits move up one rank."""
+    return run.loc[run["query_id"] != run["doc_id"]].reset_index(drop=True)
+
+
 def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metrics: list[str],
                     output: str, relevance_levels: dict[str, int] | None = None,
-                    manifest: str | None = None) -> dict[str, dict[str, float]]:
+                    ignore_identical_ids: bool = False, manifest: str | None = None) -> dict[str, dict[str, float]]:
     """Evaluate one run per split against its qrels artifact; write ``{split: {metric: value}}`` as JSON, plus
     ``provenance``: the stage's ``manifest`` (path) and the SHA-256 of each run and qrels file evaluated.
 
-    ``relevance_levels``: per split, the smallest grade binary metrics count as relevant (default 1)."""
+    ``relevance_levels``: per split, the smallest grade binary metrics count as relevant (default 1).
+    ``ignore_identical_ids``: drop hits whose doc id equals the query id first (:func:`drop_identical_ids`)."""
     if not (len(runs) == len(qrels) == len(splits)):
         raise ValueError("runs, qrels and splits must be parallel lists")
     levels = relevance_levels or {}
-    result = {split: evaluate_run(read_trec_run(run), read_artifact(judged, "qrels"), metrics, str(judged),
+
+    def read_run(path):
+        run = read_trec_run(path)
+        return drop_identical_ids(run) if ignore_identical_ids else run
+
+    result = {split: evaluate_run(read_run(run), read_artifact(judged, "qrels"), metrics, str(judged),
                                   int(levels.get(split, 1)))
               for split, run, judged in zip(splits, runs, qrels)}
     write_metrics(output, result, manifest, splits, runs=runs, qrels=qrels)

@@ -1,0 +1,119 @@
+# Zero-shot transfer (CDMAE Table 3, BEIR): the models trained on dataset A evaluated on each collection B in
+# datasets.<A>.transfer_to, without training on B. Bi-encoders encode B's corpus, index it and search B's
+# evaluation queries; the re-ranker re-ranks B's BM25 top `transfer.rerank_depth`; B's qrels and B's evaluation
+# settings score them (the evaluate rule's script). Everything lives under results/{A}/{stage}/transfer/{B}/.
+# The rules reuse the bi-encoder, re-ranker and evaluation rules' scripts with `use rule ... with:`.
+
+
+wildcard_constraints:
+    target="|".join(map(re.escape, config["datasets"])),
+
+
+use rule encode_corpus as transfer_encode_corpus with:
+    input:
+        model="results/{dataset}/{stage}/model",
+        corpus="results/{target}/data/corpus.parquet",
+    output:
+        vectors="results/{dataset}/{stage}/transfer/{target}/embeddings/shard_{shard}.npy",
+        ids="results/{dataset}/{stage}/transfer/{target}/embeddings/shard_{shard}.ids.parquet",
+    params:
+        stage=biencoder_params,
+        retriever=transfer_retriever_params,
+    log:
+        "results/{dataset}/logs/transfer_encode_corpus_{stage}_{target}_{shard}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/transfer_encode_corpus_{stage}_{target}_{shard}.tsv"
+
+
+use rule build_index as transfer_build_index with:
+    input:
+        unpack(transfer_encoded_shards),
+    output:
+        index="results/{dataset}/{stage}/transfer/{target}/index.faiss",
+        ids="results/{dataset}/{stage}/transfer/{target}/index_ids.parquet",
+    params:
+        retriever=transfer_retriever_params,
+    log:
+        "results/{dataset}/logs/transfer_build_index_{stage}_{target}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/transfer_build_index_{stage}_{target}.tsv"
+
+
+use rule dense_search as transfer_dense_search with:
+    input:
+        model="results/{dataset}/{stage}/model",
+        index="results/{dataset}/{stage}/transfer/{target}/index.faiss",
+        ids="results/{dataset}/{stage}/transfer/{target}/index_ids.parquet",
+        queries="results/{target}/data/queries_{split}.parquet",
+    output:
+        "results/{dataset}/{stage}/transfer/{target}/run_{split}.trec",
+    params:
+        stage=biencoder_params,
+        retriever=transfer_retriever_params,
+        depth=lambda wc: transfer_retriever_params(wc)["search_depth"],
+    log:
+        "results/{dataset}/logs/transfer_dense_search_{stage}_{target}_{split}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/transfer_dense_search_{stage}_{target}_{split}.tsv"
+
+
+use rule rerank as transfer_rerank with:
+    input:
+        model="results/{dataset}/reranker/model",
+        run="results/{target}/bm25/run_{split}.trec",
+        corpus="results/{target}/data/corpus.parquet",
+        queries="results/{target}/data/queries_{split}.parquet",
+    output:
+        "results/{dataset}/reranker/transfer/{target}/run_{split}.trec",
+    params:
+        reranker=lambda wc: {
+            **stage_params(config, wc.dataset, "reranker"),
+            "rerank_depth": config["transfer"]["rerank_depth"],
+        },
+    log:
+        "results/{dataset}/logs/transfer_rerank_{target}_{split}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/transfer_rerank_{target}_{split}.tsv"
+
+
+# The evaluate rule's inputs and params follow the evaluated dataset (evaluated_dataset: B here; its qrels or
+# answers), so only the output changes: a new evaluation setting of evaluate applies to transfer too. The
+# metrics name the stage's manifest, results/{A}/{stage}/manifest.json.
+use rule evaluate as transfer_evaluate with:
+    output:
+        "results/{dataset}/{stage}/transfer/{target}/metrics.json",
+    wildcard_constraints:
+        stage="|".join(BIENCODERS + ["reranker"]),
+    log:
+        "results/{dataset}/logs/transfer_evaluate_{stage}_{target}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/transfer_evaluate_{stage}_{target}.tsv"
+
+
+rule transfer_summary:
+    input:
+        transfer_metrics,
+    output:
+        json="results/{dataset}/transfer_summary.json",
+        markdown="results/{dataset}/transfer_summary.md",
+        png=report(
+            "results/{dataset}/transfer_summary.png",
+            caption="../report/transfer.rst",
+            category="{dataset}",
+            subcategory="transfer",
+        ),
+    params:
+        targets=lambda wc: dataset_config(wc)["transfer_to"],
+        stages=["bm25"] + config["transfer"]["stages"],
+        metric=config["transfer"]["metric"],
+    threads: threads_of("transfer_summary")
+    resources:
+        **resources_of("transfer_summary"),
+    log:
+        "results/{dataset}/logs/transfer_summary.log",
+    benchmark:
+        "results/{dataset}/benchmarks/transfer_summary.tsv"
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/transfer_summary.py"

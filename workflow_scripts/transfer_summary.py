@@ -1,0 +1,12 @@
+import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.transfer import write_transfer_summary
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0]):
+    # the input lists, per target in transfer_to order, its BM25 metrics then each transferred stage's
+    columns = list(snakemake.params.stages)
+    paths = list(snakemake.input)
+    metrics_paths = {target: dict(zip(columns, paths[i * len(columns):(i + 1) * len(columns)]))
+                     for i, target in enumerate(snakemake.params.targets)}
+    write_transfer_summary(snakemake.wildcards.dataset, metrics_paths, snakemake.params.metric,
+                           snakemake.output.json, snakemake.output.markdown, snakemake.output.png)
