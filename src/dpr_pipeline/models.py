@@ -86,6 +86,9 @@ def passage_text(title: str | None, text: str) -> str:
 
 def load_model_config(reference: str):
     """The model's ``config.json`` (``AutoConfig``)."""
+    folder = Path(resolve_model_path(reference))
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise DataError(reference, "the model folder has no config.json", _MODEL_FOLDER_FIX)
     return load_pretrained(reference, "model configuration", AutoConfig.from_pretrained)
 
 
