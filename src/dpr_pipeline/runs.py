@@ -27,19 +27,29 @@ def read_trec_run(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "run file not found", "run the Snakemake rule that writes it")
-    rows, lines = [], []
+    rows = []
     for line, (qid, _q0, did, rank, score, _tag) in iter_tsv(path, RUN_COLUMNS, whitespace=True):
         try:
             rows.append((qid, did, int(rank), float(score)))
         except ValueError:
             raise DataError(path, f"rank {rank!r} or score {score!r} is not a number",
                             "write integer ranks and numeric scores", line=line) from None
-        lines.append(line)
     frame = pd.DataFrame(rows, columns=["query_id", "doc_id", "rank", "score"])
     duplicated = frame.duplicated(["query_id", "doc_id"])
     if duplicated.any():
-        position = int(duplicated.to_numpy().nonzero()[0][0])
-        first = frame.iloc[position]
+        first = frame[duplicated].iloc[0]
         raise DataError(path, f"document {first.doc_id!r} is listed twice for query {first.query_id!r}",
-                        "list each document at most once per query", line=lines[position])
+                        "list each document at most once per query",
+                        line=_second_listing(path, first.query_id, first.doc_id))
     return frame.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _second_listing(path: Path, query_id: str, doc_id: str) -> int | None:
+    """The line that lists ``doc_id`` for ``query_id`` a second time (found again only when there is an error)."""
+    seen = False
+    for line, fields in iter_tsv(path, RUN_COLUMNS, whitespace=True):
+        if fields[0] == query_id and fields[2] == doc_id:
+            if seen:
+                return line
+            seen = True
+    return None
