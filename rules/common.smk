@@ -10,17 +10,14 @@ SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from dpr_pipeline.config import check_stage_overrides, stage_params, train_split_of
+from dpr_pipeline.config import check_config_values, check_stage_overrides, stage_params, train_split_of
 from dpr_pipeline.data.readers import raw_files
 
 
 SCHEMA = yaml.safe_load(Path(workflow.basedir, "schemas", "config.schema.yaml").read_text())
 validate(config, "../schemas/config.schema.yaml")
 check_stage_overrides(config, SCHEMA)
-for _name, _dataset in config["datasets"].items():
-    if _dataset.get("relevance") == "answers" and _dataset["format"] != "dpr":
-        raise ValueError(f"config key datasets.{_name}.relevance: `answers` needs format `dpr` (the answers come "
-                         f"from DPR's question files), the dataset is {_dataset['format']!r}")
+check_config_values(config)
 
 # Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
 STAGES = ["bm25", "retriever1", "retriever2", "reranker", "distill"]

@@ -79,11 +79,34 @@ def train_split_of(config: dict, dataset: str, purpose: str = "training") -> str
     return split
 
 
+def check_config_values(config: dict) -> None:
+    """Checks the schema cannot express: metric names ir-measures knows, ``split_files`` only for the msmarco and
+    dpr layouts, answer-based relevance only for dpr."""
+    from .metrics import parse_metric
+
+    for position, name in enumerate(config.get("evaluation", {}).get("metrics", [])):
+        try:
+            parse_metric(name)
+        except ValueError as err:
+            raise ConfigError(f"config key config.evaluation.metrics[{position}]: {err}") from None
+    for name, dataset in config["datasets"].items():
+        if dataset.get("relevance") == "answers" and dataset["format"] != "dpr":
+            raise ConfigError(f"config key config.datasets.{name}.relevance: `answers` needs format `dpr` (the "
+                              f"answers come from DPR's question files), the dataset is {dataset['format']!r}")
+        if dataset.get("split_files") and dataset["format"] not in ("msmarco", "dpr"):
+            raise ConfigError(f"config key config.datasets.{name}.split_files: only the msmarco and dpr layouts rename "
+                              f"split files, the dataset's format is {dataset['format']!r}; remove split_files "
+                              "or put the files under the layout's names (README, Dataset layouts)")
+
+
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
     """Validate ``config`` in place with Snakemake's validator (defaults filled in) and return it."""
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
+    if not isinstance(config, dict):
+        raise ConfigError(f"the configuration is a {type(config).__name__}, not a mapping of keys "
+                          "(datasets, stages, ...); see config.yaml")
     try:
         validate(config, str(schema_path), set_default=True)
     except WorkflowError as err:
@@ -92,9 +115,23 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
             raise
         raise ConfigError(f"config key {_path(cause, 'config')}: {cause.message}") from None
     check_stage_overrides(config, yaml.safe_load(Path(schema_path).read_text()))
+    check_config_values(config)
     return config
 
 
 def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict:
     """Read and validate a config file (for use outside Snakemake)."""
-    return validate_config(yaml.safe_load(Path(path).read_text()) or {}, schema_path)
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found; pass an existing YAML file (e.g. config.yaml)")
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem}); fix the syntax there (indentation, "
+                          "brackets, quotes)") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
+    return validate_config(config or {}, schema_path)

@@ -81,7 +81,10 @@ def _open_vectors(path: str | Path) -> np.ndarray:
     except FileNotFoundError:
         raise DataError(path, "the vectors file does not exist", "run the encoding rule that writes it") from None
     except (OSError, ValueError) as err:
-        raise DataError(path, f"not a readable .npy file ({err})", _REENCODE) from None
+        with open(path, "rb") as handle:
+            header = handle.read(6)
+        reason = "no NumPy header" if header != b"\x93NUMPY" else str(err)
+        raise DataError(path, f"not a readable .npy file ({reason})", _REENCODE) from None
     if vectors.ndim != 2 or vectors.dtype not in (np.float16, np.float32):
         raise DataError(path, f"vectors of shape {vectors.shape} and dtype {vectors.dtype}, need a 2-D "
                         f"float16 or float32 array", _REENCODE)

@@ -34,10 +34,8 @@ def parse_metric(name: str):
     Reciprocal rank (``MRR@k``/``RR@k``) goes to the ``msmarco`` provider: pytrec_eval's ``recip_rank``
     ignores the cutoff (it would credit a first relevant document at rank 58 under RR@10).
     """
-    if name.startswith("MRR@"):
-        name = name[1:]
     try:
-        measure = ir_measures.parse_measure(name)
+        measure = ir_measures.parse_measure(name[1:] if name.startswith("MRR@") else name)
     except (ValueError, NameError, SyntaxError, TypeError) as err:
         raise ValueError(f"unknown metric {name!r} ({err}); use ir-measures names such as nDCG@10, R@1000, "
                          "or MRR@10 for MS MARCO's official MRR") from None

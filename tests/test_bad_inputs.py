@@ -1,0 +1,566 @@
+"""The bad-input catalogue (docs/bad_inputs.md): every malformed input it lists, tried for real.
+
+Each case builds one malformed input under a temporary folder, runs the real function that reads it and
+checks the error type, the key parts of the message (file, line/row, problem, fix) and that no output was
+written. Rows of the catalogue already covered by another test name that test instead;
+``test_catalogue_and_tests_list_the_same_cases`` keeps the table and the tests in step.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import DOCS, QUERIES, REPO, write_beir, write_msmarco
+from dpr_pipeline import models
+from dpr_pipeline.config import ConfigError, load_config
+from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
+from dpr_pipeline.data.schemas import read_artifact, write_artifact
+from dpr_pipeline.dense_index import build_index, search_index
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.metrics import evaluate_splits
+from dpr_pipeline.pretraining.tokens import read_token_shards
+from dpr_pipeline.pretraining.train import load_masked_lm
+from dpr_pipeline.runs import read_trec_run
+from dpr_pipeline.training.groups import QueryGroups, read_texts
+
+CATALOGUE = REPO / "docs" / "bad_inputs.md"
+
+# case id -> (build, error type, parts of the message). ``build(tmp, bert)`` writes the malformed input under
+# ``tmp`` (``bert``: a tiny saved bi-encoder to copy) and returns the call that must fail and the outputs that
+# call would write.
+Build = Callable[[Path, Path], tuple[Callable[[], object], list[Path]]]
+CASES: dict[str, tuple[Build, type, tuple[str, ...]]] = {}
+
+
+def case(case_id: str, error: type, *message: str):
+    def register(build: Build) -> Build:
+        assert case_id not in CASES, case_id
+        CASES[case_id] = (build, error, message)
+        return build
+    return register
+
+
+def corpus_call(fmt, root, tmp):
+    out = tmp / "out" / "corpus.parquet"
+    return (lambda: ingest_corpus(fmt, root, out)), [out]
+
+
+def split_call(fmt, root, tmp, split="train"):
+    corpus = tmp / "corpus.parquet"
+    ingest_corpus(fmt, root, corpus)
+    queries, qrels = tmp / "out" / f"queries_{split}.parquet", tmp / "out" / f"qrels_{split}.parquet"
+    return (lambda: ingest_split(fmt, root, split, corpus, queries, qrels)), [queries, qrels]
+
+
+def config_call(tmp, text: str):
+    path = tmp / "config.yaml"
+    path.write_text(text)
+    return (lambda: load_config(path)), []
+
+
+def shipped_config_call(tmp, edit):
+    """The shipped config.yaml with one edit, loaded through ``load_config``."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    edit(config)
+    return config_call(tmp, yaml.safe_dump(config))
+
+
+def write_parquet(path: Path, columns: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(columns).to_parquet(path)
+    return path
+
+
+def corpus_artifact(tmp) -> Path:
+    frame = pd.DataFrame({"doc_id": [d for d, _, _ in DOCS], "title": [t for _, t, _ in DOCS],
+                          "text": [x for _, _, x in DOCS]})
+    write_artifact(frame, tmp / "data" / "corpus.parquet", "corpus")
+    return tmp / "data" / "corpus.parquet"
+
+
+def queries_artifact(tmp) -> Path:
+    frame = pd.DataFrame({"query_id": [q for q, _ in QUERIES], "text": [t for _, t in QUERIES]})
+    write_artifact(frame, tmp / "data" / "queries_train.parquet", "queries")
+    return tmp / "data" / "queries_train.parquet"
+
+
+def negatives_frame(negatives=(("q1", ["d1"], ["d2", "d3"]), ("q2", ["d2"], ["d1"])), scores=1.0):
+    return pd.DataFrame({"query_id": [q for q, _, _ in negatives], "positive_ids": [p for _, p, _ in negatives],
+                         "positive_scores": [[scores] * len(p) for _, p, _ in negatives],
+                         "negative_ids": [n for _, _, n in negatives],
+                         "negative_scores": [[scores] * len(n) for _, _, n in negatives]})
+
+
+def embedding_shard(folder: Path, k: int, ids: list[str], dim: int = 4, dtype=np.float32) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    vectors = np.random.default_rng(k).standard_normal((len(ids), dim)).astype(dtype)
+    np.save(folder / f"shard_{k}.npy", vectors)
+    pq.write_table(pa.table({"doc_id": pa.array(ids, type=pa.string())}), folder / f"shard_{k}.ids.parquet")
+    return folder / f"shard_{k}.npy", folder / f"shard_{k}.ids.parquet"
+
+
+def index_call(tmp, shards):
+    index, ids = tmp / "out" / "index.faiss", tmp / "out" / "index_ids.parquet"
+    return (lambda: build_index([v for v, _ in shards], [i for _, i in shards], index, ids)), [index, ids]
+
+
+def copy_model(bert: Path, tmp: Path, name: str = "model") -> Path:
+    return Path(shutil.copytree(bert, tmp / name))
+
+
+# ------------------------------------------------------------------------------------------------ raw data
+@case("beir-corpus-gzip-truncated", DataError, "corpus.jsonl.gz, line", "truncated", "Fix: download or copy")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw", docs=[(f"d{i}", "", f"passage {i} " * 20) for i in range(400)], gz=True)
+    data = (root / "corpus.jsonl.gz").read_bytes()
+    (root / "corpus.jsonl.gz").write_bytes(data[:len(data) // 2])
+    return corpus_call("beir", root, tmp)
+
+
+@case("beir-corpus-gz-not-gzip", DataError, "corpus.jsonl.gz, line 1", "not gzip-compressed",
+      "Fix: rename it without .gz")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    (root / "corpus.jsonl").rename(root / "corpus.jsonl.gz")
+    return corpus_call("beir", root, tmp)
+
+
+@case("beir-corpus-line-not-object", DataError, "corpus.jsonl, line 2", "JSON but not an object")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "text": "ok"}\n["d2", "a list"]\n')
+    return corpus_call("beir", root, tmp)
+
+
+@case("beir-corpus-id-not-string", DataError, "corpus.jsonl, line 1", "field '_id' is float",
+      "Fix: write '_id' as a string")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    (root / "corpus.jsonl").write_text('{"_id": 1.5, "text": "x"}\n')
+    return corpus_call("beir", root, tmp)
+
+
+@case("beir-corpus-no-documents", DataError, "the corpus has no documents", "Fix: check the dataset's `path`")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    (root / "corpus.jsonl").write_text("\n\n")
+    return corpus_call("beir", root, tmp)
+
+
+@case("beir-qrels-missing-header", DataError, "train.tsv, line 1", "is data, not the header line",
+      "Fix: add the header line")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    (root / "qrels" / "train.tsv").write_text("q1\td1\t1\nq2\td2\t1\n")
+    return split_call("beir", root, tmp)
+
+
+@case("beir-qrels-two-columns", DataError, "train.tsv, line 2", "2 tab-separated columns, expected 3")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    (root / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\n")
+    return split_call("beir", root, tmp)
+
+
+@case("msmarco-queries-one-column", DataError, "queries.train.tsv, line 2", "1 tab-separated columns, expected 2")
+def _(tmp, bert):
+    root = write_msmarco(tmp / "raw")
+    (root / "queries.train.tsv").write_text("q1\twhy do cats purr\nq2 dogs barking\n")
+    return split_call("msmarco", root, tmp)
+
+
+@case("msmarco-qrels-gzip-corrupt", DataError, "qrels.train.tsv.gz, line 1", "corrupt gzip data")
+def _(tmp, bert):
+    root = write_msmarco(tmp / "raw")
+    data = gzip.compress((root / "qrels.train.tsv").read_bytes())
+    (root / "qrels.train.tsv").unlink()
+    (root / "qrels.train.tsv.gz").write_bytes(data[:12] + bytes(b ^ 0xFF for b in data[12:-8]) + data[-8:])
+    return split_call("msmarco", root, tmp)
+
+
+def official_negatives_call(tmp, text: str):
+    root = write_msmarco(tmp / "raw")
+    corpus, queries, qrels = tmp / "corpus.parquet", tmp / "queries.parquet", tmp / "qrels.parquet"
+    ingest_corpus("msmarco", root, corpus)
+    ingest_split("msmarco", root, "train", corpus, queries, qrels)
+    (root / "train.negatives.tsv").write_text(text)
+    out = tmp / "out" / "official_negatives.parquet"
+    return (lambda: ingest_official_negatives(root / "train.negatives.tsv", qrels, out)), [out]
+
+
+@case("msmarco-negatives-four-columns", DataError, "train.negatives.tsv, line 1",
+      "4 tab-separated columns, expected 2 (qid, pids) or 3")
+def _(tmp, bert):
+    return official_negatives_call(tmp, "q1\td1\td2\td3\n")
+
+
+@case("msmarco-negatives-empty-file", DataError, "train.negatives.tsv: the file is empty",
+      "Fix: give the official negatives file or remove `official_negatives`")
+def _(tmp, bert):
+    return official_negatives_call(tmp, "")
+
+
+@case("msmarco-negatives-other-queries", DataError, "no line names a train query with a positive judgement")
+def _(tmp, bert):
+    return official_negatives_call(tmp, "q77\td2,d3\nq78\td1\n")
+
+
+@case("parquet-corpus-not-parquet", DataError, "corpus.parquet: not a readable Parquet file",
+      "Fix: rewrite the file with pandas `to_parquet`")
+def _(tmp, bert):
+    (tmp / "raw").mkdir()
+    (tmp / "raw" / "corpus.parquet").write_text("doc_id,text\nd1,a CSV file\n")
+    return corpus_call("parquet", tmp / "raw", tmp)
+
+
+@case("parquet-corpus-float-ids", DataError, "corpus.parquet, row 1", "field 'doc_id' is float")
+def _(tmp, bert):
+    write_parquet(tmp / "raw" / "corpus.parquet", {"doc_id": [1.0, 2.0], "text": ["a", "b"]})
+    return corpus_call("parquet", tmp / "raw", tmp)
+
+
+def parquet_dataset(tmp, relevance=(1, 1), query_text=("why do cats purr", "dogs barking"), queries=True) -> Path:
+    root = tmp / "raw"
+    write_parquet(root / "corpus.parquet", {"doc_id": ["d1", "d2"], "text": ["cats purr", "dogs bark"]})
+    if queries:
+        write_parquet(root / "queries.parquet", {"query_id": ["q1", "q2"], "text": list(query_text)})
+    write_parquet(root / "qrels_train.parquet", {"query_id": ["q1", "q2"], "doc_id": ["d1", "d2"],
+                                                 "relevance": list(relevance)})
+    return root
+
+
+@case("parquet-qrels-fractional-relevance", DataError, "qrels_train.parquet, row 2", "relevance '0.5' is not an integer",
+      "Fix: write relevance as an integer grade")
+def _(tmp, bert):
+    return split_call("parquet", parquet_dataset(tmp, relevance=(1.0, 0.5)), tmp)
+
+
+@case("parquet-qrels-null-relevance", DataError, "qrels_train.parquet, row 1", "relevance 'None' is not an integer")
+def _(tmp, bert):
+    return split_call("parquet", parquet_dataset(tmp, relevance=(None, 1)), tmp)
+
+
+@case("parquet-queries-null-text", DataError, "queries.parquet, row 2", "query 'q2' has empty text")
+def _(tmp, bert):
+    return split_call("parquet", parquet_dataset(tmp, query_text=("why do cats purr", None)), tmp)
+
+
+@case("parquet-queries-missing-file", DataError, "queries.parquet: Parquet file not found")
+def _(tmp, bert):
+    return split_call("parquet", parquet_dataset(tmp, queries=False), tmp)
+
+
+# ------------------------------------------------------------------------------------------------- config
+@case("config-eval-split-without-qrels", DataError, "qrels/dev.tsv", "BEIR qrels for split 'dev' file not found",
+      "Fix: check the dataset's `path`")
+def _(tmp, bert):
+    return split_call("beir", write_beir(tmp / "raw"), tmp, split="dev")
+
+
+@case("config-yaml-syntax", ConfigError, "config.yaml, line 3", "not valid YAML", "fix the syntax there")
+def _(tmp, bert):
+    return config_call(tmp, "datasets:\n  x: {format: beir, path: p\nrun_datasets: [x]\n")
+
+
+@case("config-not-a-mapping", ConfigError, "the configuration is a list, not a mapping")
+def _(tmp, bert):
+    return config_call(tmp, "- datasets\n- stages\n")
+
+
+@case("config-file-missing", ConfigError, "no-such-config.yaml: config file not found")
+def _(tmp, bert):
+    return (lambda: load_config(tmp / "no-such-config.yaml")), []
+
+
+@case("config-wrong-type", ConfigError, "config.stages.retriever.batch_size: '64' is not of type 'integer'")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["stages"]["retriever"].update(batch_size="64"))
+
+
+@case("config-missing-required-key", ConfigError, "config.datasets.scifact: 'path' is a required property")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].pop("path"))
+
+
+@case("config-eval-splits-not-a-list", ConfigError, "config.datasets.scifact.eval_splits: 'test' is not of type 'array'")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(eval_splits="test"))
+
+
+@case("config-split-name-with-slash", ConfigError, "config.datasets.scifact.eval_splits[0]: 'qrels/test' does not match")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(eval_splits=["qrels/test"]))
+
+
+@case("config-bad-stage-override", ConfigError, "datasets.scifact.stages.retriever.batch_size: 0 is less than the minimum of 1")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["retriever"].update(batch_size=0))
+
+
+@case("config-unknown-pretrain-method", ConfigError, "config.stages.pretrain.method: 'simcse' is not one of")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["stages"].setdefault("pretrain", {}).update(method="simcse"))
+
+
+@case("config-min-relevance-zero", ConfigError, "config.datasets.scifact.min_relevance: 0 is less than the minimum of 1")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(min_relevance=0))
+
+
+@case("config-unknown-metric", ConfigError, "config.evaluation.metrics[1]: unknown metric 'MRR@ten'",
+      "use ir-measures names")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c.update(evaluation={"metrics": ["nDCG@10", "MRR@ten"]}))
+
+
+@case("config-split-files-beir", ConfigError, "config.datasets.scifact.split_files: only the msmarco and dpr layouts")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(
+        split_files={"test": {"queries": "topics.tsv"}}))
+
+
+@case("config-answers-relevance-not-dpr", ConfigError, "config.datasets.scifact.relevance: `answers` needs format `dpr`")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(relevance="answers"))
+
+
+# -------------------------------------------------------------------------------------------------- models
+@case("model-folder-missing", DataError, "results/none/pretrain/simlm/model: the model folder does not exist",
+      "Fix: point `plm` at a folder")
+def _(tmp, bert):
+    return (lambda: models.load_encoder("results/none/pretrain/simlm/model")), []
+
+
+@case("model-path-is-a-file", DataError, "config.json: a file, not a model folder")
+def _(tmp, bert):
+    return (lambda: models.load_encoder(str(copy_model(bert, tmp) / "config.json"))), []
+
+
+@case("model-folder-without-config", DataError, "model: the model folder has no config.json")
+def _(tmp, bert):
+    folder = copy_model(bert, tmp)
+    (folder / "config.json").unlink()
+    return (lambda: models.load_encoder(str(folder))), []
+
+
+@case("model-config-not-json", DataError, "cannot load the model configuration", "not a valid JSON file")
+def _(tmp, bert):
+    folder = copy_model(bert, tmp)
+    (folder / "config.json").write_text("{not json")
+    return (lambda: models.load_encoder(str(folder))), []
+
+
+@case("model-folder-without-weights", DataError, "cannot load the encoder", "no file named model.safetensors")
+def _(tmp, bert):
+    folder = copy_model(bert, tmp)
+    (folder / "model.safetensors").unlink()
+    return (lambda: models.load_encoder(str(folder))), []
+
+
+@case("model-weights-truncated", DataError, "cannot load the cross-encoder", "deserializing header")
+def _(tmp, bert):
+    folder = copy_model(bert, tmp)
+    weights = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(weights[:len(weights) // 2])
+    return (lambda: models.load_cross_encoder(str(folder))), []
+
+
+@case("model-folder-without-tokenizer", DataError, "the model folder has no tokenizer",
+      "Fix: save the tokenizer into the folder")
+def _(tmp, bert):
+    folder = copy_model(bert, tmp)
+    for name in models.TOKENIZER_FILES + ("tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).unlink(missing_ok=True)
+    return (lambda: models.load_tokenizer(str(folder))), []
+
+
+@case("model-tokenizer-larger-than-vocabulary", DataError, "the tokenizer has 30522 tokens but the model's "
+      "vocabulary (config.json vocab_size) only 1000")
+def _(tmp, bert):
+    folder = copy_model(bert, tmp)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "vocab_size": 1000}))
+    return (lambda: models.load_tokenizer(str(folder))), []
+
+
+@case("model-package-without-model", DataError, "pkg:json: module 'json' has no get_model_path() function")
+def _(tmp, bert):
+    return (lambda: models.load_encoder("pkg:json")), []
+
+
+@case("model-pretrain-not-bert", DataError, "pre-training needs a BERT encoder, this is a 'distilbert' model",
+      "Fix: set stages.pretrain.plm to a BERT model")
+def _(tmp, bert):
+    from transformers import DistilBertConfig, DistilBertModel
+
+    folder = tmp / "distilbert"
+    DistilBertModel(DistilBertConfig(vocab_size=100, dim=16, n_layers=1, n_heads=2, hidden_dim=32)).save_pretrained(folder)
+    return (lambda: load_masked_lm(str(folder))), []
+
+
+# ------------------------------------------------------------------------------------- pipeline artifacts
+@case("artifact-missing", DataError, "corpus.parquet: the corpus artifact does not exist",
+      "Fix: run the Snakemake rule that writes it")
+def _(tmp, bert):
+    return (lambda: read_artifact(tmp / "data" / "corpus.parquet", "corpus")), []
+
+
+@case("artifact-not-parquet", DataError, "negatives.parquet: not a readable Parquet file",
+      "Fix: delete it and rerun the Snakemake rule")
+def _(tmp, bert):
+    (tmp / "negatives.parquet").write_bytes(b"PAR1 but cut short")
+    return (lambda: read_artifact(tmp / "negatives.parquet", "negatives")), []
+
+
+@case("negatives-missing-column", DataError, "missing column 'negative_scores' of the negatives artifact")
+def _(tmp, bert):
+    frame = negatives_frame().drop(columns="negative_scores")
+    frame.to_parquet(tmp / "negatives.parquet")
+    return (lambda: read_artifact(tmp / "negatives.parquet", "negatives")), []
+
+
+@case("negatives-scores-length", DataError, "negatives.parquet, row 2: ids and scores of different lengths")
+def _(tmp, bert):
+    frame = negatives_frame()
+    frame.at[1, "negative_scores"] = [1.0, 2.0]
+    frame.to_parquet(tmp / "negatives.parquet")
+    return (lambda: read_artifact(tmp / "negatives.parquet", "negatives")), []
+
+
+@case("distill-negatives-without-scores", DataError, "official_negatives.parquet, row 1: a positive or negative "
+      "without a score", "Fix: score every pair with the teacher")
+def _(tmp, bert):
+    path = tmp / "official_negatives.parquet"
+    write_artifact(negatives_frame(scores=float("nan")), path, "negatives")
+    passages, queries = read_texts(corpus_artifact(tmp), queries_artifact(tmp))
+    return (lambda: QueryGroups(read_artifact(path, "negatives"), passages, queries, 1, 0, with_scores=True,
+                                source=str(path))), []
+
+
+@case("trec-run-five-columns", DataError, "run_test.trec, line 2", "5 whitespace-separated columns, expected 6")
+def _(tmp, bert):
+    (tmp / "run_test.trec").write_text("q1 Q0 d1 1 2.5 bm25\nq1 Q0 d2 2 1.5\n")
+    return (lambda: read_trec_run(tmp / "run_test.trec")), []
+
+
+@case("trec-run-repeated-document", DataError, "run_test.trec, line 3", "document 'd1' is listed twice for query 'q1'")
+def _(tmp, bert):
+    (tmp / "run_test.trec").write_text("q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1.5 t\nq1 Q0 d1 3 0.5 t\n")
+    return (lambda: read_trec_run(tmp / "run_test.trec")), []
+
+
+@case("trec-run-missing", DataError, "run_test.trec: run file not found")
+def _(tmp, bert):
+    return (lambda: read_trec_run(tmp / "run_test.trec")), []
+
+
+@case("evaluation-qrels-without-relevant", DataError, "qrels_test.parquet: no query has a relevant judgement",
+      "Fix: check the split's qrels")
+def _(tmp, bert):
+    qrels = tmp / "qrels_test.parquet"
+    write_artifact(pd.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "relevance": [0]}), qrels, "qrels")
+    (tmp / "run_test.trec").write_text("q1 Q0 d1 1 2.5 t\n")
+    out = tmp / "out" / "metrics.json"
+    return (lambda: evaluate_splits([str(tmp / "run_test.trec")], [str(qrels)], ["test"], ["nDCG@10"],
+                                    str(out))), [out]
+
+
+@case("embeddings-integer-vectors", DataError, "shard_0.npy: vectors of shape (2, 4) and dtype int64",
+      "need a 2-D float16 or float32 array")
+def _(tmp, bert):
+    vectors, ids = embedding_shard(tmp / "embeddings", 0, ["d1", "d2"])
+    np.save(vectors, np.ones((2, 4), dtype=np.int64))
+    return index_call(tmp, [(vectors, ids)])
+
+
+@case("embeddings-not-npy", DataError, "shard_0.npy: not a readable .npy file (no NumPy header)")
+def _(tmp, bert):
+    vectors, ids = embedding_shard(tmp / "embeddings", 0, ["d1", "d2"])
+    vectors.write_bytes(b"not numpy")
+    return index_call(tmp, [(vectors, ids)])
+
+
+def built_index(tmp) -> tuple[Path, Path]:
+    shard = embedding_shard(tmp / "embeddings", 0, ["d1", "d2", "d3"])
+    build_index([shard[0]], [shard[1]], tmp / "index.faiss", tmp / "index_ids.parquet")
+    return tmp / "index.faiss", tmp / "index_ids.parquet"
+
+
+@case("index-corrupt", DataError, "index.faiss: not a readable faiss index", "Fix: delete it and rerun")
+def _(tmp, bert):
+    index, ids = built_index(tmp)
+    index.write_bytes(index.read_bytes()[:40])
+    return (lambda: list(search_index(index, ids, ["q1"], np.ones((1, 4), np.float32), depth=2))), []
+
+
+@case("index-query-dimension", DataError, "index.faiss: the index has dimension 4, the queries 8",
+      "Fix: search with the model that encoded the corpus")
+def _(tmp, bert):
+    index, ids = built_index(tmp)
+    return (lambda: list(search_index(index, ids, ["q1"], np.ones((1, 8), np.float32), depth=2))), []
+
+
+@case("tokens-not-a-token-shard", DataError, "part_0.parquet: not a token shard (missing ['max_length',")
+def _(tmp, bert):
+    shard = write_parquet(tmp / "tokens" / "part_0.parquet", {"doc_id": ["d1"], "input_ids": [[101, 102]]})
+    tokenizer = models.load_tokenizer(str(bert))
+    return (lambda: read_token_shards([shard], tokenizer)), []
+
+
+# --------------------------------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_bad_input(case_id, tmp_path, tiny_bert):
+    build, error, message = CASES[case_id]
+    call, outputs = build(tmp_path, tiny_bert)
+    with pytest.raises(error) as caught:
+        call()
+    text = str(caught.value)
+    assert type(caught.value) is error, f"{type(caught.value).__name__}: {text}"
+    for part in message:
+        assert part in text, f"{part!r} not in {text!r}"
+    if error is DataError:
+        assert text.count(". Fix: ") == 1, text
+    for output in outputs:
+        assert not output.exists(), f"partial output {output}"
+        if output.parent.exists():
+            assert not [p.name for p in output.parent.iterdir() if p.name.startswith(f".{output.name}.")], \
+                "temporary output left behind"
+
+
+def catalogue_rows() -> list[tuple[str, str]]:
+    """(case id, test column) of each row of the docs table."""
+    rows = []
+    for line in CATALOGUE.read_text().splitlines():
+        match = re.match(r"\|\s*`([a-z0-9-]+)`\s*\|", line)
+        if match:
+            rows.append((match.group(1), line.rstrip().rstrip("|").rsplit("|", 1)[1].strip()))
+    return rows
+
+
+def test_catalogue_and_tests_list_the_same_cases():
+    rows = catalogue_rows()
+    ids = [case_id for case_id, _ in rows]
+    assert len(ids) == len(set(ids)), "a case id is listed twice"
+    here = {case_id for case_id, test in rows if test == "`test_bad_inputs.py`"}
+    assert here == set(CASES), (f"only in the docs: {sorted(here - set(CASES))}; "
+                                f"only in the tests: {sorted(set(CASES) - here)}")
+    for case_id, test in rows:
+        if test == "`test_bad_inputs.py`":
+            continue
+        match = re.fullmatch(r"`(test_\w+\.py)::(test_\w+)`", test)
+        assert match, f"{case_id}: the test column {test!r} is neither test_bad_inputs.py nor file::test"
+        source = (REPO / "tests" / match.group(1)).read_text()
+        assert f"def {match.group(2)}(" in source, f"{case_id}: {test} does not exist"
+    assert len(rows) >= 25
