@@ -37,15 +37,32 @@ def call_name(call: ast.Call) -> str:
     return ".".join(reversed(parts))
 
 
+UNPICKLERS = ("pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve")
+
+
+def only_error_classes(tree: ast.AST, alias: str | None, name: str | None) -> bool:
+    """An unpickling module imported only for its exception classes (``except pickle.UnpicklingError``): ``import
+    pickle`` whose every use is ``pickle.<...>Error``, or ``from pickle import <...>Error``."""
+    if name is not None:
+        return name.endswith("Error")
+    uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == alias]
+    attributes = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id == alias]
+    return bool(uses) and len(uses) == len(attributes) and all(a.attr.endswith("Error") for a in attributes)
+
+
 def unsafe_calls(source: str) -> list[str]:
     """The unsafe patterns in one Python source, as ``line: what``."""
     found = []
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for module in modules:
-                if module.split(".")[0] in ("pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve"):
+            if isinstance(node, ast.Import):
+                imported = [(a.name, a.asname or a.name, None) for a in node.names]
+            else:
+                imported = [(node.module or "", None, a.name) for a in node.names]
+            for module, alias, name in imported:
+                if module.split(".")[0] in UNPICKLERS and not only_error_classes(tree, alias, name):
                     found.append(f"{node.lineno}: imports {module} (unpickling runs code)")
         if not isinstance(node, ast.Call):
             continue
@@ -84,7 +101,15 @@ os.system("rm " + path)
 model.save_pretrained(path, safe_serialization=False)
 """
     assert len(unsafe_calls(unsafe)) == 9
+    assert len(unsafe_calls("import pickle\ntry:\n    pickle.loads(data)\nexcept pickle.UnpicklingError:\n    pass\n")) == 1
+    assert len(unsafe_calls("from pickle import loads, UnpicklingError\n")) == 1
     safe = """
+import pickle
+try:
+    load_model(path)
+except pickle.UnpicklingError:
+    raise
+from pickle import UnpicklingError
 torch.load(path, map_location="cpu", weights_only=True)
 np.load(path, allow_pickle=False)
 yaml.safe_load(text)

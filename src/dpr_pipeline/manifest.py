@@ -37,12 +37,17 @@ PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "sentence-tran
 _CHUNK = 1 << 20
 
 
+#: Snakemake's marker in a folder output, added after the job: not part of the folder's content.
+SNAKEMAKE_MARKER = ".snakemake_timestamp"
+
+
 def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, or of a folder: of its ``relative/path<TAB>sha256`` lines in sorted order."""
+    """SHA-256 of a file's bytes, or of a folder: of its ``relative/path<TAB>sha256`` lines in sorted order
+    (Snakemake's ``.snakemake_timestamp`` marker left out)."""
     path = Path(path)
     digest = hashlib.sha256()
     if path.is_dir():
-        for member in sorted(p for p in path.rglob("*") if p.is_file()):
+        for member in sorted(p for p in path.rglob("*") if p.is_file() and p.name != SNAKEMAKE_MARKER):
             digest.update(f"{member.relative_to(path).as_posix()}\t{file_sha256(member)}\n".encode())
         return digest.hexdigest()
     with open(path, "rb") as handle:
