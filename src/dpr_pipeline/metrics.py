@@ -24,7 +24,7 @@ import pandas as pd
 from .data.schemas import read_artifact
 from .errors import DataError
 from .io import atomic_output
-from .manifest import file_sha256
+from .manifest import describe_files
 from .runs import read_trec_run
 
 
@@ -122,8 +122,7 @@ def write_metrics(output: str, result: dict, manifest: str | None, splits: list[
     """Write ``{split: {metric: value}}`` and ``provenance``: the stage's ``manifest`` (path) and, per kind of
     file evaluated (runs, qrels or answers), each split's file with its SHA-256."""
     provenance = {"manifest": str(manifest) if manifest else None,
-                  **{kind: {split: {"path": str(path), "sha256": file_sha256(path)} for split, path in zip(splits, paths)}
-                     for kind, paths in evaluated.items()}}
+                  **{kind: describe_files(dict(zip(splits, paths))) for kind, paths in evaluated.items()}}
     with atomic_output(output) as tmp:
         tmp.write_text(json.dumps({**result, PROVENANCE: provenance}, indent=2) + "\n")
 

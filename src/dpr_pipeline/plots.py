@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .io import atomic_output
@@ -48,7 +47,7 @@ def plot_loss_curves(loss_logs: dict[str, str | Path], output: str | Path, title
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for i, (name, path) in enumerate(loss_logs.items()):
-        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        rows = read_loss_log(path)
         steps = np.array([r["step"] for r in rows])
         losses = np.array([r["loss"] for r in rows])
         window = max(1, len(losses) // 20)
