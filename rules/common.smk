@@ -19,14 +19,15 @@ validate(config, "../schemas/config.schema.yaml")
 check_stage_overrides(config, SCHEMA)
 check_config_values(config)
 
-# Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
-STAGES = ["bm25", "retriever1", "retriever2", "reranker", "distill"]
+# Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec. `start` is
+# the bi-encoders' starting model (retriever.plm, untrained), the row every trained stage is read against.
+STAGES = ["bm25", "start", "retriever1", "retriever2", "reranker", "distill"]
 # Pre-training methods (config pretrain.method); the ablation fine-tunes Retriever1 from each (and from `none`,
 # the un-pre-trained plm) under results/{dataset}/ablation/{method}/, as SimLM's Table 7 does.
 PRETRAIN_METHODS = SCHEMA["$defs"]["pretrain"]["properties"]["method"]["enum"]
 ABLATION_STAGES = [f"ablation/{method}" for method in ["none"] + PRETRAIN_METHODS]
 # Stages with an encoder, a corpus index and dense runs.
-BIENCODERS = ["retriever1", "retriever2", "distill"] + ABLATION_STAGES
+BIENCODERS = ["start", "retriever1", "retriever2", "distill"] + ABLATION_STAGES
 
 
 wildcard_constraints:
@@ -289,15 +290,15 @@ def benchmarked_jobs(wildcards):
     train, evals = train_split(wildcards), eval_splits(wildcards)
     with_train = list(dict.fromkeys([train] + evals))
     jobs = []
-    for stage in ["retriever1", "retriever2", "distill"]:
+    for stage in ["start", "retriever1", "retriever2", "distill"]:
         for shard in range(retriever_params(wildcards)["encode_shards"]):
             ids = f"{root}/{stage}/embeddings/shard_{shard}.ids.parquet"
             jobs.append({"task": "corpus encoding", "job": f"{stage} shard {shard}", "unit": "passages",
                          "benchmark": f"{bench}/encode_corpus_{stage}_{shard}.tsv", "output": ids, "counted": ids})
     bm25_splits = evals if "official_negatives" in dataset_config(wildcards) else with_train
     searches = [("BM25 search", "bm25", "bm25_search_", bm25_splits)] + [
-        ("dense search", stage, f"dense_search_{stage}_", with_train if stage != "distill" else evals)
-        for stage in ["retriever1", "retriever2", "distill"]]
+        ("dense search", stage, f"dense_search_{stage}_", with_train if stage in ("retriever1", "retriever2") else evals)
+        for stage in ["start", "retriever1", "retriever2", "distill"]]
     for task, stage, prefix, splits in searches:
         for split in splits:
             jobs.append({"task": task, "job": split if stage == "bm25" else f"{stage} {split}", "unit": "queries",

@@ -1,5 +1,27 @@
-# Bi-encoder stages: Retriever1 (BM25 negatives), Retriever2 (Retriever1's mined negatives) and the distilled
-# retriever's encoding; corpus encoding in shards, a faiss index, dense runs and hard-negative mining.
+# Bi-encoder stages: the starting model (untrained), Retriever1 (BM25 negatives), Retriever2 (Retriever1's mined
+# negatives) and the distilled retriever's encoding; corpus encoding in shards, a faiss index, dense runs and
+# hard-negative mining.
+
+
+rule starting_model:
+    input:
+        init=initialisation_input("retriever"),
+    output:
+        model=directory("results/{dataset}/start/model"),
+        manifest="results/{dataset}/start/manifest.json",
+    params:
+        retriever=trained_params("retriever"),
+    threads: threads_of("starting_model")
+    resources:
+        **resources_of("starting_model"),
+    log:
+        "results/{dataset}/logs/starting_model.log",
+    benchmark:
+        "results/{dataset}/benchmarks/starting_model.tsv"
+    conda:
+        "../envs/torch.yaml"
+    script:
+        "../workflow_scripts/starting_model.py"
 
 
 rule train_retriever:

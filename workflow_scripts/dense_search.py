@@ -10,4 +10,5 @@ with logged(snakemake.log[0], snakemake.threads):
                  query_max_length=snakemake.params.stage["query_max_length"], batch_size=r["encode_batch_size"],
                  tag=f"dpr_pipeline-{snakemake.wildcards.stage}",
                  hnsw_ef_search=index["hnsw_ef_search"] if index["kind"] == "hnsw" else None,
-                 ivf_nprobe=index["ivf_nprobe"] if index["kind"] == "ivfpq" else None)
+                 ivf_nprobe=index["ivf_nprobe"] if index["kind"] == "ivfpq" else None,
+                 bf16=snakemake.params.stage["bf16"])

@@ -7,4 +7,5 @@ with logged(snakemake.log[0], snakemake.threads):
     encode_corpus_shard(snakemake.input.model, snakemake.input.corpus, snakemake.output.vectors,
                         snakemake.output.ids, shard=int(snakemake.wildcards.shard), num_shards=r["encode_shards"],
                         max_length=snakemake.params.stage["passage_max_length"],
-                        batch_size=r["encode_batch_size"], dtype=r["embedding_dtype"])
+                        batch_size=r["encode_batch_size"], dtype=r["embedding_dtype"],
+                        bf16=snakemake.params.stage["bf16"])

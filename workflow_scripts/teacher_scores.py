@@ -6,4 +6,5 @@ with logged(snakemake.log[0], snakemake.threads):
     p = snakemake.params.reranker
     score_teacher_shard(snakemake.input.model, snakemake.input.negatives, snakemake.input.corpus,
                         snakemake.input.queries, snakemake.output[0], shard=int(snakemake.wildcards.shard),
-                        num_shards=p["teacher_shards"], max_length=p["max_length"], batch_size=p["score_batch_size"])
+                        num_shards=p["teacher_shards"], max_length=p["max_length"], batch_size=p["score_batch_size"],
+                        bf16=p["bf16"])

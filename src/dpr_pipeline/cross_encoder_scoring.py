@@ -1,8 +1,13 @@
 """Inference with the re-ranker's θ(q, d): scoring pairs, re-ranking a TREC run, and teacher scores for distillation.
 
 Pairs are tokenized once, sorted by token length (longest first, so that an out-of-memory batch shows at the
-start) and padded per batch, which wastes little compute on padding. On CUDA the forward pass runs under bf16
-autocast; scores come back as float32 in input order.
+start) and padded per batch, which wastes little compute on padding. With ``bf16`` the forward pass runs under
+bf16 autocast where the device supports it natively (a GPU, a CPU with AMX); scores come back as float32 in
+input order.
+
+A re-ranked run keeps its tail, as re-ranking toolkits report it: the re-ranked top ``depth`` hits, then the
+first stage's remaining hits in their order, scored below every re-ranked hit, so recall at depths beyond the
+re-ranked ones is the first stage's.
 
 Teacher scoring (the scores Retriever_distill learns from, Eq. 5) is sharded: ``score_teacher_shard`` scores a
 contiguous slice of the negatives artifact's rows, so a cluster can run every shard in parallel, and
@@ -24,7 +29,7 @@ from tqdm.auto import tqdm
 from .data.schemas import read_artifact, write_artifact
 from .errors import DataError
 from .data.corpus_shards import corpus_shard_bounds, iter_corpus_rows, open_corpus
-from .models import default_device, inference_autocast, load_cross_encoder, load_tokenizer, passage_text
+from .models import autocast, default_device, load_cross_encoder, load_tokenizer, passage_text
 from .runs import read_trec_run, write_trec_run
 from .training.groups import check_negatives_known, read_texts
 
@@ -84,7 +89,7 @@ def tokenize_pairs(tokenizer, queries: Sequence[str], passages: Sequence[str], *
 
 
 def score_pairs(model: torch.nn.Module, tokenizer, queries: list[str], passages: list[str], *, max_length: int,
-                batch_size: int, description: str = "scoring pairs") -> np.ndarray:
+                batch_size: int, description: str = "scoring pairs", bf16: bool = False) -> np.ndarray:
     """θ(query_i, passage_i) for every i, as float32 in input order (the model's single logit)."""
     if len(queries) != len(passages):
         raise ValueError(f"{len(queries)} queries but {len(passages)} passages: score_pairs needs one per pair")
@@ -95,7 +100,7 @@ def score_pairs(model: torch.nn.Module, tokenizer, queries: list[str], passages:
     order = np.argsort(-pairs.lengths, kind="stable")
     device = next(model.parameters()).device
     model.eval()
-    with torch.inference_mode(), inference_autocast(device):
+    with torch.inference_mode(), autocast(device, bf16):
         for start in tqdm(range(0, len(order), batch_size), desc=description, mininterval=5,
                           total=-(-len(order) // batch_size)):
             indices = order[start:start + batch_size]
@@ -123,25 +128,37 @@ def _check_run_known(run: pd.DataFrame, run_path: str | Path, passages: dict[str
 
 
 def rerank_run(model_dir: str | Path, run_path: str | Path, corpus_path: str | Path, queries_path: str | Path,
-               output_run: str | Path, *, depth: int, max_length: int, batch_size: int, tag: str) -> None:
-    """Re-score each query's top ``depth`` hits of a TREC run with θ(q, d) and write them sorted by θ.
+               output_run: str | Path, *, depth: int, max_length: int, batch_size: int, tag: str,
+               bf16: bool = False) -> None:
+    """Re-score each query's top ``depth`` hits of a TREC run with θ(q, d), sorted by θ, followed by the
+    query's remaining hits (:func:`append_tail`).
 
-    Every query of the run must be in the queries artifact and every document in the corpus. Hits beyond
-    ``depth`` are dropped; ties keep the run's order.
+    Every query of the run must be in the queries artifact and every document in the corpus. Ties keep the
+    run's order.
     """
     passages, queries = read_texts(corpus_path, queries_path)
     run = read_trec_run(run_path)
-    top = run.groupby("query_id", sort=False).head(depth).reset_index(drop=True)
+    ranked = run.assign(rank=run.groupby("query_id", sort=False).cumcount())
+    top = ranked[ranked["rank"] < depth].reset_index(drop=True)
     _check_run_known(top, run_path, passages, queries, queries_path, corpus_path)
     model, tokenizer = load_scorer(model_dir)
     log.info("re-ranking %d hits of %d queries (top %d) from %s", len(top), top["query_id"].nunique(), depth,
              run_path)
     scores = score_pairs(model, tokenizer, [queries[q] for q in top["query_id"]],
                          [passages[d] for d in top["doc_id"]], max_length=max_length, batch_size=batch_size,
-                         description="re-ranking")
+                         description="re-ranking", bf16=bf16)
     reranked = top.assign(score=scores).sort_values(["query_id", "score"], ascending=[True, False], kind="stable")
-    write_trec_run(((qid, list(zip(hits["doc_id"], hits["score"].astype(float))))
+    tails = {qid: hits["doc_id"].tolist() for qid, hits in ranked[ranked["rank"] >= depth].groupby("query_id")}
+    write_trec_run(((qid, append_tail(list(zip(hits["doc_id"], hits["score"].astype(float))), tails.get(qid, [])))
                     for qid, hits in reranked.groupby("query_id", sort=False)), output_run, tag)
+
+
+def append_tail(reranked: list[tuple[str, float]], tail: list[str]) -> list[tuple[str, float]]:
+    """The re-ranked hits (sorted by score), then the first stage's remaining hits in their order, scored
+    ``lowest re-ranked score − 1, − 2, …``: below every re-ranked hit and without ties, so every evaluation
+    tool ranks them as written."""
+    lowest = min((score for _, score in reranked), default=0.0)
+    return reranked + [(doc_id, lowest - rank) for rank, doc_id in enumerate(tail, start=1)]
 
 
 def shard_slice(num_rows: int, shard: int, num_shards: int) -> slice:
@@ -171,7 +188,7 @@ def read_passages(corpus_path: str | Path, doc_ids: set[str]) -> dict[str, str]:
 
 def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, corpus_path: str | Path,
                         queries_path: str | Path, output_path: str | Path, *, shard: int, num_shards: int,
-                        max_length: int, batch_size: int) -> None:
+                        max_length: int, batch_size: int, bf16: bool = False) -> None:
     """θ of every (query, positive) and (query, negative) pair of one shard's rows, in the negatives schema.
 
     The shard's rows are written with ``positive_scores``/``negative_scores`` replaced by the teacher's
@@ -196,7 +213,7 @@ def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, corpu
              rows_slice.stop, len(query_texts))
     model, tokenizer = load_scorer(model_dir)
     scores = score_pairs(model, tokenizer, query_texts, passage_texts, max_length=max_length,
-                         batch_size=batch_size, description=f"teacher shard {shard}")
+                         batch_size=batch_size, description=f"teacher shard {shard}", bf16=bf16)
     per_row = _split_per_row(scores, [p + n for p, n in zip(positive_counts, negative_counts)])
     scored = rows.assign(  # object columns, so that an empty shard keeps list-typed score columns
         positive_scores=pd.Series([s[:p] for s, p in zip(per_row, positive_counts)], index=rows.index, dtype=object),

@@ -1,7 +1,7 @@
-"""Encoding passages and queries with the bi-encoder: L2-normalised last-layer [CLS] vectors.
+"""Encoding passages and queries with the bi-encoder: L2-normalised pooled last-layer vectors.
 
-Vectors come from :func:`dpr_pipeline.models.cls_vectors`, the function training uses, so a trained model
-encodes here exactly as it scored during training. :func:`encode_texts` tokenizes every text once, sorts
+Vectors come from :class:`dpr_pipeline.embedding.TextEncoder`, the object training uses, with the pooling the
+model folder records, so a trained model encodes here exactly as it scored during training. :func:`encode_texts` tokenizes every text once, sorts
 the texts by token length (longest first) and pads each batch only to its own longest text, so batches carry
 almost no padding; rows come back in the input order. A batch holds at most ``batch_size × max_length``
 tokens: ``batch_size`` texts of the longest kind, proportionally more shorter ones (short texts in small
@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import models
+from .embedding import TextEncoder, load_text_encoder
 from .data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
 from .data.schemas import read_artifact
 from .io import atomic_outputs
@@ -36,14 +37,14 @@ VECTOR_DTYPES = ("float16", "float32")
 _TOKENIZE_CHUNK = 8192  # texts per tokenizer call: token ids are kept as one int32 array, not Python lists
 
 
-def encode_texts(encoder: torch.nn.Module, tokenizer, texts: Sequence[str], *, max_length: int,
-                 batch_size: int, device: str | torch.device | None = None,
+def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_length: int,
+                 batch_size: int, device: str | torch.device | None = None, bf16: bool = False,
                  progress: bool = False) -> np.ndarray:
-    """Encode ``texts`` into a float32 array ``[len(texts), hidden_size]`` of unit-length [CLS] vectors.
+    """Encode ``texts`` into a float32 array ``[len(texts), hidden_size]`` of unit-length vectors.
 
     A batch is ``batch_size`` texts of ``max_length`` tokens, or more texts when they are shorter (the same
-    token budget, padding included). ``device`` defaults to where the encoder already is; on CUDA the
-    forward pass runs under bf16 autocast.
+    token budget, padding included). ``device`` defaults to where the encoder already is; with ``bf16`` the
+    forward pass runs under bf16 autocast where the device supports it natively (:func:`models.uses_bf16`).
     """
     if batch_size < 1 or max_length < 2:
         raise ValueError(f"batch_size ({batch_size}) must be >= 1 and max_length ({max_length}) >= 2")
@@ -53,13 +54,12 @@ def encode_texts(encoder: torch.nn.Module, tokenizer, texts: Sequence[str], *, m
     if not texts:
         return vectors
     flat, offsets = _tokenize(tokenizer, texts, max_length)
-    with torch.inference_mode(), models.inference_autocast(device), \
+    with torch.inference_mode(), models.autocast(device, bf16), \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
         for rows in _token_budget_batches(np.diff(offsets), batch_size * max_length):
             batch = tokenizer.pad({"input_ids": [flat[offsets[i]:offsets[i + 1]] for i in rows]},
                                   return_tensors="pt", return_attention_mask=True)
-            vectors[rows] = models.cls_vectors(encoder, batch["input_ids"].to(device),
-                                               batch["attention_mask"].to(device)).cpu().numpy()
+            vectors[rows] = encoder(batch["input_ids"].to(device), batch["attention_mask"].to(device)).cpu().numpy()
             bar.update(len(rows))
     return vectors
 
@@ -92,7 +92,7 @@ def _token_budget_batches(lengths: np.ndarray, budget: int) -> Iterator[np.ndarr
 
 def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vectors: str | Path,
                         output_ids: str | Path, *, shard: int, num_shards: int, max_length: int,
-                        batch_size: int, dtype: str = "float16") -> None:
+                        batch_size: int, dtype: str = "float16", bf16: bool = False) -> None:
     """Encode one shard of ``corpus.parquet`` into ``output_vectors`` (.npy) and ``output_ids`` (.parquet).
 
     Row ``i`` of the vectors is the passage whose ``doc_id`` is row ``i`` of the ids file. Only the shard's
@@ -105,9 +105,9 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
     doc_ids, passages = read_corpus_rows(corpus, Path(corpus_parquet), start, stop)
     logger.info("shard %d/%d: encoding rows %d-%d of %s", shard, num_shards, start, stop, corpus_parquet)
     began = time.perf_counter()
-    vectors = encode_texts(models.load_encoder(model_path), models.load_tokenizer(model_path), passages,
+    vectors = encode_texts(load_text_encoder(model_path), models.load_tokenizer(model_path), passages,
                            max_length=max_length, batch_size=batch_size, device=models.default_device(),
-                           progress=True).astype(dtype)
+                           bf16=bf16, progress=True).astype(dtype)
     elapsed = time.perf_counter() - began
     logger.info("shard %d/%d: %d passages in %.1f s (%.0f/s)", shard, num_shards, len(passages), elapsed,
                 len(passages) / max(elapsed, 1e-9))
@@ -118,10 +118,10 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
 
 
 def encode_queries(model_path: str, queries_parquet: str | Path, *, max_length: int,
-                   batch_size: int) -> tuple[list[str], np.ndarray]:
+                   batch_size: int, bf16: bool = False) -> tuple[list[str], np.ndarray]:
     """Query ids and their float32 vectors, in the file's order."""
     queries = read_artifact(queries_parquet, "queries")
-    vectors = encode_texts(models.load_encoder(model_path), models.load_tokenizer(model_path),
+    vectors = encode_texts(load_text_encoder(model_path), models.load_tokenizer(model_path),
                            queries["text"].fillna("").tolist(), max_length=max_length, batch_size=batch_size,
-                           device=models.default_device())
+                           device=models.default_device(), bf16=bf16)
     return queries["query_id"].tolist(), vectors

@@ -75,7 +75,7 @@ def train_reranker(negatives_path: str | Path, corpus_path: str | Path, queries_
     groups = QueryGroups(read_artifact(negatives_path, "negatives"), passages, queries,
                          params["negatives_per_query"], params["seed"], source=str(negatives_path))
     tokenizer = load_tokenizer(params["plm"])
-    model = load_cross_encoder(params["plm"])
+    model = load_cross_encoder(params["plm"], params.get("attention_dropout"))
     log.info("re-ranker %s: %d queries, groups of 1 positive + %d negatives", params["plm"], len(groups),
              params["negatives_per_query"])
     model = train(model, groups, make_collate(tokenizer, params["max_length"]), listwise_batch_loss, settings,

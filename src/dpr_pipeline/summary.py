@@ -21,8 +21,8 @@ from .metrics import PROVENANCE
 
 log = logging.getLogger(__name__)
 
-STAGE_LABELS = {"bm25": "BM25", "retriever1": "Retriever₁", "retriever2": "Retriever₂", "reranker": "Re-ranker",
-                "distill": "Retriever_distill"}
+STAGE_LABELS = {"bm25": "BM25", "start": "Starting model (untrained)", "retriever1": "Retriever₁",
+                "retriever2": "Retriever₂", "reranker": "Re-ranker", "distill": "Retriever_distill"}
 QUERY_COUNT = "num_queries"
 MISSING = "–"
 

@@ -1,6 +1,7 @@
 """Bi-encoder training: Retriever₁ and Retriever₂ (Eq. 3) and the distilled retriever (Eq. 5 + α·Eq. 3).
 
-One shared encoder embeds queries and passages as L2-normalised last-layer [CLS] vectors. Vectors are
+One shared :class:`~dpr_pipeline.embedding.TextEncoder` embeds queries and passages as L2-normalised pooled
+vectors (the stage's ``pooling``: ``auto`` takes the starting model's own). Vectors are
 gathered across processes before the loss, so every query sees every process's passages as negatives
 (cross-device negatives); with one process the loss is the same as over the joint batch.
 """
@@ -16,7 +17,8 @@ import torch
 from ..data.schemas import read_artifact
 from ..io import atomic_output
 from ..losses import contrastive_loss, distillation_loss
-from ..models import cls_vectors, load_encoder, load_tokenizer, save_biencoder
+from ..embedding import TextEncoder, load_text_encoder, save_text_encoder
+from ..models import load_tokenizer
 from .distributed import Distributed
 from .groups import QueryGroups, read_texts
 from .trainer import TrainingSettings, finish, train
@@ -53,7 +55,7 @@ class BiEncoderCollator:
 class BiEncoder(torch.nn.Module):
     """One shared encoder for queries and passages; one ``forward`` per step, as DDP requires."""
 
-    def __init__(self, encoder: torch.nn.Module):
+    def __init__(self, encoder: TextEncoder):
         super().__init__()
         self.encoder = encoder
 
@@ -61,29 +63,37 @@ class BiEncoder(torch.nn.Module):
         self.encoder.gradient_checkpointing_enable(**kwargs)
 
     def forward(self, query_input_ids, query_attention_mask, passage_input_ids, passage_attention_mask):
-        return (cls_vectors(self.encoder, query_input_ids, query_attention_mask),
-                cls_vectors(self.encoder, passage_input_ids, passage_attention_mask))
+        return (self.encoder(query_input_ids, query_attention_mask),
+                self.encoder(passage_input_ids, passage_attention_mask))
 
 
 def embed_batch(model: torch.nn.Module, batch: dict, dist: Distributed) -> tuple[torch.Tensor, torch.Tensor]:
-    """Query and passage vectors of the batch, gathered from every process (rank order)."""
+    """Query and passage vectors (float32) of the batch, gathered from every process (rank order)."""
     queries, passages = model(batch["query_input_ids"], batch["query_attention_mask"],
                               batch["passage_input_ids"], batch["passage_attention_mask"])
     return dist.gather(queries), dist.gather(passages)
 
 
+def full_precision(tensor: torch.Tensor):
+    """Autocast off: the similarities are divided by τ (0.02), so bf16's 3 significant digits would add
+    noise of ~0.2 to every logit."""
+    return torch.autocast(tensor.device.type, enabled=False)
+
+
 def contrastive_step(temperature: float):
     def compute_loss(model, batch: dict, dist: Distributed) -> torch.Tensor:
         queries, passages = embed_batch(model, batch, dist)
-        return contrastive_loss(queries, passages, temperature, dist.gather(batch["passage_keys"]))
+        with full_precision(queries):
+            return contrastive_loss(queries, passages, temperature, dist.gather(batch["passage_keys"]))
     return compute_loss
 
 
 def distillation_step(temperature: float, alpha: float):
     def compute_loss(model, batch: dict, dist: Distributed) -> torch.Tensor:
         queries, passages = embed_batch(model, batch, dist)
-        return distillation_loss(queries, passages, dist.gather(batch["teacher_scores"]), temperature, alpha,
-                                 dist.gather(batch["passage_keys"]))
+        with full_precision(queries):
+            return distillation_loss(queries, passages, dist.gather(batch["teacher_scores"]), temperature,
+                                     alpha, dist.gather(batch["passage_keys"]))
     return compute_loss
 
 
@@ -102,7 +112,8 @@ def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries
                          params["negatives_per_query"], params["seed"], with_scores=distill,
                          source=str(negatives_path))
     tokenizer = load_tokenizer(params["plm"])
-    model = BiEncoder(load_encoder(params["plm"]))
+    model = BiEncoder(load_text_encoder(params["plm"], params["pooling"], params.get("attention_dropout")))
+    log.info("%s: %s pooling", params["plm"], model.encoder.pooling)
     collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"])
     step = distillation_step(params["temperature"], params["alpha"]) if distill \
         else contrastive_step(params["temperature"])
@@ -110,6 +121,6 @@ def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries
           dist=dist, description="distilled retriever" if distill else "retriever")
     if dist.is_main:
         with atomic_output(output_dir) as tmp:
-            save_biencoder(model.encoder.cpu(), tokenizer, tmp, params["passage_max_length"])
+            save_text_encoder(model.encoder.cpu(), tokenizer, tmp, params["passage_max_length"])
         log.info("saved %s", output_dir)
     finish(checkpoint_dir, dist)

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from ..errors import CheckpointError
+from ..models import autocast, uses_bf16
 from .distributed import Distributed
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class TrainingSettings:
     seed: int = 42
     save_steps: int = 500
     gradient_checkpointing: bool = False
-    bf16: bool = True
+    bf16: bool = False  # bf16 autocast where the device runs it natively (models.uses_bf16)
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
 
@@ -243,10 +244,9 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         log_path.unlink(missing_ok=True)
     wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
         if dist.enabled else model
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if settings.bf16 and device.type == "cuda" \
-        else contextlib.nullcontext()
+    amp = autocast(device, settings.bf16)
     log.info("%s: %d examples, %d steps of %d, %d process(es), device %s, bf16 %s", description, len(data),
-             steps, settings.batch_size, dist.world_size, device, settings.bf16 and device.type == "cuda")
+             steps, settings.batch_size, dist.world_size, device, uses_bf16(device, settings.bf16))
     began = time.monotonic()
     progress = tqdm(total=steps, initial=start, desc=description, disable=not dist.is_main, mininterval=5)
     with open(log_path, "a", encoding="utf-8") if dist.is_main else contextlib.nullcontext() as loss_file:

@@ -1,0 +1,8 @@
+import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.embedding import save_starting_model
+from dpr_pipeline.workflow import logged, write_job_manifest
+
+with logged(snakemake.log[0], snakemake.threads):
+    params = snakemake.params.retriever
+    save_starting_model(params["plm"], params["pooling"], snakemake.output.model, params["passage_max_length"])
+    write_job_manifest(snakemake, "start", seed=None)
