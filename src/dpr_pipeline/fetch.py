@@ -271,23 +271,30 @@ def download_file(url: str, dest: str | Path, *, md5: str | None = None, sha256:
 
 # ---------------------------------------------------------------------------------------------- ir_datasets
 class ProgressToLog(io.TextIOBase):
-    """A stand-in for ``sys.stderr`` that turns progress bars (tqdm's carriage-return updates) into log lines,
-    one every ``every`` seconds, and passes every completed line through, so the job's log shows progress."""
+    """A stand-in for ``sys.stderr`` that writes what the library prints into the job's log: every completed line,
+    and of the progress bars (tqdm redraws a line ending in a carriage return) one every ``every`` seconds."""
 
     def __init__(self, logger: logging.Logger, every: float = 30.0):
-        self._logger, self._every, self._buffer, self._last = logger, every, "", 0.0
+        self._logger, self._every, self._buffer, self._last = logger, every, "", float("-inf")
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
         self._buffer += text
-        *done, self._buffer = re.split(r"[\r\n]", self._buffer)
-        for segment in (s.strip() for s in done):
-            if segment and time.monotonic() - self._last >= self._every:
+        while True:
+            found = re.search(r"[\r\n]", self._buffer)
+            if not found:
+                return len(text)
+            segment, end = self._buffer[:found.start()].strip(), found[0]
+            self._buffer = self._buffer[found.end():]
+            if not segment:
+                continue
+            if end == "\n":
+                self._logger.info("%s", segment)
+            elif time.monotonic() - self._last >= self._every:
                 self._logger.info("%s", segment)
                 self._last = time.monotonic()
-        return len(text)
 
 
 def _load_ir_datasets(cache: str | Path):
