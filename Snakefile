@@ -13,6 +13,7 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/fetch.smk"
 include: "rules/data.smk"
 include: "rules/bm25.smk"
 include: "rules/pretrain.smk"

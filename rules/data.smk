@@ -1,13 +1,14 @@
-# Ingestion: raw dataset files (BEIR, MS MARCO, Parquet, DPR) -> checked Parquet artifacts (docs/artifacts.md).
+# Ingestion: raw dataset files (BEIR, MS MARCO, Parquet, DPR; ir_datasets exported as Parquet by rules/fetch.smk)
+# -> checked Parquet artifacts (docs/artifacts.md).
 
 
 rule ingest_corpus:
     input:
-        lambda wc: raw_files(dataset_config(wc)["format"], dataset_config(wc)["path"]),
+        lambda wc: raw_inputs(dataset_config(wc)),
     output:
         data_file("corpus.parquet"),
     params:
-        format=lambda wc: dataset_config(wc)["format"],
+        format=lambda wc: raw_layout(dataset_config(wc)),
         root=lambda wc: dataset_config(wc)["path"],
     threads: threads_of("ingest_corpus")
     resources:
@@ -24,15 +25,13 @@ rule ingest_corpus:
 
 rule ingest_split:
     input:
-        raw=lambda wc: raw_files(
-            dataset_config(wc)["format"], dataset_config(wc)["path"], wc.split, split_files(wc)
-        ),
+        raw=lambda wc: raw_inputs(dataset_config(wc), wc.split, split_files(wc)),
         corpus=data_file("corpus.parquet"),
     output:
         queries=data_file("queries_{split}.parquet"),
         qrels=data_file("qrels_{split}.parquet"),
     params:
-        format=lambda wc: dataset_config(wc)["format"],
+        format=lambda wc: raw_layout(dataset_config(wc)),
         root=lambda wc: dataset_config(wc)["path"],
         unknown_ids=lambda wc: dataset_config(wc)["unknown_qrels_ids"],
         files=split_files,
@@ -51,8 +50,9 @@ rule ingest_split:
 
 rule ingest_official_negatives:
     input:
-        negatives=lambda wc: Path(dataset_config(wc)["path"])
-        / dataset_config(wc)["official_negatives"],
+        negatives=lambda wc: with_downloads(
+            dataset_config(wc), Path(dataset_config(wc)["path"]) / dataset_config(wc)["official_negatives"]
+        )[0],
         qrels=lambda wc: f"results/{wc.dataset}/data/qrels_{train_split(wc)}.parquet",
     output:
         data_file("official_negatives.parquet"),
@@ -73,7 +73,7 @@ rule ingest_official_negatives:
 
 rule ingest_answers:
     input:
-        lambda wc: raw_files("dpr", dataset_config(wc)["path"], wc.split, split_files(wc)),
+        lambda wc: raw_inputs(dataset_config(wc), wc.split, split_files(wc)),
     output:
         data_file("answers_{split}.parquet"),
     params:

@@ -18,6 +18,8 @@ from dpr_pipeline.metrics import evaluate_run
 
 FIXTURE = REPO / "tests" / "data" / "msmarco"
 MSMARCO = yaml.safe_load((REPO / "config.yaml").read_text())["datasets"]["msmarco"]
+# config.yaml fetches MS MARCO (format ir_datasets); the stand-in has the official files, read by format msmarco.
+STANDIN = yaml.safe_load((FIXTURE / "standin.yaml").read_text())["datasets"]["msmarco"]
 
 
 def test_graded_qrels_binary_metrics_count_grade_2_and_up():
@@ -38,7 +40,7 @@ def test_graded_qrels_binary_metrics_count_grade_2_and_up():
 def test_trec_dl_official_files_ingest(tmp_path):
     corpus = tmp_path / "corpus.parquet"
     assert ingest_corpus("msmarco", FIXTURE, corpus) == 120
-    files = MSMARCO["split_files"]
+    files = STANDIN["split_files"]
     for split, judged in (("dev", 20), ("dl19", 10), ("dl20", 10)):
         queries, qrels = tmp_path / f"q_{split}.parquet", tmp_path / f"r_{split}.parquet"
         ingest_split("msmarco", FIXTURE, split, corpus, queries, qrels, files=files[split])
@@ -85,7 +87,7 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
 def test_whole_msmarco_chain_on_the_stand_in(tmp_path):
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     dataset = config["datasets"]["msmarco"]
-    dataset["path"] = str(FIXTURE)
+    dataset.update(STANDIN, path=str(FIXTURE))
     tiny = str(make_tiny_bert(tmp_path / "tiny_bert"))
     small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, epochs=1, warmup_steps=2, save_steps=50, processes=1)
     dataset["stages"] = {

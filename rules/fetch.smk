@@ -1,0 +1,84 @@
+# Fetching public collections, the first jobs of the DAG (src/dpr_pipeline/fetch.py, README "Fetching the public
+# collections"). Per dataset that fetches something, rules named after it:
+#   ir_datasets_<dataset>   format ir_datasets: the library downloads (md5-checked, cached in config fetch.cache)
+#                           and the job writes corpus.parquet, queries_<split>.parquet, qrels_<split>.parquet
+#                           into the dataset's path (the parquet layout ingestion reads)
+#   download_<dataset>_<f>  one per `downloads` entry: url + md5/sha256 into the dataset's path
+#   fetch_<dataset>         target of all of them: `snakemake --cores 1 fetch_msmarco` on a login node
+# A file already in the dataset's path is used as it is (no job). Ingestion (rules/data.smk) reads these files.
+from dpr_pipeline.fetch import (check_fetch_config, download_targets, export_files, fetched_files, ir_datasets_ids,
+                                raw_inputs, raw_layout, rule_suffix, with_downloads)
+
+check_fetch_config(config)
+FETCH = config["fetch"]
+
+
+def fetch_resources(dataset):
+    """mem_mb and runtime of a fetch job (config `resources.fetch`, per dataset too), growing with each retry."""
+    first = job_resources(config, dataset, "fetch")
+    return {
+        "mem_mb": lambda wildcards, attempt: scaled(first["mem_mb"], attempt),
+        "runtime": lambda wildcards, attempt: scaled(first["runtime"], attempt),
+        "gpu": 0,
+    }
+
+
+for _name, _dataset in config["datasets"].items():
+    _suffix = rule_suffix(_name)
+    if _dataset["format"] == "ir_datasets":
+
+        rule:
+            name:
+                f"ir_datasets_{_suffix}"
+            output:
+                **export_files(_dataset),
+            params:
+                dataset=_name,
+                ids=ir_datasets_ids(_dataset),
+                cache=FETCH["cache"],
+            threads: job_resources(config, _name, "fetch")["threads"]
+            resources:
+                **fetch_resources(_name),
+            retries: FETCH["retries"]
+            localrule: FETCH["local"]
+            log:
+                f"results/{_name}/logs/fetch_ir_datasets.log",
+            benchmark:
+                f"results/{_name}/benchmarks/fetch_ir_datasets.tsv"
+            conda:
+                "../envs/data.yaml"
+            script:
+                "../workflow_scripts/fetch_ir_datasets.py"
+
+    for _file, _spec in download_targets(_dataset).items():
+        _file_suffix = rule_suffix(str(Path(_file).relative_to(_dataset["path"])))
+
+        rule:
+            name:
+                f"download_{_suffix}_{_file_suffix}"
+            output:
+                _file,
+            params:
+                spec=_spec,
+            threads: 1
+            resources:
+                **fetch_resources(_name),
+            retries: FETCH["retries"]
+            localrule: FETCH["local"]
+            log:
+                f"results/{_name}/logs/download_{_file_suffix}.log",
+            benchmark:
+                f"results/{_name}/benchmarks/download_{_file_suffix}.tsv"
+            conda:
+                "../envs/data.yaml"
+            script:
+                "../workflow_scripts/download_file.py"
+
+    if fetched_files(_dataset):
+
+        rule:
+            name:
+                f"fetch_{_suffix}"
+            input:
+                fetched_files(_dataset),
+            localrule: True

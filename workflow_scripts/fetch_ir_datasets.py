@@ -1,0 +1,10 @@
+import contextlib
+
+import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.fetch import ProgressToLog, export_ir_datasets
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0]) as logger, contextlib.redirect_stderr(ProgressToLog(logger)):
+    # ir_datasets' download progress bars (stderr) become log lines, one every 30 s
+    export_ir_datasets(snakemake.params.dataset, dict(snakemake.params.ids), dict(snakemake.output.items()),
+                       snakemake.params.cache)
