@@ -7,8 +7,9 @@ import yaml
 from snakemake.utils import validate
 
 SRC = str(Path(workflow.basedir) / "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
+# first on the path even when already present further back: an installed dpr_pipeline must not shadow this
+# checkout's code (workflow_scripts/_library.py does the same for the jobs)
+sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 from dpr_pipeline.config import check_config_values, check_stage_overrides, stage_params, train_split_of
 from dpr_pipeline.data.readers import raw_files
