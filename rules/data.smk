@@ -9,6 +9,7 @@ rule ingest_corpus:
     params:
         format=lambda wc: dataset_config(wc)["format"],
         root=lambda wc: dataset_config(wc)["path"],
+        skip_empty_documents=lambda wc: dataset_config(wc)["skip_empty_documents"],
     threads: threads_of("ingest_corpus")
     resources:
         **resources_of("ingest_corpus"),
@@ -22,8 +23,17 @@ rule ingest_corpus:
         "../workflow_scripts/ingest_corpus.py"
 
 
+def leakage_inputs(wildcards):
+    """An evaluation split's ingestion also reads the train split's queries, to refuse shared queries (leakage)."""
+    train = dataset_config(wildcards).get("train_split")
+    if train is None or wildcards.split == train:
+        return {}
+    return {"train_queries": f"results/{wildcards.dataset}/data/queries_{train}.parquet"}
+
+
 rule ingest_split:
     input:
+        unpack(leakage_inputs),
         raw=lambda wc: raw_files(
             dataset_config(wc)["format"], dataset_config(wc)["path"], wc.split, split_files(wc)
         ),
@@ -36,6 +46,11 @@ rule ingest_split:
         root=lambda wc: dataset_config(wc)["path"],
         unknown_ids=lambda wc: dataset_config(wc)["unknown_qrels_ids"],
         files=split_files,
+        # an evaluation split keeps judgements naming unknown documents (scored as trec_eval/BEIR do)
+        evaluation=lambda wc: wc.split in eval_splits(wc)
+        and wc.split != dataset_config(wc).get("train_split"),
+        allow_overlap=lambda wc: dataset_config(wc)["allow_overlap"],
+        min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
     threads: threads_of("ingest_split")
     resources:
         **resources_of("ingest_split"),
