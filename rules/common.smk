@@ -73,6 +73,14 @@ def search_depth(stage, mining_stage):
     return depth
 
 
+def leakage_inputs(wildcards):
+    """An evaluation split's ingestion also reads the train split's queries, to refuse shared queries (leakage)."""
+    train = dataset_config(wildcards).get("train_split")
+    if train is None or wildcards.split == train:
+        return {}
+    return {"train_queries": f"results/{wildcards.dataset}/data/queries_{train}.parquet"}
+
+
 def data_file(name):
     return f"results/{{dataset}}/data/{name}"
 

@@ -23,14 +23,6 @@ rule ingest_corpus:
         "../workflow_scripts/ingest_corpus.py"
 
 
-def leakage_inputs(wildcards):
-    """An evaluation split's ingestion also reads the train split's queries, to refuse shared queries (leakage)."""
-    train = dataset_config(wildcards).get("train_split")
-    if train is None or wildcards.split == train:
-        return {}
-    return {"train_queries": f"results/{wildcards.dataset}/data/queries_{train}.parquet"}
-
-
 rule ingest_split:
     input:
         unpack(leakage_inputs),
