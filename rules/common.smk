@@ -7,8 +7,9 @@ import yaml
 from snakemake.utils import validate
 
 SRC = str(Path(workflow.basedir) / "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
+# first on the path even when already present further back: an installed dpr_pipeline must not shadow this
+# checkout's code (workflow_scripts/_library.py does the same for the jobs)
+sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 from dpr_pipeline.config import check_config_values, check_stage_overrides, stage_params, train_split_of
 from dpr_pipeline.data.readers import raw_files
@@ -71,6 +72,14 @@ def search_depth(stage, mining_stage):
         return full["depth" if stage == "bm25" else "search_depth"]
 
     return depth
+
+
+def leakage_inputs(wildcards):
+    """An evaluation split's ingestion also reads the train split's queries, to refuse shared queries (leakage)."""
+    train = dataset_config(wildcards).get("train_split")
+    if train is None or wildcards.split == train:
+        return {}
+    return {"train_queries": f"results/{wildcards.dataset}/data/queries_{train}.parquet"}
 
 
 def data_file(name):

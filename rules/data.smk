@@ -10,6 +10,7 @@ rule ingest_corpus:
     params:
         format=lambda wc: raw_layout(dataset_config(wc)),
         root=lambda wc: dataset_config(wc)["path"],
+        skip_empty_documents=lambda wc: dataset_config(wc)["skip_empty_documents"],
     threads: threads_of("ingest_corpus")
     resources:
         **resources_of("ingest_corpus"),
@@ -25,6 +26,7 @@ rule ingest_corpus:
 
 rule ingest_split:
     input:
+        unpack(leakage_inputs),
         raw=lambda wc: raw_inputs(dataset_config(wc), wc.split, split_files(wc)),
         corpus=data_file("corpus.parquet"),
     output:
@@ -35,6 +37,11 @@ rule ingest_split:
         root=lambda wc: dataset_config(wc)["path"],
         unknown_ids=lambda wc: dataset_config(wc)["unknown_qrels_ids"],
         files=split_files,
+        # an evaluation split keeps judgements naming unknown documents (scored as trec_eval/BEIR do)
+        evaluation=lambda wc: wc.split in eval_splits(wc)
+        and wc.split != dataset_config(wc).get("train_split"),
+        allow_overlap=lambda wc: dataset_config(wc)["allow_overlap"],
+        min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
     threads: threads_of("ingest_split")
     resources:
         **resources_of("ingest_split"),

@@ -32,7 +32,7 @@ from dpr_pipeline.errors import DataError
 from dpr_pipeline.metrics import evaluate_splits
 from dpr_pipeline.pretraining.tokens import read_token_shards
 from dpr_pipeline.pretraining.train import load_masked_lm
-from dpr_pipeline.runs import read_trec_run
+from dpr_pipeline.runs import read_trec_run, write_trec_run
 from dpr_pipeline.training.groups import QueryGroups, read_texts
 
 CATALOGUE = REPO / "docs" / "bad_inputs.md"
@@ -517,6 +517,139 @@ def _(tmp, bert):
     shard = write_parquet(tmp / "tokens" / "part_0.parquet", {"doc_id": ["d1"], "input_ids": [[101, 102]]})
     tokenizer = models.load_tokenizer(str(bert))
     return (lambda: read_token_shards([shard], tokenizer)), []
+
+
+# ---------------------------------------------------------------- issue 15: leakage, ids, plans, folders
+def leakage_call(tmp, test_qrels, queries=QUERIES, allow_overlap=False):
+    """Ingest the train split, then evaluation split ``test`` (judging ``test_qrels``) against it."""
+    root = write_beir(tmp / "raw", queries=queries, qrels={"train": [("q1", "d1", 1), ("q2", "d2", 1)],
+                                                           "test": test_qrels})
+    corpus = tmp / "corpus.parquet"
+    ingest_corpus("beir", root, corpus)
+    train = tmp / "queries_train.parquet"
+    ingest_split("beir", root, "train", corpus, train, tmp / "qrels_train.parquet")
+    queries_out, qrels_out = tmp / "out" / "queries_test.parquet", tmp / "out" / "qrels_test.parquet"
+    return (lambda: ingest_split("beir", root, "test", corpus, queries_out, qrels_out, evaluation=True,
+                                 train_queries=train, allow_overlap=allow_overlap)), [queries_out, qrels_out]
+
+
+@case("config-train-split-is-eval-split", ConfigError, "config.datasets.scifact.train_split: 'train' is also one of "
+      "its eval_splits", "leakage", "allow_overlap: true if you mean it")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(eval_splits=["test", "train"]))
+
+
+@case("split-shares-query-ids-with-train", DataError, "qrels/test.tsv, line 3", "1 of the 2 queries of evaluation "
+      "split 'test' are also train queries", "queries_train.parquet", "1 by query id (first 'q1')",
+      "Fix: remove the shared queries from the train split's files")
+def _(tmp, bert):
+    return leakage_call(tmp, [("q3", "d3", 1), ("q1", "d1", 1)])
+
+
+@case("split-shares-query-texts-with-train", DataError, "qrels/test.tsv, line 2", "1 of the 1 queries of evaluation "
+      "split 'test' are also train queries", "1 by identical text (first 'q5', the train query 'q1'",
+      "list their ids in the dataset's `allow_overlap`")
+def _(tmp, bert):
+    # the same question under another id, spaced differently: still the same query
+    return leakage_call(tmp, [("q5", "d1", 1)], queries=QUERIES + [("q5", " why do  cats purr ")])
+
+
+@case("split-shares-unlisted-query-with-train", DataError, "qrels/test.tsv, line 3", "1 of the 2 queries",
+      "first 'q6', the train query 'q2'")
+def _(tmp, bert):
+    # allow_overlap lists q5 (a known duplicate); q6, another copy, is not listed
+    queries = QUERIES + [("q5", "why do cats purr"), ("q6", "dogs barking")]
+    return leakage_call(tmp, [("q5", "d1", 1), ("q6", "d2", 1)], queries=queries, allow_overlap=["q5"])
+
+
+@case("beir-corpus-id-with-space", DataError, "corpus.jsonl, line 2", "document id 'd 2' contains a space "
+      "(character 2)", "would break the TREC runs", "Fix: remove the whitespace or control characters from the id")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw", docs=[("d1", "", "cats"), ("d 2", "", "dogs")])
+    return corpus_call("beir", root, tmp)
+
+
+@case("beir-corpus-id-with-newline", DataError, "corpus.jsonl, line 1", "document id 'd\\n1' contains a newline")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw", docs=[("d\n1", "", "cats")])
+    return corpus_call("beir", root, tmp)
+
+
+@case("msmarco-qrels-id-with-control-character", DataError, "qrels.train.tsv, line 2", "document id 'd\\x012' "
+      "contains the control character U+0001")
+def _(tmp, bert):
+    root = write_msmarco(tmp / "raw")
+    (root / "qrels.train.tsv").write_text("q1 0 d1 1\nq2 0 d\x012 1\n")
+    return split_call("msmarco", root, tmp)
+
+
+@case("parquet-qrels-query-id-with-tab", DataError, "qrels_train.parquet, row 2", "query id 'q\\t2' contains a tab")
+def _(tmp, bert):
+    root = parquet_dataset(tmp)
+    write_parquet(root / "qrels_train.parquet", {"query_id": ["q1", "q\t2"], "doc_id": ["d1", "d2"],
+                                                 "relevance": [1, 1]})
+    return split_call("parquet", root, tmp)
+
+
+@case("trec-run-writer-whitespace-id", DataError, "run_test.trec, line 2", "refusing to write document id (query "
+      "'q1') 'd 2': it contains a space", "Fix: fix the id where it enters")
+def _(tmp, bert):
+    out = tmp / "out" / "run_test.trec"
+    return (lambda: write_trec_run([("q1", [("d1", 2.0), ("d 2", 1.0)])], out, "bm25")), [out]
+
+
+@case("trec-run-writer-empty-query-id", DataError, "run_test.trec, line 3", "refusing to write query id '': it is "
+      "empty")
+def _(tmp, bert):
+    out = tmp / "out" / "run_test.trec"
+    return (lambda: write_trec_run([("q1", [("d1", 2.0), ("d2", 1.0)]), ("", [("d1", 1.0)])], out, "bm25")), [out]
+
+
+@case("dataset-path-is-a-file", DataError, "corpus.jsonl: the dataset's `path` is a file, not a folder",
+      "Fix: set the dataset's `path` in config.yaml to the folder")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    return corpus_call("beir", root / "corpus.jsonl", tmp)
+
+
+@case("config-dataset-path-is-a-file", DataError, "data/scifact/README.md: the dataset's `path` is a file",
+      "(here probably 'data/scifact', the folder of 'README.md')")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(path="data/scifact/README.md"))
+
+
+@case("config-warmup-not-below-train-steps", ConfigError, "config key datasets.scifact.stages.pretrain.warmup_steps: "
+      "40 warm-up steps >= the 40 training steps", "Fix: set warmup_steps below train_steps (e.g. 4")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["pretrain"].update(warmup_steps=40))
+
+
+@case("training-warmup-longer-than-run", ConfigError, "retriever: stages.retriever.warmup_steps 10 >= the 9 "
+      "training step(s) of this run (150 training examples in batches of 16, 1 epoch(s))",
+      "Fix: set the dataset's stages.retriever.warmup_steps below 9")
+def _(tmp, bert):
+    import torch
+
+    from dpr_pipeline.training.trainer import TrainingSettings, train
+
+    class Examples:  # 150 train queries, as in the issue
+        def __len__(self):
+            return 150
+
+        def example(self, index, epoch):
+            return torch.ones(2)
+
+    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=10, batch_size=16, epochs=1, bf16=False)
+    loss_log = tmp / "out" / "loss_log.jsonl"
+    return (lambda: train(torch.nn.Linear(2, 1), Examples(), lambda xs: {"x": torch.stack(xs)},
+                          lambda model, batch, dist: model(batch["x"]).mean(), settings, tmp / "checkpoints",
+                          loss_log=loss_log, description="retriever")), [loss_log]
+
+
+@case("config-rerank-deeper-than-search", ConfigError, "config key datasets.scifact.stages.reranker.rerank_depth: "
+      "2000 is deeper than the 1000 hits per query that Retriever2 searches")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["reranker"].update(rerank_depth=2000))
 
 
 # --------------------------------------------------------------------------------------------------- tests

@@ -1,5 +1,7 @@
 """Pyserini BM25 on a tiny corpus: indexing, both field choices, --remove-query behaviour."""
 
+import logging
+
 import pandas as pd
 import pytest
 
@@ -57,3 +59,20 @@ def test_index_holds_every_document(tiny):
     from pyserini.index.lucene import IndexReader
 
     assert IndexReader(str(tiny / "index-flat")).stats()["documents"] == len(DOCS)
+
+
+def test_a_query_over_lucenes_clause_limit_is_searched_in_full_and_counted(tiny, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="dpr_pipeline")
+    # 1,500 distinct terms: over Lucene's default 1,024 clauses (such a query used to get no hits at all)
+    long = "cats purr " + " ".join(f"term{i}" for i in range(1500))
+    queries = tmp_path / "queries.parquet"
+    pd.DataFrame({"query_id": ["long", "q2", "nohit"], "text": [long, "dogs", "xyzzy"]}).to_parquet(queries)
+    for fields in ("flat", "multifield"):
+        caplog.clear()
+        run = tmp_path / f"run-{fields}.trec"
+        search(tiny / f"index-{fields}", queries, run, k=3, fields=fields)
+        hits = read_trec_run(run)
+        assert hits.loc[hits["query_id"] == "long", "doc_id"].iloc[0] in ("d1", "q1"), fields
+        assert "1 query has more than Lucene's default 1024 clauses (first 'long'" in caplog.text
+        assert "1 of 3 queries got no BM25 hit (first 'nohit'" in caplog.text
+        assert "searched 3 queries, 1 over Lucene's default clause limit, 1 without hits" in caplog.text

@@ -66,3 +66,15 @@ def test_manifest_records_hashes_settings_and_software(tmp_path):
     assert software["git_commit"] is None or len(software["git_commit"]) == 40
     write_manifest(tmp_path / "out" / "manifest.json", manifest)
     assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
+
+
+def test_manifest_records_the_overlap_setting_and_the_code_that_ran(tmp_path):
+    from conftest import REPO
+    from dpr_pipeline.config import load_config
+
+    config = load_config(REPO / "config.yaml")   # resolved: schema defaults filled in
+    manifest = build_manifest(stage="bm25", dataset="scifact", rule="bm25_index", inputs={}, outputs={},
+                              parameters={}, config=config, seed=None, world_size=1, negatives=None)
+    assert manifest["config"]["datasets"]["scifact"]["allow_overlap"] == ["870", "1292"]
+    assert manifest["config"]["datasets"]["msmarco"]["allow_overlap"] is False      # the default, written out
+    assert manifest["software"]["dpr_pipeline_file"] == str(REPO / "src" / "dpr_pipeline" / "__init__.py")

@@ -220,7 +220,7 @@ def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     for stage in ("bm25", "retriever1", "retriever2", "reranker", "distill"):
         metrics = json.loads((results / stage / "metrics.json").read_text())
         test = metrics["test"]
-        assert list(metrics) == ["test", "provenance"] and test["num_queries"] == 10, stage
+        assert list(metrics) == ["test", "counts", "provenance"] and test["num_queries"] == 10, stage
         assert metrics["provenance"]["manifest"] == f"results/nq/{stage}/manifest.json", stage
         assert 0 <= test["R@5"] <= test["R@20"] <= test["R@100"] <= 1, stage
     # BM25's numbers, recomputed here from its run and the raw answers with has_answer

@@ -97,6 +97,41 @@ def check_config_values(config: dict) -> None:
             raise ConfigError(f"config key config.datasets.{name}.split_files: only the msmarco and dpr layouts rename "
                               f"split files, the dataset's format is {dataset['format']!r}; remove split_files "
                               "or put the files under the layout's names (README, Dataset layouts)")
+        check_dataset_plan(config, name)
+
+
+def check_dataset_plan(config: dict, name: str) -> None:
+    """Settings that cannot work for a dataset, caught before any job runs: its ``path`` a file, not a folder; the
+    train split also an evaluation split (leakage, unless ``allow_overlap``); a warm-up as long as a fixed step
+    budget (``train_steps``); re-ranking deeper than the retriever searches."""
+    from .data.readers import dataset_folder
+
+    dataset = config["datasets"][name]
+    dataset_folder(dataset["path"])
+    train = dataset.get("train_split")
+    if train is None:  # evaluation-only: nothing is trained on it
+        return
+    if train in dataset["eval_splits"] and dataset.get("allow_overlap", False) is not True:
+        raise ConfigError(f"config key config.datasets.{name}.train_split: {train!r} is also one of its eval_splits "
+                          f"{dataset['eval_splits']}, so the models would be evaluated on the queries they were "
+                          f"trained on (leakage). Fix: train on another split, or set datasets.{name}.allow_overlap: "
+                          "true if you mean it (a list of query ids allows only those queries, not a whole split)")
+    if "stages" not in config:  # not validated yet (no defaults): the stage checks need the merged values
+        return
+    for stage in ("pretrain", "retriever", "distill"):
+        params = stage_params(config, name, stage)
+        if params.get("train_steps") is not None and params["warmup_steps"] >= params["train_steps"]:
+            raise ConfigError(f"config key datasets.{name}.stages.{stage}.warmup_steps: {params['warmup_steps']} "
+                              f"warm-up steps >= the {params['train_steps']} training steps (train_steps), so the "
+                              "learning rate would never reach its peak. Fix: set warmup_steps below train_steps "
+                              f"(e.g. {params['train_steps'] // 10}, a tenth) or raise train_steps")
+    rerank, search = stage_params(config, name, "reranker")["rerank_depth"], \
+        stage_params(config, name, "retriever")["search_depth"]
+    if rerank > search:
+        raise ConfigError(f"config key datasets.{name}.stages.reranker.rerank_depth: {rerank} is deeper than the "
+                          f"{search} hits per query that Retriever2 searches (retriever.search_depth), so the "
+                          f"re-ranker would silently re-rank only {search}. Fix: set reranker.rerank_depth <= "
+                          f"{search} or raise retriever.search_depth")
 
 
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:

@@ -12,8 +12,9 @@ outputs, and the stage's ``metrics.json`` names it (``provenance.manifest``). A 
 * ``seed``, ``world_size`` (training processes) and ``negatives``: hard negatives per query, the in-batch
   passages every query is contrasted with, and the effective negatives per query they add up to, with how many
   negatives the artifact really offers per query (fewer than asked are drawn with replacement);
-* ``software``: Python, the platform, the pipeline's version and git commit, and the versions of the packages
-  the stages use.
+* ``software``: Python, the platform, the pipeline's version and git commit, the file ``dpr_pipeline`` was
+  imported from (``dpr_pipeline_file``: the checkout's ``src/`` unless something shadowed it), and the versions
+  of the packages the stages use.
 """
 
 from __future__ import annotations
@@ -92,9 +93,16 @@ def pipeline_commit(repository: str | Path = Path(__file__).resolve().parents[2]
     return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None}
 
 
+def imported_from() -> str:
+    """The file the running ``dpr_pipeline`` package was imported from (which checkout or install ran)."""
+    import dpr_pipeline
+
+    return str(Path(dpr_pipeline.__file__).resolve())
+
+
 def software() -> dict[str, Any]:
     return {"python": sys.version.split()[0], "platform": platform.platform(), **pipeline_commit(),
-            "packages": package_versions()}
+            "dpr_pipeline_file": imported_from(), "packages": package_versions()}
 
 
 def negatives_per_query(negative_counts: Iterable[int], hard_per_query: int, *, batch_size: int | None = None,

@@ -5,7 +5,11 @@ Names are ir-measures' (``nDCG@10``, ``R@50``, ``R@1000``, ``P(rel=2)@10`` ...).
 of the first relevant document within the top k, documents ordered by score, ties broken by doc id.
 
 Every metric is averaged over **all** queries of the qrels that have at least one relevant judgement
-(relevance >= 1); a query the run does not answer counts as 0 (as MS MARCO's script and ``trec_eval -c`` do).
+(relevance >= 1); a query the run does not answer counts as 0 (as MS MARCO's script and ``trec_eval -c`` do), and
+so does a query whose relevant documents are missing from the corpus (ingestion keeps such judgements in an
+evaluation split, as trec_eval and BEIR score them). metrics.json's ``counts`` says, per split, how many queries
+were scored, how many had no hit, how many judgements name unknown documents and how many judged queries had no
+relevant judgement (:func:`evaluation_counts`).
 
 Graded qrels (TREC DL: 0-3): ``relevance_level`` is the smallest grade that binary metrics (MRR, recall,
 precision, MAP, ...) count as relevant, 2 for TREC DL as its organisers and the SimLM paper use it
@@ -43,8 +47,12 @@ def parse_metric(name: str):
     return measure, ir_measures.providers.registry[provider]
 
 
-#: metrics.json's key for where its numbers come from; every other key is an evaluation split.
+#: metrics.json's key for where its numbers come from.
 PROVENANCE = "provenance"
+#: metrics.json's key for what each split's means are taken over (:func:`evaluation_counts`).
+COUNTS = "counts"
+#: metrics.json's keys that are not evaluation splits.
+NOT_SPLITS = (PROVENANCE, COUNTS)
 
 GRADED_MEASURES = ("nDCG", "ERR")  # use the graded labels; every other measure is binary at relevance_level
 
@@ -88,6 +96,31 @@ def evaluate_run(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str],
     return {"num_queries": int(len(table)), **{name: float(table[name].mean()) for name in metrics}}
 
 
+def unknown_document_judgements(qrels_path) -> int | None:
+    """How many judgements of a qrels artifact name a document the corpus lacks (kept by ingestion for an
+    evaluation split under ``unknown_qrels_ids: warn``); None for an artifact written before it was recorded."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.read_schema(qrels_path).metadata or {}
+    value = metadata.get(b"dpr_pipeline.unknown_documents")
+    return int(value) if value is not None else None
+
+
+def evaluation_counts(run: pd.DataFrame, qrels: pd.DataFrame, unknown_documents: int | None) -> dict[str, int | None]:
+    """What a split's means are taken over, as trec_eval (``-c``) and BEIR count: every judged query with a
+    relevant judgement is scored (``queries_scored``, the denominator), including those the run gives no hit
+    (``queries_without_hits``, scored 0) and those whose relevant documents are missing from the corpus
+    (``judgements_naming_unknown_documents``, such judgements; they can never be retrieved); queries judged
+    only with grade 0 cannot be scored (``judged_queries_without_relevant``, left out of the mean)."""
+    judged = pd.unique(qrels["query_id"])
+    relevant = set(qrels.loc[qrels["relevance"] > 0, "query_id"])
+    answered = set(run["query_id"])
+    return {"queries_scored": len(relevant),
+            "queries_without_hits": sum(1 for q in relevant if q not in answered),
+            "judgements_naming_unknown_documents": unknown_documents,
+            "judged_queries_without_relevant": int(sum(1 for q in judged if q not in relevant))}
+
+
 def drop_identical_ids(run: pd.DataFrame) -> pd.DataFrame:
     """The run without hits whose doc id equals the query id (BEIR's ``ignore_identical_ids``: in ArguAna and
     Quora the queries are corpus documents, and retrieving a query itself is not an answer). The remaining hits
@@ -111,20 +144,25 @@ def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metric
         run = read_trec_run(path)
         return drop_identical_ids(run) if ignore_identical_ids else run
 
-    result = {split: evaluate_run(read_run(run), read_artifact(judged, "qrels"), metrics, str(judged),
-                                  int(levels.get(split, 1)))
-              for split, run, judged in zip(splits, runs, qrels)}
-    write_metrics(output, result, manifest, splits, runs=runs, qrels=qrels)
+    result, counts = {}, {}
+    for split, run_path, judged in zip(splits, runs, qrels):
+        run, judgements = read_run(run_path), read_artifact(judged, "qrels")
+        result[split] = evaluate_run(run, judgements, metrics, str(judged), int(levels.get(split, 1)))
+        counts[split] = evaluation_counts(run, judgements, unknown_document_judgements(judged))
+    write_metrics(output, result, manifest, splits, counts=counts, runs=runs, qrels=qrels)
     return result
 
 
-def write_metrics(output: str, result: dict, manifest: str | None, splits: list[str], **evaluated: list[str]) -> None:
-    """Write ``{split: {metric: value}}`` and ``provenance``: the stage's ``manifest`` (path) and, per kind of
-    file evaluated (runs, qrels or answers), each split's file with its SHA-256."""
+def write_metrics(output: str, result: dict, manifest: str | None, splits: list[str], counts: dict | None = None,
+                  **evaluated: list[str]) -> None:
+    """Write ``{split: {metric: value}}``, ``counts`` (``{split: {...}}``, :func:`evaluation_counts`) and
+    ``provenance``: the stage's ``manifest`` (path) and, per kind of file evaluated (runs, qrels or answers), each
+    split's file with its SHA-256."""
     provenance = {"manifest": str(manifest) if manifest else None,
                   **{kind: describe_files(dict(zip(splits, paths))) for kind, paths in evaluated.items()}}
+    extra = {COUNTS: counts} if counts is not None else {}
     with atomic_output(output) as tmp:
-        tmp.write_text(json.dumps({**result, PROVENANCE: provenance}, indent=2) + "\n")
+        tmp.write_text(json.dumps({**result, **extra, PROVENANCE: provenance}, indent=2) + "\n")
 
 
 # ------------------------------------------------------------------------------ answer-based relevance (DPR)
@@ -163,7 +201,7 @@ def evaluate_answer_splits(runs: list[str], answers: list[str], corpus: str, spl
         raise ValueError("runs, answers and splits must be parallel lists")
     for name in metrics:
         accuracy_cutoff(name)
-    result = {}
+    result, counts = {}, {}
     for split, run_path, answers_path in zip(splits, runs, answers):
         run = read_trec_run(run_path)
         if len(run):
@@ -171,5 +209,8 @@ def evaluate_answer_splits(runs: list[str], answers: list[str], corpus: str, spl
         questions = read_artifact(answers_path, "answers")
         labels = label_hits(run, questions, read_passage_texts(corpus, run["doc_id"]))
         result[split] = answer_accuracy(run, labels, questions["query_id"], metrics)
-    write_metrics(output, result, manifest, splits, runs=runs, answers=answers)
+        answered = set(run["query_id"])
+        counts[split] = {"queries_scored": result[split]["num_queries"],
+                         "queries_without_hits": int(sum(q not in answered for q in set(questions["query_id"])))}
+    write_metrics(output, result, manifest, splits, counts=counts, runs=runs, answers=answers)
     return result

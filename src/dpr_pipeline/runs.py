@@ -9,17 +9,34 @@ import pandas as pd
 
 from .data.text_files import iter_tsv
 from .errors import DataError
+from .ids import id_problem
 from .io import atomic_output
 
 RUN_COLUMNS = ("query_id", "Q0", "doc_id", "rank", "score", "tag")
 
 
 def write_trec_run(results: Iterable[tuple[str, list[tuple[str, float]]]], path: str | Path, tag: str) -> None:
-    """Write ``(query_id, [(doc_id, score), ...])`` pairs, each list already in rank order, atomically."""
+    """Write ``(query_id, [(doc_id, score), ...])`` pairs, each list already in rank order, atomically.
+
+    An id or tag that is empty or holds whitespace or a control character would make a corrupt line: it is a
+    DataError naming the run and the line it would have been, and nothing is written."""
+    _check_field(tag, "tag", path, None)
+    line = 0
     with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
         for query_id, hits in results:
+            _check_field(query_id, "query id", path, line + 1)
             for rank, (doc_id, score) in enumerate(hits, start=1):
+                line += 1
+                _check_field(doc_id, f"document id (query {query_id!r})", path, line)
                 out.write(f"{query_id} Q0 {doc_id} {rank} {score:.6f} {tag}\n")
+
+
+def _check_field(value, what: str, path, line: int | None) -> None:
+    problem = "is empty" if not str(value) else id_problem(str(value))
+    if problem:
+        raise DataError(path, f"refusing to write {what} {str(value)!r}: it {problem}, which would corrupt the "
+                        "run's whitespace-separated columns", "fix the id where it enters (the raw corpus, queries "
+                        "or qrels file: ingestion refuses such ids) and rerun from ingestion", line=line)
 
 
 def read_trec_run(path: str | Path) -> pd.DataFrame:

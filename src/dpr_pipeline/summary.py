@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .errors import DataError
 from .io import atomic_outputs
-from .metrics import PROVENANCE
+from .metrics import NOT_SPLITS
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ Summary = dict[str, dict[str, dict[str, float]]]
 
 
 def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
-    """A stage's metrics.json as ``{split: {metric: value}}`` (its ``provenance`` entry left out)."""
+    """A stage's metrics.json as ``{split: {metric: value}}`` (its ``counts`` and ``provenance`` left out)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "metrics file not found", "run the stage's evaluate rule")
@@ -40,7 +40,7 @@ def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
         raise DataError(path, f"not valid JSON ({err})", "delete it and rerun the stage's evaluate rule") from None
     if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
         raise DataError(path, "not a {split: {metric: value}} object", "delete it and rerun the evaluate rule")
-    return {split: values for split, values in metrics.items() if split != PROVENANCE}
+    return {split: values for split, values in metrics.items() if split not in NOT_SPLITS}
 
 
 def collect_summary(metrics_paths: dict[str, str | Path]) -> Summary:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import DataError
+from ..ids import ID_FIX, id_problem
 from ..io import atomic_output, atomic_outputs
 from .readers import (Document, read_answers, read_documents, read_judgements, read_official_negatives,
                       read_queries)
@@ -26,24 +27,45 @@ UNKNOWN_ID_POLICIES = ("error", "warn")
 _BATCH_ROWS = 100_000
 
 
-def _check_documents(documents: Iterable[Document]) -> Iterable[Document]:
+def _check_id(value: str, what: str, where) -> str:
+    """``value`` without surrounding whitespace; whitespace or a control character inside it is an error."""
+    value = value.strip()
+    problem = id_problem(value)
+    if problem:
+        raise where.error(f"{what} {value!r} {problem}, which would break the TREC runs and TSV files the "
+                          "pipeline writes", ID_FIX)
+    return value
+
+
+def _check_documents(documents: Iterable[Document], skipped: list[Document] | None = None) -> Iterable[Document]:
+    """The documents with checked ids; an empty one (no text, no title) is an error, or, when ``skipped`` is a
+    list (``skip_empty_documents``), left out and appended to it."""
     seen: set[str] = set()
     for doc in documents:
         doc_id = doc.doc_id.strip()
         if not doc_id:
             raise doc.where.error("empty document id", "give every document a non-empty id")
+        _check_id(doc_id, "document id", doc.where)
         if doc_id in seen:
             raise doc.where.error(f"duplicate document id {doc_id!r}", "give every document a unique id "
                                   "(remove or rename the repeated one)")
         seen.add(doc_id)
         if not doc.text.strip() and not doc.title.strip():
+            if skipped is not None:
+                skipped.append(doc._replace(doc_id=doc_id))
+                continue
             raise doc.where.error(f"document {doc_id!r} has empty text (and no title)",
-                                  "remove the document or give it text")
+                                  "remove the document or give it text, or set the dataset's "
+                                  "`skip_empty_documents: true` to leave such documents out (counted in the log)")
         yield doc._replace(doc_id=doc_id)
 
 
-def ingest_corpus(fmt: str, root: str | Path, output: str | Path) -> int:
-    """Write ``corpus.parquet`` (doc_id, title, text) in batches; return the number of documents."""
+def ingest_corpus(fmt: str, root: str | Path, output: str | Path, skip_empty_documents: bool = False) -> int:
+    """Write ``corpus.parquet`` (doc_id, title, text) in batches; return the number of documents.
+
+    ``skip_empty_documents``: leave out documents without text and title (Pyserini skips them too), with a
+    warning that counts them and names the first; otherwise such a document is an error."""
+    skipped: list[Document] | None = [] if skip_empty_documents else None
     count = 0
     schema = SCHEMAS["corpus"]
     with atomic_output(output) as tmp, pq.ParquetWriter(tmp, schema) as writer:
@@ -54,7 +76,7 @@ def ingest_corpus(fmt: str, root: str | Path, output: str | Path) -> int:
                                          "text": [d.text for d in batch]}, schema=schema))
             batch.clear()
 
-        for doc in _check_documents(read_documents(fmt, root)):
+        for doc in _check_documents(read_documents(fmt, root), skipped):
             batch.append(doc)
             count += 1
             if len(batch) >= _BATCH_ROWS:
@@ -63,15 +85,22 @@ def ingest_corpus(fmt: str, root: str | Path, output: str | Path) -> int:
             raise DataError(root, "the corpus has no documents", "check the dataset's `path` and `format`")
         if batch:
             flush()
-    log.info("ingested %d documents from %s", count, root)
+    if skipped:
+        first = skipped[0].where
+        log.warning("skipped %d empty document(s) (no text, no title; skip_empty_documents: true), first: %r at "
+                    "%s, line/row %s; judgements naming them count as unknown documents", len(skipped),
+                    skipped[0].doc_id, first.path, first.line or first.row)
+    log.info("ingested %d documents from %s (%d empty skipped)", count, root, len(skipped or []))
     return count
 
 
-def _drop_unknown(judgements: list, field: str, known, where_known: str, policy: str) -> list:
-    """Judgements whose ``field`` id is in ``known``; the others raise (policy error) or are counted."""
+def _drop_unknown(judgements: list, field: str, known, where_known: str, policy: str, keep: bool = False):
+    """Judgements whose ``field`` id is in ``known``; the others raise (policy error) or are counted.
+
+    ``keep``: return only the number of unknown ones (warned about, not dropped)."""
     unknown = [j for j in judgements if getattr(j, field) not in known]
     if not unknown:
-        return judgements
+        return 0 if keep else judgements
     first = unknown[0]
     what = field.replace("_id", "")
     if policy == "error":
@@ -79,30 +108,44 @@ def _drop_unknown(judgements: list, field: str, known, where_known: str, policy:
             f"{what} id {getattr(first, field)!r} is not in the {where_known} (1 of {len(unknown)} such judgements)",
             f"add the {what} to the {where_known} or remove the judgement; or set the dataset's "
             "`unknown_qrels_ids: warn` to drop such judgements with a counted warning")
-    log.warning("dropped %d judgement(s) whose %s id is not in the %s (first: %r at %s, line/row %s)",
-                len(unknown), what, where_known, getattr(first, field), first.where.path,
-                first.where.line or first.where.row)
-    return [j for j in judgements if getattr(j, field) in known]
+    log.warning("%s %d judgement(s) whose %s id is not in the %s (first: %r at %s, line/row %s)",
+                "kept" if keep else "dropped", len(unknown), what, where_known, getattr(first, field),
+                first.where.path, first.where.line or first.where.row)
+    return len(unknown) if keep else [j for j in judgements if getattr(j, field) in known]
 
 
 def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, queries_out: str | Path,
-                 qrels_out: str | Path, unknown_ids: str = "error",
-                 files: dict | None = None) -> tuple[int, int]:
+                 qrels_out: str | Path, unknown_ids: str = "error", files: dict | None = None, *,
+                 evaluation: bool = False, train_queries: str | Path | None = None,
+                 allow_overlap: bool | list[str] = False,
+                 min_relevance: int = 1) -> tuple[int, int]:
     """Write ``queries_<split>.parquet`` and ``qrels_<split>.parquet``; return (queries, judgements).
 
     ``files``: the split's raw file names when they differ from the layout's (``split_files``, msmarco).
 
     The split's queries are those with at least one judgement. ``unknown_ids`` says what to do with a
-    judgement whose query or document does not exist: ``error`` (default) or ``warn`` (drop and count).
+    judgement whose query or document does not exist: ``error`` (default) or ``warn``: count it, drop an unknown
+    query's judgements, and drop a judgement naming an unknown document from a train split but keep it in an
+    ``evaluation`` split (trec_eval's and BEIR's convention: the query stays and scores what it can; the qrels'
+    metadata counts such judgements, ``unknown_documents``, for metrics.json).
+
+    ``train_queries``: the train split's queries artifact, when this is an evaluation split: a query of this split
+    with the same id or the same text (whitespace collapsed) as a train query is leakage, a DataError naming both
+    files and the count, unless ``allow_overlap`` (true, or the list of the shared evaluation query ids). The log
+    reports the queries dropped and why, and those kept without a grade >= ``min_relevance`` (they are not trained
+    on or, below 1, not scored).
     """
     if unknown_ids not in UNKNOWN_ID_POLICIES:
         raise ValueError(f"unknown_ids must be one of {UNKNOWN_ID_POLICIES}, got {unknown_ids!r}")
     if fmt == "dpr":
-        return _ingest_dpr_split(root, split, corpus, queries_out, qrels_out, unknown_ids, files)
+        return _ingest_dpr_split(root, split, corpus, queries_out, qrels_out, unknown_ids, files,
+                                 train_queries=train_queries, allow_overlap=allow_overlap)
     judgements = {}
     for j in read_judgements(fmt, root, split, files):
         if not j.query_id.strip() or not j.doc_id.strip():
             raise j.where.error("empty query or document id", "give every judgement both ids")
+        j = j._replace(query_id=_check_id(j.query_id, "query id", j.where),
+                       doc_id=_check_id(j.doc_id, "document id", j.where))
         if (j.query_id, j.doc_id) in judgements:
             raise j.where.error(f"repeated judgement for query {j.query_id!r} and document {j.doc_id!r}",
                                 "keep one line per (query, document) pair")
@@ -124,8 +167,14 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
         queries[query_id] = q
     doc_ids = set(read_artifact(corpus, "corpus", columns=["doc_id"])["doc_id"])
 
+    judged_before = list(dict.fromkeys(j.query_id for j in judgements.values()))
     kept = _drop_unknown(list(judgements.values()), "query_id", queries, "queries file", unknown_ids)
-    kept = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_ids)
+    after_queries = {j.query_id for j in kept}
+    if evaluation:
+        unknown_documents = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_ids, keep=True)
+    else:
+        kept = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_ids)
+        unknown_documents = 0
     if not kept:
         raise DataError(root, f"split {split!r} has no judgements left after dropping unknown ids",
                         "check that the qrels, queries and corpus belong to the same collection")
@@ -134,19 +183,103 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
                           "relevance": [j.relevance for j in kept]})
     judged = list(dict.fromkeys(qrels["query_id"]))
     split_queries = pd.DataFrame({"query_id": judged, "text": [queries[q].text for q in judged]})
+    if train_queries is not None:
+        first_line = {}
+        for j in judgements.values():
+            first_line.setdefault(j.query_id, j.where)
+        check_overlap(split_queries, first_line, train_queries, split, allow_overlap, compare_ids=True)
+    dropped = {"not in the queries file": [q for q in judged_before if q not in after_queries],
+               "every judgement names a document not in the corpus": [q for q in judged_before
+                                                                      if q in after_queries and q not in judged]}
+    report_split(split, split_queries, qrels, dropped, min_relevance, evaluation, unknown_documents)
     with atomic_outputs(queries_out, qrels_out) as (queries_tmp, qrels_tmp):
         write_artifact(split_queries, queries_tmp, "queries")
-        write_artifact(qrels, qrels_tmp, "qrels")
-    log.info("split %s: %d queries, %d judgements", split, len(split_queries), len(qrels))
+        write_artifact(qrels, qrels_tmp, "qrels", metadata={"unknown_documents": str(unknown_documents)})
     return len(split_queries), len(qrels)
 
 
+def _normal_text(text: str) -> str:
+    return " ".join(text.split())
+
+
+def check_overlap(split_queries: pd.DataFrame, where: dict, train_queries: str | Path, split: str,
+                  allow_overlap: bool | list[str], compare_ids: bool) -> int:
+    """Queries of evaluation split ``split`` (``where``: query id -> the raw file location naming it) that the
+    train split's queries artifact also holds, by id (``compare_ids``; not for DPR, whose ids are positions in
+    each file) or by identical text (whitespace collapsed). Leakage: a DataError naming both files and the
+    counts, unless ``allow_overlap`` is true or lists every shared query's id (then a counted warning). Returns
+    the number of shared queries."""
+    train = read_artifact(train_queries, "queries")
+    train_ids = set(train["query_id"]) if compare_ids else set()
+    train_texts = {}
+    for qid, text in zip(train["query_id"], train["text"]):
+        train_texts.setdefault(_normal_text(text), qid)
+    by_id = [q for q in split_queries["query_id"] if q in train_ids]
+    by_text = [(q, t, train_texts[_normal_text(t)]) for q, t in zip(split_queries["query_id"], split_queries["text"])
+               if q not in train_ids and _normal_text(t) in train_texts]
+    shared = len(by_id) + len(by_text)
+    if not shared:
+        return 0
+
+    def describe(by_id, by_text) -> str:
+        parts = ([f"{len(by_id)} by query id (first {by_id[0]!r})"] if by_id else []) + (
+            [f"{len(by_text)} by identical text (first {by_text[0][0]!r}, the train query {by_text[0][2]!r}: "
+             f"{by_text[0][1][:60]!r})"] if by_text else [])
+        return (f"{len(by_id) + len(by_text)} of the {len(split_queries)} queries of evaluation split {split!r} are "
+                f"also train queries ({train_queries}): {'; '.join(parts)}, so the models would be evaluated on "
+                "queries they were trained on (leakage)")
+
+    allowed = set(allow_overlap) if isinstance(allow_overlap, (list, tuple, set)) else None
+    if allow_overlap is not True:
+        acknowledged = allowed or set()
+        new_by_id = [q for q in by_id if q not in acknowledged]
+        new_by_text = [entry for entry in by_text if entry[0] not in acknowledged]
+        if new_by_id or new_by_text:
+            first = new_by_id[0] if new_by_id else new_by_text[0][0]
+            raise where[first].error(describe(new_by_id, new_by_text), "remove the shared queries from the train "
+                                     "split's files (or from this split), or list their ids in the dataset's "
+                                     "`allow_overlap` (or set it to true) if you mean it")
+    log.warning("%s; kept because allow_overlap %s", describe(by_id, by_text),
+                "is true" if allow_overlap is True else "lists them")
+    return shared
+
+
+def report_split(split: str, split_queries: pd.DataFrame, qrels: pd.DataFrame, dropped: dict[str, list],
+                 min_relevance: int, evaluation: bool, unknown_documents: int) -> dict:
+    """Log what the split holds, the queries dropped and why, and the queries kept without a positive grade
+    (not scored when below 1, not trained on when below ``min_relevance``); return the counts."""
+    level = 1 if evaluation else min_relevance
+    best = qrels.groupby("query_id")["relevance"].max()
+    without_positive = [q for q in split_queries["query_id"] if best.get(q, 0) < level]
+    counts = {"queries": len(split_queries), "judgements": len(qrels),
+              "dropped": {why: len(ids) for why, ids in dropped.items() if ids},
+              f"without a grade >= {level}": len(without_positive),
+              "judgements naming unknown documents (kept)": unknown_documents}
+    log.info("split %s: %d queries, %d judgements", split, len(split_queries), len(qrels))
+    for why, ids in dropped.items():
+        if ids:
+            log.warning("split %s: dropped %d quer%s: %s (first %r)", split, len(ids), "y" if len(ids) == 1 else
+                        "ies", why, ids[0])
+    if without_positive:
+        log.warning("split %s: %d quer%s kept without a judgement of grade >= %d (first %r): %s", split,
+                    len(without_positive), "y" if len(without_positive) == 1 else "ies", level, without_positive[0],
+                    "not scored by the evaluation" if evaluation else "not trained on (min_relevance)")
+    if unknown_documents:
+        log.warning("split %s: kept %d judgement(s) naming documents not in the corpus: their queries stay in the "
+                    "evaluation and score only what they can (trec_eval/BEIR); metrics.json counts them", split,
+                    unknown_documents)
+    return counts
+
+
 def _ingest_dpr_split(root, split: str, corpus, queries_out, qrels_out, unknown_ids: str,
-                      files: dict | None) -> tuple[int, int]:
+                      files: dict | None, *, train_queries=None,
+                      allow_overlap: bool | list[str] = False) -> tuple[int, int]:
     """A DPR split: *every* question is a query (relevance comes from answers, not judgements); the qrels are
-    the ``positive_ctxs`` of a bi-encoder JSON (none for a .qa.csv split)."""
-    queries, judgements = [], []
+    the ``positive_ctxs`` of a bi-encoder JSON (none for a .qa.csv split). Leakage against ``train_queries`` is
+    checked by question text only (a DPR question's id is its position in its own file)."""
+    queries, judgements, where = [], [], {}
     for q in read_answers(root, split, files):
+        where[q.query_id] = q.where
         if not q.text.strip():
             raise q.where.error(f"question {q.query_id} has empty text", "give the question its text or remove it")
         queries.append((q.query_id, q.text))
@@ -157,6 +290,9 @@ def _ingest_dpr_split(root, split: str, corpus, queries_out, qrels_out, unknown_
     kept = _drop_unknown(judgements, "doc_id", doc_ids, "corpus", unknown_ids)
     qrels = pd.DataFrame({"query_id": [j.query_id for j in kept], "doc_id": [j.doc_id for j in kept],
                           "relevance": [1] * len(kept)})
+    if train_queries is not None:
+        check_overlap(pd.DataFrame(queries, columns=["query_id", "text"]), where, train_queries, split,
+                      allow_overlap, compare_ids=False)
     with atomic_outputs(queries_out, qrels_out) as (queries_tmp, qrels_tmp):
         write_artifact(pd.DataFrame(queries, columns=["query_id", "text"]), queries_tmp, "queries")
         write_artifact(qrels, qrels_tmp, "qrels")

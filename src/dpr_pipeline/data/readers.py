@@ -326,12 +326,23 @@ def _dpr_questions(root: Path, split: str, files: dict | None) -> Iterator[Quest
 
 def read_answers(root: str | Path, split: str, files: dict | None = None) -> Iterator[Question]:
     """The questions of a ``dpr`` split with their answers (the ``answers_{split}`` artifact's source)."""
-    return _dpr_questions(Path(root), split, files)
+    return _dpr_questions(dataset_folder(root), split, files)
 
 
 # ------------------------------------------------------------------------------------------- dispatch
-def read_documents(fmt: str, root: str | Path) -> Iterator[Document]:
+def dataset_folder(root: str | Path) -> Path:
+    """``root`` as a Path; a dataset ``path`` that is a file, not the folder of the raw files, is a DataError
+    (a missing folder is left to the per-file "not found" errors, which name the file looked for)."""
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise DataError(root, "the dataset's `path` is a file, not a folder",
+                        f"set the dataset's `path` in config.yaml to the folder that holds the raw files (here "
+                        f"probably {str(root.parent)!r}, the folder of {root.name!r})")
+    return root
+
+
+def read_documents(fmt: str, root: str | Path) -> Iterator[Document]:
+    root = dataset_folder(root)
     if fmt == "beir":
         return _beir_documents(root)
     if fmt == "msmarco":
@@ -354,7 +365,7 @@ def read_queries(fmt: str, root: str | Path, split: str, files: dict | None = No
     """All queries the layout offers for ``split`` (BEIR keeps every split's queries in one file).
 
     ``files``: the split's ``{"queries": name, "qrels": name}`` when they differ from the layout's (msmarco)."""
-    root = Path(root)
+    root = dataset_folder(root)
     _check_split_files(fmt, files)
     if fmt == "beir":
         return _beir_queries(root)
@@ -369,7 +380,7 @@ def read_queries(fmt: str, root: str | Path, split: str, files: dict | None = No
 
 
 def read_judgements(fmt: str, root: str | Path, split: str, files: dict | None = None) -> Iterator[Judgement]:
-    root = Path(root)
+    root = dataset_folder(root)
     _check_split_files(fmt, files)
     if fmt == "beir":
         return _beir_judgements(root, split)
@@ -387,9 +398,9 @@ def raw_files(fmt: str, root: str | Path, split: str | None = None, files: dict 
     """The raw files a layout reads for the corpus (``split=None``) or a split, for Snakemake's inputs.
 
     A file that exists only gzipped is named with ``.gz``; a missing file keeps its plain name, so
-    Snakemake reports it as missing input.
+    Snakemake reports it as missing input. A ``root`` that is a file is a DataError (:func:`dataset_folder`).
     """
-    root = Path(root)
+    root = dataset_folder(root)
     if split is None:
         names = {"beir": ["corpus.jsonl"], "msmarco": ["collection.tsv"], "parquet": ["corpus.parquet"],
                  "dpr": [DPR_PASSAGES]}[fmt]

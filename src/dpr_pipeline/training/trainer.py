@@ -83,6 +83,26 @@ def total_steps(num_examples: int, settings: TrainingSettings) -> int:
     return max(1, math.ceil(settings.epochs * steps_per_epoch(num_examples, settings.batch_size)))
 
 
+_STAGE_KEYS = {"retriever": "retriever", "distilled retriever": "distill", "re-ranker": "reranker"}
+
+
+def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, description: str = "training") -> None:
+    """A warm-up at least as long as the whole run never reaches the peak learning rate (150 train queries in
+    batches of 16 make 9 steps, all inside a 10-step warm-up): a ConfigError naming the stage's setting, the
+    step count and what made it, before any training."""
+    from ..config import ConfigError
+
+    if settings.warmup_steps < steps:
+        return
+    stage = _STAGE_KEYS.get(description, "pretrain" if description.startswith("pre-training") else "<stage>")
+    made_of = (f"train_steps {settings.max_steps}" if settings.max_steps is not None else
+               f"{num_examples} training examples in batches of {settings.batch_size}, {settings.epochs:g} epoch(s)")
+    raise ConfigError(f"{description}: stages.{stage}.warmup_steps {settings.warmup_steps} >= the {steps} training "
+                      f"step(s) of this run ({made_of}), so the learning rate would never reach its peak "
+                      f"{settings.learning_rate:g}. Fix: set the dataset's stages.{stage}.warmup_steps below {steps} "
+                      f"(e.g. {steps // 10}, a tenth of the run) or train longer (epochs or train_steps)")
+
+
 def batch_indices(num_examples: int, batch_size: int, seed: int, step: int) -> tuple[int, list[int]]:
     """(epoch, example indices) of global ``step``: a seeded permutation per epoch, cut into full batches."""
     per_epoch = steps_per_epoch(num_examples, batch_size)
@@ -212,6 +232,8 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     if settings.batch_size % dist.world_size or min(settings.batch_size, len(data)) < dist.world_size:
         raise ValueError(f"batch_size {settings.batch_size} ({len(data)} examples) does not split evenly over "
                          f"{dist.world_size} processes")
+    steps = total_steps(len(data), settings)
+    check_warmup(settings, steps, len(data), description)
     checkpoint_dir = Path(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     device = dist.device
@@ -222,7 +244,6 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    steps = total_steps(len(data), settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, settings.warmup_steps, steps)
     start = 0
