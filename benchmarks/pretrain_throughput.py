@@ -78,7 +78,7 @@ def timed(step, device) -> float:
 def main() -> None:
     args = parse_args()
     device = models.default_device()
-    autocast = models.inference_autocast(device)  # bf16 on GPU, nothing on CPU
+    autocast = models.autocast(device, bf16=True)  # bf16 on a GPU or a CPU with AMX/AVX512-BF16 (both methods)
     tokenizer = models.load_tokenizer(args.plm)
     special = SpecialTokens.of(tokenizer)
     corpus, counts = corpus_tokens(args, tokenizer)

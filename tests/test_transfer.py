@@ -64,15 +64,15 @@ def test_an_evaluation_only_dataset_validates_and_has_no_train_split():
     config = validate_config(config_with_arguana(scifact=["arguana_mini", "msmarco"]))
     assert train_split_of(config, "scifact") == "train"
     assert config["datasets"]["scifact"]["ignore_identical_ids"] is False          # the default
-    assert config["transfer"] == {"stages": ["retriever1", "retriever2", "reranker", "distill"],
+    assert config["transfer"] == {"stages": ["start", "retriever1", "retriever2", "reranker", "distill"],
                                   "metric": "nDCG@10", "rerank_depth": 100}
     with pytest.raises(ConfigError, match=r"dataset 'arguana_mini' has no train split .* so Retriever1 cannot run"):
         train_split_of(config, "arguana_mini", "Retriever1")
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda c: c["datasets"]["scifact"].update(transfer_to=["arguana"]),
-     r"datasets.scifact.transfer_to names undeclared dataset\(s\) \['arguana'\]"),
+    (lambda c: c["datasets"]["scifact"].update(transfer_to=["no_such_collection"]),
+     r"datasets.scifact.transfer_to names undeclared dataset\(s\) \['no_such_collection'\]"),
     (lambda c: c["datasets"]["scifact"].update(transfer_to=["scifact"]), r"transfer_to names 'scifact' itself"),
     (lambda c: c["datasets"]["arguana_mini"].update(transfer_to=["scifact"]),
      r"datasets.arguana_mini.transfer_to: dataset 'arguana_mini' has no train_split"),
@@ -173,10 +173,11 @@ def test_dry_run_plans_bm25_for_an_evaluation_only_dataset_and_the_transfer(work
     done = snakemake(workdir, "-n", "results/scifact/transfer_summary.md")
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = planned_jobs(done.stdout)
-    # 3 bi-encoders x (1 encoding shard + index + search of the test split); the re-ranker on BM25's run
+    # the starting model and 3 bi-encoders x (1 encoding shard + index + search of the test split); the
+    # re-ranker on BM25's run
     assert {rule: jobs[rule] for rule in jobs if rule.startswith("transfer")} == {
-        "transfer_encode_corpus": 3, "transfer_build_index": 3, "transfer_dense_search": 3, "transfer_rerank": 1,
-        "transfer_evaluate": 4, "transfer_summary": 1}
+        "transfer_encode_corpus": 4, "transfer_build_index": 4, "transfer_dense_search": 4, "transfer_rerank": 1,
+        "transfer_evaluate": 5, "transfer_summary": 1}
 
 
 def test_bm25_on_the_evaluation_only_fixture_drops_each_query_itself(workdir):

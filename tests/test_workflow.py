@@ -68,16 +68,17 @@ def test_lint_is_clean(workdir):
 def test_dry_run_plans_every_stage(workdir):
     jobs = planned_jobs(snakemake(workdir, "-n"))
     assert jobs == {"ingest_corpus": 2, "ingest_split": 3, "bm25_index": 2, "bm25_search": 3, "bm25_negatives": 1,
-                    "train_retriever": 2, "encode_corpus": 6, "build_index": 3,
-                    "dense_search": 5,                  # train + test for Retriever1 and 2, test for distill
+                    "starting_model": 1,                # the untrained plm, evaluated like a trained stage
+                    "train_retriever": 2, "encode_corpus": 8, "build_index": 4,
+                    "dense_search": 6,           # train + test for Retriever1 and 2, test for start and distill
                     "mine_hard_negatives": 2, "train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2,
-                     "merge_teacher_scores": 1, "train_distill": 1, "evaluate": 6, "plot_metrics": 5,
+                     "merge_teacher_scores": 1, "train_distill": 1, "evaluate": 7, "plot_metrics": 6,
                      "summary": 1, "all": 1, "tokenize_corpus": 1, "pretrain": 1,
                      # the report: loss curves of Retriever1-2, re-ranker, distill and SimLM pre-training
-                     "plot_training_loss": 5, "metrics_table": 5, "score_distributions": 1, "throughput": 1,
-                     # arguana_mini: its data, BM25 and evaluation above; the three bi-encoders and the re-ranker
-                     "transfer_encode_corpus": 3, "transfer_build_index": 3, "transfer_dense_search": 3,
-                     "transfer_rerank": 1, "transfer_evaluate": 4, "transfer_summary": 1}
+                     "plot_training_loss": 5, "metrics_table": 6, "score_distributions": 1, "throughput": 1,
+                     # arguana_mini: its data, BM25 and evaluation above; start, the three bi-encoders, re-ranker
+                     "transfer_encode_corpus": 4, "transfer_build_index": 4, "transfer_dense_search": 4,
+                     "transfer_rerank": 1, "transfer_evaluate": 5, "transfer_summary": 1}
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_outputs_and_negatives(built):
 
 def test_every_stage_is_evaluated_and_summarised(built):
     summary = json.loads((built.parent / "scifact" / "summary.json").read_text())
-    assert list(summary["test"]) == ["bm25", "retriever1", "retriever2", "reranker", "distill"]
+    assert list(summary["test"]) == ["bm25", "start", "retriever1", "retriever2", "reranker", "distill"]
     for stage, metrics in summary["test"].items():
         assert metrics["num_queries"] == 300, stage
         assert 0 <= metrics["nDCG@10"] <= 1 and 0 <= metrics["MRR@10"] <= 1, stage
@@ -125,7 +126,7 @@ def test_each_stage_has_a_manifest_that_its_metrics_name(built):
     from dpr_pipeline.manifest import file_sha256
 
     config = yaml.safe_load((built.parents[1] / "config.yaml").read_text())
-    for stage in ("bm25", "retriever1", "retriever2", "reranker", "distill"):
+    for stage in ("bm25", "start", "retriever1", "retriever2", "reranker", "distill"):
         metrics = json.loads((built / stage / "metrics.json").read_text())
         assert metrics["provenance"]["manifest"] == f"results/scifact/{stage}/manifest.json"
         manifest = json.loads((built.parents[1] / metrics["provenance"]["manifest"]).read_text())
@@ -168,7 +169,7 @@ def test_models_load_in_transformers_and_sentence_transformers(built):
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    for stage in ("retriever1", "retriever2", "distill"):
+    for stage in ("start", "retriever1", "retriever2", "distill"):
         AutoModel.from_pretrained(built / stage / "model")
         vectors = SentenceTransformer(str(built / stage / "model"), device="cpu").encode(["a query"])
         assert vectors.shape == (1, 32)
@@ -182,7 +183,7 @@ def test_scifact_models_transfer_to_the_evaluation_only_collection(built):
     arguana = built.parent / "arguana_mini"
     summary = json.loads((built / "transfer_summary.json").read_text())
     assert summary["source"] == "scifact" and summary["metric"] == "nDCG@10"
-    assert summary["columns"] == ["bm25", "retriever1", "retriever2", "reranker", "distill"]
+    assert summary["columns"] == ["bm25", "start", "retriever1", "retriever2", "reranker", "distill"]
     assert list(summary["rows"]) == ["arguana_mini"] and summary["average"] == summary["rows"]["arguana_mini"]
     bm25 = json.loads((arguana / "bm25" / "metrics.json").read_text())["test"]
     assert summary["rows"]["arguana_mini"]["bm25"] == bm25["nDCG@10"]
@@ -202,7 +203,8 @@ def test_scifact_models_transfer_to_the_evaluation_only_collection(built):
     bm25_run = read_trec_run(arguana / "bm25" / "run_test.trec")
     assert set(zip(reranked["query_id"], reranked["doc_id"])) == set(zip(bm25_run["query_id"], bm25_run["doc_id"]))
     table = (built / "transfer_summary.md").read_text()
-    assert "| collection | BM25 | Retriever₁ | Retriever₂ | Re-ranker | Retriever_distill |" in table
+    assert ("| collection | BM25 | Starting model (untrained) | Retriever₁ | Retriever₂ | Re-ranker | "
+            "Retriever_distill |") in table
     assert "| arguana_mini (10 queries) |" in table and "| **Average** |" in table
     assert (built / "transfer_summary.png").stat().st_size > 0
 
@@ -245,8 +247,8 @@ def test_report_has_the_plots(built, workdir):
         names = report.namelist()
         html = report.read("report/report.html").decode("utf-8")
     root = "results/scifact"
-    expected = ([f"{root}/{stage}/metrics.{ext}" for stage in ("bm25", "retriever1", "retriever2", "reranker",
-                                                                "distill") for ext in ("png", "html")]
+    expected = ([f"{root}/{stage}/metrics.{ext}" for stage in ("bm25", "start", "retriever1", "retriever2",
+                                                                "reranker", "distill") for ext in ("png", "html")]
                 + [f"{root}/{stage}/loss_curve.png" for stage in ("retriever1", "retriever2", "reranker", "distill",
                                                                    "pretrain/simlm")]
                 + [f"{root}/report/score_distributions.png", f"{root}/report/throughput.html",

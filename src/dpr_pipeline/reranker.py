@@ -20,7 +20,7 @@ from .cross_encoder_scoring import encode_pairs
 from .data.schemas import read_artifact
 from .io import atomic_output
 from .losses import listwise_loss
-from .models import load_cross_encoder, load_tokenizer
+from .models import autocast, load_cross_encoder, load_tokenizer
 from .training.distributed import Distributed
 from .training.groups import Group, QueryGroups, read_texts
 from .training.trainer import TrainingSettings, finish, train
@@ -47,6 +47,25 @@ def listwise_batch_loss(model: torch.nn.Module, batch: dict, dist: Distributed) 
     inputs = {key: value for key, value in batch.items() if key != GROUP_SIZE}
     logits = model(**inputs).logits
     return listwise_loss(logits.float().view(-1, batch[GROUP_SIZE]))
+
+
+def listwise_loss_of(model_dir: str | Path, negatives_path: str | Path, corpus_path: str | Path,
+                     queries_path: str | Path, *, negatives_per_query: int, max_length: int, seed: int = 42,
+                     batch_size: int = 8, bf16: bool = False) -> float:
+    """The mean Eq. 4 loss of a saved re-ranker (or any ``plm``: an untrained head scores ~ln(1 + n)) over the
+    groups of a negatives artifact (epoch 0's draw), without training: on held-out queries, whether it learned."""
+    groups = QueryGroups(read_artifact(negatives_path, "negatives"), *read_texts(corpus_path, queries_path),
+                         negatives_per_query, seed, source=str(negatives_path))
+    model, tokenizer = load_cross_encoder(str(model_dir)), load_tokenizer(str(model_dir))
+    collate = make_collate(tokenizer, max_length)
+    device = next(model.parameters()).device
+    total = 0.0
+    model.eval()
+    with torch.inference_mode(), autocast(device, bf16):
+        for start in range(0, len(groups), batch_size):
+            examples = [groups.example(i, 0) for i in range(start, min(start + batch_size, len(groups)))]
+            total += float(listwise_batch_loss(model, collate(examples), Distributed())) * len(examples)
+    return total / len(groups)
 
 
 def save_reranker(model: torch.nn.Module, tokenizer, output_dir: str | Path, max_length: int) -> None:

@@ -15,7 +15,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from dpr_pipeline.data.schemas import read_artifact  # noqa: E402
-from dpr_pipeline.models import load_encoder, load_tokenizer  # noqa: E402
+from dpr_pipeline.embedding import load_text_encoder  # noqa: E402
+from dpr_pipeline.models import load_tokenizer  # noqa: E402
 from dpr_pipeline.training.biencoder import BiEncoder, BiEncoderCollator, contrastive_step  # noqa: E402
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
 from dpr_pipeline.training.groups import QueryGroups, read_texts  # noqa: E402
@@ -45,7 +46,7 @@ def main() -> None:
     groups = SlowGroups(read_artifact(args.workdir / "negatives.parquet", "negatives"), passages, queries,
                         negatives_per_query=2, seed=7)
     model_dir = str(args.workdir / "model")
-    model = BiEncoder(load_encoder(model_dir))
+    model = BiEncoder(load_text_encoder(model_dir))
     settings = TrainingSettings(learning_rate=1e-3, warmup_steps=2, batch_size=4, epochs=2, seed=3,
                                 save_steps=2)
     collate = BiEncoderCollator(load_tokenizer(model_dir), 16, 24)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM
 
+from ..embedding import TextEncoder, save_text_encoder
 from .. import models
 from ..errors import DataError
 from ..io import atomic_output
@@ -142,6 +143,7 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
           cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method})")
     if dist.is_main:
         with atomic_output(output_dir) as tmp:
-            models.save_biencoder(model.encoder.cpu(), tokenizer, tmp, corpus.max_length)
+            # [CLS] pooling: the representation the bottleneck pre-trains
+            save_text_encoder(TextEncoder(model.encoder.cpu(), "cls"), tokenizer, tmp, corpus.max_length)
         log.info("saved the encoder to %s", output_dir)
     finish(checkpoint_dir, dist)

@@ -112,7 +112,8 @@ def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries
                          params["negatives_per_query"], params["seed"], with_scores=distill,
                          source=str(negatives_path))
     tokenizer = load_tokenizer(params["plm"])
-    model = BiEncoder(load_text_encoder(params["plm"], params["pooling"], params.get("attention_dropout")))
+    model = BiEncoder(load_text_encoder(params["plm"], params.get("pooling", "auto"),
+                                        params.get("attention_dropout")))
     log.info("%s: %s pooling", params["plm"], model.encoder.pooling)
     collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"])
     step = distillation_step(params["temperature"], params["alpha"]) if distill \

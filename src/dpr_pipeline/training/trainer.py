@@ -65,6 +65,7 @@ class TrainingSettings:
     bf16: bool = False  # bf16 autocast where the device runs it natively (models.uses_bf16)
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    head_learning_rate: float | None = None  # the task head's (parameters outside the base model), if not learning_rate
 
     @classmethod
     def from_params(cls, params: dict) -> "TrainingSettings":
@@ -110,6 +111,22 @@ def batch_indices(num_examples: int, batch_size: int, seed: int, step: int) -> t
     order = np.random.default_rng([seed, epoch]).permutation(num_examples)
     size = min(batch_size, num_examples)
     return epoch, order[position * size:(position + 1) * size].tolist()
+
+
+def parameter_groups(model: torch.nn.Module, settings: TrainingSettings) -> list[dict]:
+    """The optimizer's parameter groups: one at ``learning_rate``, or, with ``head_learning_rate``, the task head
+    of a Hugging Face model (every parameter outside ``model.base_model``: a re-ranker's freshly initialised
+    classifier) at its own rate. A random head at the encoder's small rate keeps the listwise loss at chance for
+    the first tens of steps, since the encoder's gradient is scaled by the head's tiny weights."""
+    if settings.head_learning_rate is None:
+        return [{"params": list(model.parameters())}]
+    base = getattr(model, "base_model", None)
+    if base is None or base is model:
+        raise ValueError(f"head_learning_rate needs a model with a task head; {type(model).__name__} has none")
+    in_base = {id(p) for p in base.parameters()}
+    head = [p for p in model.parameters() if id(p) not in in_base]
+    return [{"params": [p for p in model.parameters() if id(p) in in_base]},
+            {"params": head, "lr": settings.head_learning_rate}]
 
 
 def _rng_state() -> dict:
@@ -244,7 +261,8 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    optimizer = torch.optim.AdamW(parameter_groups(model, settings), lr=settings.learning_rate,
+                                  weight_decay=settings.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, settings.warmup_steps, steps)
     start = 0
     state = _load_checkpoint(checkpoint_dir, settings)
