@@ -17,8 +17,10 @@ from dpr_pipeline.cross_encoder_scoring import (append_tail, merge_teacher_shard
                                                 score_teacher_shard, shard_slice)
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.errors import DataError
+from dpr_pipeline.losses import listwise_loss
 from dpr_pipeline.models import load_cross_encoder, load_tokenizer, passage_text
-from dpr_pipeline.reranker import train_reranker
+from dpr_pipeline.reranker import listwise_loss_of, train_reranker
+from dpr_pipeline.training.trainer import TrainingSettings, parameter_groups
 from dpr_pipeline.runs import read_trec_run, write_trec_run
 
 MAX_LENGTH = 48
@@ -213,3 +215,33 @@ def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_e
     np.testing.assert_allclose(CrossEncoder(str(output), device="cpu").predict(list(zip(query_list, passage_list))),
                                scores, atol=1e-5)
     assert scores[0] > scores[1:].max()  # the topic document beats filler after training
+    # on the same groups without training, Eq. 4 of the trained model is far below the untrained one's (~ln 4)
+    untrained = listwise_loss_of(tiny_cross_encoder, negatives, dataset["corpus"], dataset["queries"],
+                                 negatives_per_query=3, max_length=MAX_LENGTH, seed=7, batch_size=3)
+    trained = listwise_loss_of(output, negatives, dataset["corpus"], dataset["queries"], negatives_per_query=3,
+                               max_length=MAX_LENGTH, seed=7, batch_size=3)
+    assert abs(untrained - np.log(4)) < 0.1 and trained < 0.5 * untrained
+
+
+def test_listwise_loss_of_is_the_mean_of_eq4_over_every_group(tiny_cross_encoder: Path, dataset, tmp_path: Path):
+    negatives = tmp_path / "negatives.parquet"
+    rows = [(f"q{i}", [f"d{i}"], [f"n{i}", f"n{(i + 1) % 8}"]) for i in range(5)]
+    write_artifact(negatives_frame(rows), negatives, "negatives")
+    passages, queries = texts()
+    by_hand = [float(listwise_loss(torch.from_numpy(score_directly(tiny_cross_encoder, [queries[q]] * 3,
+                                                                    [passages[d] for d in (*p, *n)]))[None]))
+               for q, p, n in rows]
+    got = listwise_loss_of(tiny_cross_encoder, negatives, dataset["corpus"], dataset["queries"],
+                           negatives_per_query=2, max_length=MAX_LENGTH, batch_size=2)  # batches of 2, 2, 1
+    assert got == pytest.approx(np.mean(by_hand), abs=1e-5)
+
+
+def test_the_head_learning_rate_applies_to_the_classifier_only(tiny_cross_encoder: Path):
+    model = load_cross_encoder(str(tiny_cross_encoder))
+    base, head = parameter_groups(model, TrainingSettings(1e-5, 0, 4, head_learning_rate=1e-3))
+    assert "lr" not in base and head["lr"] == 1e-3
+    assert {id(p) for p in head["params"]} == {id(p) for p in model.classifier.parameters()}
+    assert len(base["params"]) + len(head["params"]) == len(list(model.parameters()))
+    assert len(parameter_groups(model, TrainingSettings(1e-5, 0, 4))) == 1
+    with pytest.raises(ValueError, match="task head"):
+        parameter_groups(model.bert, TrainingSettings(1e-5, 0, 4, head_learning_rate=1e-3))

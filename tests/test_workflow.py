@@ -149,7 +149,7 @@ def test_each_stage_has_a_manifest_that_its_metrics_name(built):
     assert simlm["stage"] == "pretrain/simlm" and simlm["negatives"] is None
     assert [item["path"] for item in simlm["inputs"]["tokens"]] == ["results/scifact/tokens/part_0.parquet"]
     reranker = json.loads((built / "reranker" / "manifest.json").read_text())
-    assert reranker["negatives"]["in_batch"] is False and reranker["negatives"]["effective_per_query"] == 3
+    assert reranker["negatives"]["in_batch"] is False and reranker["negatives"]["effective_per_query"] == 7
     assert json.loads((built / "distill" / "manifest.json").read_text())["inputs"]["init"] == [
         {"path": "results/scifact/pretrain/simlm/model", "sha256": file_sha256(built / "pretrain" / "simlm" / "model")}]
     assert "init" not in retriever1["inputs"]        # Retriever1 starts from the tiny BERT (its `plm` input)
