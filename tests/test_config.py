@@ -39,8 +39,11 @@ def test_schema_defaults_are_the_papers_values():
 def test_msmarco_uses_paper_values_and_scifact_cpu_values():
     config = load_config(REPO / "config.yaml")
     assert stage_params(config, "msmarco", "retriever")["batch_size"] == 64
-    assert stage_params(config, "scifact", "retriever")["batch_size"] == 16
-    assert stage_params(config, "scifact", "retriever")["temperature"] == 0.02  # not overridden
+    assert stage_params(config, "scifact", "retriever")["batch_size"] == 32
+    assert stage_params(config, "msmarco", "retriever")["temperature"] == 0.02   # the paper's
+    assert stage_params(config, "scifact", "retriever")["temperature"] == 0.05   # MiniLM's own training scale
+    assert stage_params(config, "scifact", "retriever")["learning_rate"] == 2.0e-5  # as the paper
+    assert stage_params(config, "msmarco", "retriever")["pooling"] == "auto"
 
 
 @pytest.mark.parametrize("edit, key", [
