@@ -23,13 +23,6 @@ def test_pool_is_top_depth_minus_positives():
     assert pool.loc["q4", "negative_ids"] == []                 # judged but not retrieved
 
 
-def test_skip_top_leaves_the_best_ranked_hits_out_of_the_negatives_only():
-    pool = negatives_from_run(RUN, QRELS, depth=3, skip_top=1).set_index("query_id")
-    assert pool.loc["q1", "negative_ids"] == ["n2"]            # n1 (rank 1) skipped, p1 (rank 2) a positive
-    assert pool.loc["q1", "positive_scores"][0] == 8.0         # a positive keeps its score
-    assert negatives_from_run(RUN, QRELS, depth=3, skip_top=3).set_index("query_id").loc["q1", "negative_ids"] == []
-
-
 def test_sampling_is_seeded_per_query_and_keeps_rank_order():
     pool = pd.DataFrame({"query_id": ["a", "b"], "positive_ids": [["p"], ["p"]], "positive_scores": [[1.0], [1.0]],
                          "negative_ids": [[f"n{i}" for i in range(50)]] * 2,

@@ -7,5 +7,4 @@ with logged(snakemake.log[0]):
     mine_hard_negatives(snakemake.input.run, snakemake.input.qrels, snakemake.output[0],
                         depth=p["negatives_depth"], count=p["mined_negatives_per_query"], seed=p["seed"],
                         min_relevance=snakemake.params.min_relevance, source=snakemake.wildcards.stage,
-                        answers=snakemake.input.get("answers"), corpus=snakemake.input.get("corpus"),
-                        skip_top=p["mining_skip_top"])
+                        answers=snakemake.input.get("answers"), corpus=snakemake.input.get("corpus"))

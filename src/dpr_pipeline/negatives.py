@@ -20,11 +20,8 @@ log = logging.getLogger(__name__)
 
 
 def negatives_from_run(run: pd.DataFrame, qrels: pd.DataFrame, depth: int, min_relevance: int = 1,
-                       excluded: pd.Series | None = None, skip_top: int = 0) -> pd.DataFrame:
+                       excluded: pd.Series | None = None) -> pd.DataFrame:
     """Per query with a positive judgement: positives, and the run's top ``depth`` minus the positives.
-
-    ``skip_top``: hits ranked ``skip_top`` or better are not negatives either (their unjudged documents are the
-    likeliest false negatives: relevant, never judged); the positives keep their scores wherever they rank.
 
     ``excluded``: a boolean per row of ``run`` (same index); those hits are never negatives (answer-based
     datasets: the hits that contain an answer, SimLM §B).
@@ -43,8 +40,7 @@ def negatives_from_run(run: pd.DataFrame, qrels: pd.DataFrame, depth: int, min_r
         hits = by_query.get(qid)
         score_of = dict(zip(hits["doc_id"], hits["score"])) if hits is not None else {}
         pos_set = set(pos)
-        negs = [] if hits is None else [(d, s) for d, s, r in zip(hits["doc_id"], hits["score"], hits["rank"])
-                                        if d not in pos_set and r > skip_top]
+        negs = [] if hits is None else [(d, s) for d, s in zip(hits["doc_id"], hits["score"]) if d not in pos_set]
         rows.append({"query_id": qid, "positive_ids": pos,
                      "positive_scores": [float(score_of.get(d, np.nan)) for d in pos],
                      "negative_ids": [d for d, _ in negs], "negative_scores": [float(s) for _, s in negs]})
@@ -97,16 +93,15 @@ def answer_hits(run: pd.DataFrame, answers: str, corpus: str) -> pd.Series:
 
 def mine_hard_negatives(run: str, qrels: str, output: str, *, depth: int, count: int, seed: int,
                         min_relevance: int = 1, source: str, answers: str | None = None,
-                        corpus: str | None = None, skip_top: int = 0) -> pd.DataFrame:
+                        corpus: str | None = None) -> pd.DataFrame:
     """Hard negatives from a retriever's TREC run on the train queries: its top ``depth`` minus the
-    positives (and minus its top ``skip_top``), ``count`` sampled per query (seeded), written as the negatives
-    artifact with the run's scores.
+    positives, ``count`` sampled per query (seeded), written as the negatives artifact with the run's scores.
 
     With ``answers`` (and ``corpus``), an answer-based dataset: hits containing an answer are left out too."""
     hits = read_trec_run(run)
     top = hits[hits["rank"] <= depth]
     excluded = answer_hits(top, answers, corpus) if answers is not None else None
-    candidates = negatives_from_run(top, read_artifact(qrels, "qrels"), depth, min_relevance, excluded, skip_top)
+    candidates = negatives_from_run(top, read_artifact(qrels, "qrels"), depth, min_relevance, excluded)
     return _write_sample(candidates, output, source=source, depth=depth, count=count, seed=seed)
 
 
