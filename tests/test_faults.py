@@ -419,7 +419,8 @@ def snakemake_workdir(root: Path, dataset: Path, plm: Path) -> Path:
                    "retriever": {"plm": str(plm), "batch_size": 4, "epochs": 1, "warmup_steps": 1,
                                  "learning_rate": 1e-3, "negatives_per_query": 1, "query_max_length": 16,
                                  "passage_max_length": 32, "encode_batch_size": 8, "encode_shards": 2,
-                                 "save_steps": 2, "search_depth": 20}}}}
+                                 "save_steps": 2, "search_depth": 20},
+                   "reranker": {"rerank_depth": 20}}}}   # not deeper than Retriever2 searches (start-up check)
     (root / "config.yaml").write_text(yaml.safe_dump(config))
     return root
 
