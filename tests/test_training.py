@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import AutoModel
 
 from conftest import REPO, make_tiny_bert
 from dpr_pipeline.data.schemas import write_artifact
