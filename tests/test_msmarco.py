@@ -110,8 +110,10 @@ def test_whole_msmarco_chain_on_the_stand_in(tmp_path):
     assert len(official) == 60                                      # the official negatives trained Retriever 1
     metrics = json.loads((results / "distill" / "metrics.json").read_text())
     assert metrics.pop("provenance")["manifest"] == "results/msmarco/distill/manifest.json"
-    assert list(metrics) == ["dev", "dl19", "dl20"]
+    assert list(metrics) == ["dev", "dl19", "dl20", "counts"]
+    counts = metrics.pop("counts")
     assert [metrics[s]["num_queries"] for s in metrics] == [20, 10, 10]
+    assert [counts[s]["queries_scored"] for s in metrics] == [20, 10, 10]
     for split in metrics.values():
         assert 0 <= split["MRR@10"] <= 1 and 0 <= split["nDCG@10"] <= 1 and split["R@50"] <= split["R@1000"]
     # TREC DL's MRR and recall count grade >= 2 only (metric_relevance), nDCG the grades.

@@ -76,6 +76,10 @@ def checkout(tmp_path_factory):
     stages = config["datasets"]["scifact"]["stages"]
     for stage in ("retriever", "reranker", "distill"):
         stages[stage].update(plm=tiny, learning_rate=1e-3, batch_size=32, save_steps=10)
+    # the tiny BERT has 128 positions (the bundled MiniLM's passages are 256 tokens)
+    stages["retriever"].update(passage_max_length=128)
+    stages["distill"].update(passage_max_length=128)
+    stages["reranker"].update(max_length=128)
     stages["retriever"].update(encode_batch_size=256, encode_shards=2)
     stages["reranker"].update(teacher_shards=2, score_batch_size=256)
     stages["retriever"].update(processes=2)        # 2-GPU training jobs: torchrun --nproc_per_node 2

@@ -46,6 +46,10 @@ def workdir(tmp_path_factory):
     stages = config["datasets"]["scifact"]["stages"]
     for stage in ("retriever", "reranker", "distill"):
         stages[stage].update(plm=tiny, learning_rate=1e-3, batch_size=32, save_steps=10)
+    # the tiny BERT has 128 positions (the bundled MiniLM's passages are 256 tokens)
+    stages["retriever"].update(passage_max_length=128)
+    stages["distill"].update(passage_max_length=128)
+    stages["reranker"].update(max_length=128)
     stages["retriever"].update(encode_batch_size=256, encode_shards=2)
     # the distilled retriever starts from the pre-trained encoder (SimLM), as in the paper
     stages["distill"]["plm"] = "pretrain"
