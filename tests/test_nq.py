@@ -3,6 +3,7 @@ ingestion and its errors, top-k retrieval accuracy by answer containment, answer
 config's paper settings, and the whole chain through `snakemake` from the raw files to R@20/R@100."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -194,7 +195,8 @@ def test_nq_config_carries_the_paper_settings():
 def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     dataset = config["datasets"]["nq"]
-    dataset["path"] = str(FIXTURE)
+    # a copy: the nq entry's `downloads` make these files job outputs, which Snakemake may remove before a job
+    dataset["path"] = str(shutil.copytree(FIXTURE, tmp_path / "nq_files"))
     dataset.pop("resources")
     tiny = str(make_tiny_bert(tmp_path / "tiny_bert"))
     small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, warmup_steps=1, save_steps=50, processes=1)
@@ -278,7 +280,6 @@ def test_slurm_dry_run_of_the_nq_chain(tmp_path):
     """The cluster plan of the real NQ run, with the stand-in for the data (no conda: DPR_PIPELINE_SOFTWARE=env)."""
     import os
     import re
-    import shutil
 
     root = tmp_path / "repo"
     shutil.copytree(REPO, root, symlinks=True, ignore=shutil.ignore_patterns(
