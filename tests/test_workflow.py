@@ -266,7 +266,7 @@ def test_report_has_the_plots(built, workdir):
 
     throughput = pd.read_csv(built / "report" / "throughput.tsv", sep="\t")
     counts = throughput.groupby("task").size().to_dict()
-    assert counts == {"corpus encoding": 6, "BM25 search": 2, "dense search": 5, "re-ranking": 1,
+    assert counts == {"corpus encoding": 8, "BM25 search": 2, "dense search": 6, "re-ranking": 1,
                       "teacher scoring": 2, "training": 5}
     assert throughput["seconds"].gt(0).all() and throughput["max_rss_mb"].gt(0).all()
     encoded = throughput[throughput["task"] == "corpus encoding"]
