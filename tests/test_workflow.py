@@ -270,5 +270,5 @@ def test_report_has_the_plots(built, workdir):
                       "teacher scoring": 2, "training": 5}
     assert throughput["seconds"].gt(0).all() and throughput["max_rss_mb"].gt(0).all()
     encoded = throughput[throughput["task"] == "corpus encoding"]
-    assert encoded["items"].sum() == 3 * len(pd.read_parquet(built / "data" / "corpus.parquet"))
+    assert encoded["items"].sum() == 4 * len(pd.read_parquet(built / "data" / "corpus.parquet"))
     assert throughput.loc[throughput["job"] == "test", "items"].tolist() == [300, 300]  # BM25 and re-ranking
