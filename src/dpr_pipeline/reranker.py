@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from .cross_encoder_scoring import encode_pairs
+from .cross_encoder_scoring import encode_pairs, load_scorer
 from .data.schemas import read_artifact
 from .io import atomic_output
 from .losses import listwise_loss
@@ -56,7 +56,7 @@ def listwise_loss_of(model_dir: str | Path, negatives_path: str | Path, corpus_p
     groups of a negatives artifact (epoch 0's draw), without training: on held-out queries, whether it learned."""
     groups = QueryGroups(read_artifact(negatives_path, "negatives"), *read_texts(corpus_path, queries_path),
                          negatives_per_query, seed, source=str(negatives_path))
-    model, tokenizer = load_cross_encoder(str(model_dir)), load_tokenizer(str(model_dir))
+    model, tokenizer = load_scorer(model_dir)
     collate = make_collate(tokenizer, max_length)
     device = next(model.parameters()).device
     total = 0.0
