@@ -5,8 +5,9 @@
 #                           into the dataset's path (the parquet layout ingestion reads)
 #   download_<dataset>_<f>  one per `downloads` entry: url + md5/sha256 into the dataset's path
 #   fetch_<dataset>         target of all of them: `snakemake --cores 1 fetch_msmarco` on a login node
-# A file already in the dataset's path is used as it is (no job). Ingestion (rules/data.smk) reads these files.
-from dpr_pipeline.fetch import (check_fetch_config, download_targets, export_files, fetched_files, ir_datasets_ids,
+# A file already in the dataset's path is used as it is: no job produces it, so none can remove it (fetch.py,
+# missing_downloads). Ingestion (rules/data.smk) reads these files.
+from dpr_pipeline.fetch import (check_fetch_config, fetched_files, ir_datasets_ids, missing_downloads, missing_exports,
                                 raw_inputs, raw_layout, rule_suffix, with_downloads)
 
 check_fetch_config(config)
@@ -25,13 +26,13 @@ def fetch_resources(dataset):
 
 for _name, _dataset in config["datasets"].items():
     _suffix = rule_suffix(_name)
-    if _dataset["format"] == "ir_datasets":
+    if _dataset["format"] == "ir_datasets" and missing_exports(_dataset):
 
         rule:
             name:
                 f"ir_datasets_{_suffix}"
             output:
-                **export_files(_dataset),
+                **missing_exports(_dataset),
             params:
                 dataset=_name,
                 ids=ir_datasets_ids(_dataset),
@@ -50,7 +51,7 @@ for _name, _dataset in config["datasets"].items():
             script:
                 "../workflow_scripts/fetch_ir_datasets.py"
 
-    for _file, _spec in download_targets(_dataset).items():
+    for _file, _spec in missing_downloads(_dataset).items():
         _file_suffix = rule_suffix(str(Path(_file).relative_to(_dataset["path"])))
 
         rule:

@@ -22,7 +22,8 @@ import yaml
 
 from conftest import REPO
 from dpr_pipeline.config import ConfigError
-from dpr_pipeline.fetch import FetchError, check_fetch_config, download_file, raw_inputs, with_downloads
+from dpr_pipeline.fetch import (FetchError, check_fetch_config, download_file, download_targets, missing_downloads,
+                                raw_inputs, with_downloads)
 
 ARGUANA = REPO / "tests" / "data" / "arguana_mini"
 PAYLOAD = bytes(range(256)) * 4000                       # 1 MB, several read chunks
@@ -145,6 +146,29 @@ def test_inputs_of_a_fresh_clone_point_at_the_fetch_jobs(tmp_path):
     msmarco = config["datasets"]["msmarco"]
     assert raw_inputs(msmarco) == ["data/msmarco/corpus.parquet"]
     assert raw_inputs(msmarco, "dl19") == ["data/msmarco/queries_dl19.parquet", "data/msmarco/qrels_dl19.parquet"]
+
+
+@pytest.mark.parametrize("present", [True, False])
+def test_a_file_already_downloaded_gets_no_job_even_when_older_than_the_download_script(tmp_path, present):
+    """Data fetched last week, the pipeline cloned today: the file is older than workflow_scripts/download_file.py,
+    which Snakemake's code trigger reads as "rerun" — a download job that first removes the file, then fails on a
+    node without internet. A file already there has no download job; a missing one has one."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    nq = config["datasets"]["nq"]
+    nq["path"] = str(shutil.copytree(REPO / "tests" / "data" / "nq", tmp_path / "nq_files"))
+    test_file = tmp_path / "nq_files" / "nq-test.qa.csv"
+    if present:
+        os.utime(test_file, (1e9, 1e9))                                               # 2001
+    else:
+        test_file.unlink()
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                           str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "1", "-n",
+                           "results/nq/data/answers_test.parquet"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("download_nq_nq_test_qa_csv" in done.stdout) is not present, done.stdout[-3000:]
+    assert "ingest_answers" in done.stdout and test_file.exists() is present
+    assert (str(test_file) in missing_downloads(nq)) is not present and str(test_file) in download_targets(nq)
 
 
 def test_an_ir_datasets_split_without_an_id_is_a_config_error():

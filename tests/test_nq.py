@@ -195,7 +195,7 @@ def test_nq_config_carries_the_paper_settings():
 def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     dataset = config["datasets"]["nq"]
-    # a copy: the nq entry's `downloads` make these files job outputs, which Snakemake may remove before a job
+    # a copy, so that nothing the chain writes lands in the repository's fixture
     dataset["path"] = str(shutil.copytree(FIXTURE, tmp_path / "nq_files"))
     dataset.pop("resources")
     tiny = str(make_tiny_bert(tmp_path / "tiny_bert"))

@@ -80,6 +80,21 @@ def download_targets(dataset: dict) -> dict[str, dict]:
     return {str(root / name): spec for name, spec in (dataset.get("downloads") or {}).items()}
 
 
+def missing_downloads(dataset: dict) -> dict[str, dict]:
+    """The :func:`download_targets` not yet in the dataset's path: the only ones that get a download job. A file
+    already there (downloaded before, put there by hand) has no producer, so Snakemake never plans to fetch it
+    again and never removes it first, even where it is older than the download script (Snakemake's code trigger:
+    a fresh clone of the pipeline next to week-old data; a compute node without internet)."""
+    return {file: spec for file, spec in download_targets(dataset).items() if not Path(file).exists()}
+
+
+def missing_exports(dataset: dict) -> dict[str, str]:
+    """The :func:`export_files` of an ``ir_datasets`` dataset when one of them is missing, else ``{}`` (no
+    export job: the files there are used as they are, for the reason :func:`missing_downloads` gives)."""
+    files = export_files(dataset)
+    return files if any(not Path(file).exists() for file in files.values()) else {}
+
+
 def fetched_files(dataset: dict) -> list[str]:
     """Every file the fetch jobs write for a dataset (what ``snakemake fetch_<dataset>`` builds)."""
     files = list(export_files(dataset).values()) if dataset["format"] == "ir_datasets" else []
