@@ -32,6 +32,7 @@ rule ingest_split:
     output:
         queries=data_file("queries_{split}.parquet"),
         qrels=data_file("qrels_{split}.parquet"),
+        manifest=data_file("manifest_{split}.json"),
     params:
         format=lambda wc: raw_layout(dataset_config(wc)),
         root=lambda wc: dataset_config(wc)["path"],

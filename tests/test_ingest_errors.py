@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from conftest import DOCS, QRELS, QUERIES, write_beir, write_msmarco
-from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
+from dpr_pipeline.data.ingest import ingest_corpus, ingest_split, read_ingestion_counts
 from dpr_pipeline.errors import DataError
 
 
@@ -185,6 +185,10 @@ def test_an_evaluation_split_keeps_judgements_of_unknown_documents_and_reports_d
     assert list(pd.read_parquet(queries)["query_id"]) == ["q1", "q2", "q3"]   # q2 stays: it scores 0
     assert ("q2", "d404") in set(zip(*pd.read_parquet(qrels)[["query_id", "doc_id"]].T.values))
     assert pq.read_schema(qrels).metadata[b"dpr_pipeline.unknown_documents"] == b"1"
+    assert read_ingestion_counts(qrels) == {"queries": 3, "judgements": 3,
+                                            "queries_dropped": {"not in the queries file": 1},
+                                            "queries_without_positive": 1, "positive_grade": 1,
+                                            "judgements_naming_unknown_documents": 1}
     assert "split test: dropped 1 query: not in the queries file (first 'q99')" in caplog.text
     assert "split test: 1 query kept without a judgement of grade >= 1 (first 'q3')" in caplog.text
     assert "kept 1 judgement(s) naming documents not in the corpus" in caplog.text
@@ -197,6 +201,8 @@ def test_a_train_split_drops_queries_whose_judgements_name_only_unknown_document
     assert list(pd.read_parquet(queries)["query_id"]) == ["q1", "q3"]
     assert "dropped 1 query: every judgement names a document not in the corpus (first 'q2')" in caplog.text
     assert "not trained on (min_relevance)" in caplog.text
+    assert read_ingestion_counts(qrels)["queries_dropped"] == {
+        "not in the queries file": 1, "every judgement names a document not in the corpus": 1}
 
 
 def test_listed_overlap_is_kept_with_a_counted_warning(tmp_path, caplog):

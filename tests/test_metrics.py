@@ -62,7 +62,7 @@ def test_evaluate_splits_writes_one_object_per_split(tmp_path):
     # q4 is judged with grade 0 only; q3 gets no hit; the artifact was not written by ingestion (no metadata)
     assert written["counts"]["dev"] == {"queries_scored": 3, "queries_without_hits": 1,
                                         "judgements_naming_unknown_documents": None,
-                                        "judged_queries_without_relevant": 1}
+                                        "judged_queries_without_relevant": 1, "queries_dropped_at_ingestion": None}
     provenance = written["provenance"]
     assert provenance["manifest"] == "results/x/bm25/manifest.json"
     assert provenance["runs"]["dev"]["sha256"] == hashlib.sha256(run_file.read_bytes()).hexdigest()
@@ -84,7 +84,8 @@ def test_arguana_shaped_split_keeps_every_judged_query_as_trec_eval_and_beir_do(
                       ("q2", "c2", 1), ("q2", "c404", 1),   # one of q2's two relevant documents is not in the corpus
                       ("q3", "c405", 1),                    # q3's only relevant document is not in the corpus
                       ("q4", "c4", 1),                      # q4: the run has no hit for it
-                      ("q5", "c1", 0)]}                     # q5: judged, nothing relevant: not scored
+                      ("q5", "c1", 0),                      # q5: judged, nothing relevant: not scored
+                      ("q99", "c1", 1)]}                    # q99: not in the queries file: dropped, counted
     root = write_beir(tmp_path / "raw", docs=arguments + counters, queries=queries, qrels=qrels)
     ingest_corpus("beir", root, tmp_path / "corpus.parquet")
     ingest_split("beir", root, "test", tmp_path / "corpus.parquet", tmp_path / "queries_test.parquet",
@@ -107,4 +108,5 @@ def test_arguana_shaped_split_keeps_every_judged_query_as_trec_eval_and_beir_do(
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert written["counts"]["test"] == {"queries_scored": 4, "queries_without_hits": 1,
                                          "judgements_naming_unknown_documents": 2,
-                                         "judged_queries_without_relevant": 1}
+                                         "judged_queries_without_relevant": 1,
+                                         "queries_dropped_at_ingestion": {"not in the queries file": 1}}

@@ -97,7 +97,8 @@ def test_bm25_matches_pyserini_regression(built):
     test = metrics["test"]
     assert test["num_queries"] == 300
     assert metrics["counts"]["test"] == {"queries_scored": 300, "queries_without_hits": 0,
-                                         "judgements_naming_unknown_documents": 0, "judged_queries_without_relevant": 0}
+                                         "judgements_naming_unknown_documents": 0, "judged_queries_without_relevant": 0,
+                                         "queries_dropped_at_ingestion": {}}
     assert test["nDCG@10"] == pytest.approx(0.6789, abs=0.0005)
     assert 0.0 < test["MRR@10"] <= 1 and test["R@50"] <= test["R@1000"] <= 1
 

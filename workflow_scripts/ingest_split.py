@@ -1,6 +1,6 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.data.ingest import ingest_split
-from dpr_pipeline.workflow import logged
+from dpr_pipeline.data.ingest import ingest_split, read_ingestion_counts
+from dpr_pipeline.workflow import logged, write_job_manifest
 
 with logged(snakemake.log[0]):
     ingest_split(snakemake.params.format, snakemake.params.root, snakemake.wildcards.split,
@@ -9,3 +9,4 @@ with logged(snakemake.log[0]):
                  files=snakemake.params.files, evaluation=snakemake.params.evaluation,
                  train_queries=getattr(snakemake.input, "train_queries", None),
                  allow_overlap=snakemake.params.allow_overlap, min_relevance=snakemake.params.min_relevance)
+    write_job_manifest(snakemake, "data", seed=None, report=read_ingestion_counts(snakemake.output.qrels))

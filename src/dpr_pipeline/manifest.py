@@ -137,10 +137,13 @@ def negatives_per_query(negative_counts: Iterable[int], hard_per_query: int, *, 
 
 def build_manifest(*, stage: str, dataset: str, rule: str, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    parameters: Mapping[str, Any], config: Mapping[str, Any], seed: int | None,
-                   world_size: int, negatives: Mapping[str, Any] | None) -> dict[str, Any]:
+                   world_size: int, negatives: Mapping[str, Any] | None,
+                   report: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``report``: what the job counted in its data (ingestion: ``data.ingest.ingestion_counts``), if anything."""
     return {"stage": stage, "dataset": dataset, "rule": rule, "inputs": describe_files(inputs),
             "outputs": describe_files(outputs), "parameters": dict(parameters), "seed": seed,
             "world_size": world_size, "negatives": dict(negatives) if negatives is not None else None,
+            **({"report": dict(report)} if report is not None else {}),
             "config": dict(config), "software": software()}
 
 

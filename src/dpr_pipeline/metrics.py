@@ -9,7 +9,8 @@ Every metric is averaged over **all** queries of the qrels that have at least on
 so does a query whose relevant documents are missing from the corpus (ingestion keeps such judgements in an
 evaluation split, as trec_eval and BEIR score them). metrics.json's ``counts`` says, per split, how many queries
 were scored, how many had no hit, how many judgements name unknown documents and how many judged queries had no
-relevant judgement (:func:`evaluation_counts`).
+relevant judgement (:func:`evaluation_counts`), and the queries ingestion dropped from the split, per reason
+(``queries_dropped_at_ingestion``, from the qrels artifact: ``data.ingest.ingestion_counts``).
 
 Graded qrels (TREC DL: 0-3): ``relevance_level`` is the smallest grade that binary metrics (MRR, recall,
 precision, MAP, ...) count as relevant, 2 for TREC DL as its organisers and the SimLM paper use it
@@ -25,6 +26,7 @@ from collections import defaultdict
 import ir_measures
 import pandas as pd
 
+from .data.ingest import read_ingestion_counts
 from .data.schemas import read_artifact
 from .errors import DataError
 from .io import atomic_output
@@ -149,6 +151,7 @@ def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metric
         run, judgements = read_run(run_path), read_artifact(judged, "qrels")
         result[split] = evaluate_run(run, judgements, metrics, str(judged), int(levels.get(split, 1)))
         counts[split] = evaluation_counts(run, judgements, unknown_document_judgements(judged))
+        counts[split]["queries_dropped_at_ingestion"] = (read_ingestion_counts(judged) or {}).get("queries_dropped")
     write_metrics(output, result, manifest, splits, counts=counts, runs=runs, qrels=qrels)
     return result
 

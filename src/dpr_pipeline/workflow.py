@@ -60,7 +60,7 @@ def group_negatives(snakemake, params: dict, *, in_batch: bool) -> dict:
 
 
 def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: int = 1,
-                       negatives: dict | None = None) -> None:
+                       negatives: dict | None = None, report: dict | None = None) -> None:
     """Write the job's ``manifest`` output (:mod:`dpr_pipeline.manifest`): its inputs and outputs with their
     hashes, its resolved parameters and the whole resolved config, seed, world size, negatives and software."""
     from .manifest import build_manifest, write_manifest
@@ -76,5 +76,6 @@ def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: i
             inputs["plm"] = resolve_model_path(values["plm"])
     manifest = build_manifest(stage=stage, dataset=snakemake.wildcards.dataset, rule=snakemake.rule,
                               inputs=inputs, outputs=outputs, parameters=parameters,
-                              config=snakemake.config, seed=seed, world_size=world_size, negatives=negatives)
+                              config=snakemake.config, seed=seed, world_size=world_size, negatives=negatives,
+                              report=report)
     write_manifest(snakemake.output.manifest, manifest)

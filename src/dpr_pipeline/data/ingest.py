@@ -6,6 +6,7 @@ fix; outputs are written atomically, so a failed ingestion leaves nothing behind
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Iterable, NamedTuple
@@ -24,6 +25,8 @@ from .schemas import SCHEMAS, read_artifact, write_artifact
 log = logging.getLogger(__name__)
 
 UNKNOWN_ID_POLICIES = ("error", "warn")
+#: The qrels artifact's metadata key (``dpr_pipeline.`` prefixed) holding :func:`ingestion_counts`, as JSON.
+INGESTION_KEY = "ingestion"
 _BATCH_ROWS = 100_000
 
 
@@ -191,11 +194,23 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
     dropped = {"not in the queries file": [q for q in judged_before if q not in after_queries],
                "every judgement names a document not in the corpus": [q for q in judged_before
                                                                       if q in after_queries and q not in judged]}
-    report_split(split, split_queries, qrels, dropped, min_relevance, evaluation, unknown_documents)
-    with atomic_outputs(queries_out, qrels_out) as (queries_tmp, qrels_tmp):
-        write_artifact(split_queries, queries_tmp, "queries")
-        write_artifact(qrels, qrels_tmp, "qrels", metadata={"unknown_documents": str(unknown_documents)})
+    counts = report_split(split, split_queries, qrels, dropped, min_relevance, evaluation, unknown_documents)
+    _write_split(split_queries, qrels, queries_out, qrels_out, counts)
     return len(split_queries), len(qrels)
+
+
+def _write_split(queries: pd.DataFrame, qrels: pd.DataFrame, queries_out, qrels_out, counts: dict) -> None:
+    with atomic_outputs(queries_out, qrels_out) as (queries_tmp, qrels_tmp):
+        write_artifact(queries, queries_tmp, "queries")
+        write_artifact(qrels, qrels_tmp, "qrels",
+                       metadata={"unknown_documents": str(counts["judgements_naming_unknown_documents"]),
+                                 INGESTION_KEY: json.dumps(counts)})
+
+
+def read_ingestion_counts(qrels_path) -> dict | None:
+    """The :func:`ingestion_counts` a qrels artifact carries; None for one written before they were recorded."""
+    value = (pq.read_schema(qrels_path).metadata or {}).get(f"dpr_pipeline.{INGESTION_KEY}".encode())
+    return json.loads(value) if value is not None else None
 
 
 def _normal_text(text: str) -> str:
@@ -244,6 +259,19 @@ def check_overlap(split_queries: pd.DataFrame, where: dict, train_queries: str |
     return shared
 
 
+def ingestion_counts(queries: int, judgements: int, dropped: dict[str, list], unknown_documents: int, *,
+                     without_positive: int, positive_grade: int) -> dict:
+    """What ingestion did to a split, as the qrels artifact's metadata (``ingestion``, :data:`INGESTION_KEY`) and
+    the split's manifest record it, and metrics.json repeats (docs/artifacts.md): the queries and judgements
+    written, the queries ``dropped`` per reason, the queries kept without a grade >= ``positive_grade`` (not
+    scored, or not trained on), and the judgements naming documents the corpus lacks (kept in an evaluation
+    split)."""
+    return {"queries": queries, "judgements": judgements,
+            "queries_dropped": {why: len(ids) for why, ids in dropped.items() if ids},
+            "queries_without_positive": without_positive, "positive_grade": positive_grade,
+            "judgements_naming_unknown_documents": unknown_documents}
+
+
 def report_split(split: str, split_queries: pd.DataFrame, qrels: pd.DataFrame, dropped: dict[str, list],
                  min_relevance: int, evaluation: bool, unknown_documents: int) -> dict:
     """Log what the split holds, the queries dropped and why, and the queries kept without a positive grade
@@ -251,10 +279,8 @@ def report_split(split: str, split_queries: pd.DataFrame, qrels: pd.DataFrame, d
     level = 1 if evaluation else min_relevance
     best = qrels.groupby("query_id")["relevance"].max()
     without_positive = [q for q in split_queries["query_id"] if best.get(q, 0) < level]
-    counts = {"queries": len(split_queries), "judgements": len(qrels),
-              "dropped": {why: len(ids) for why, ids in dropped.items() if ids},
-              f"without a grade >= {level}": len(without_positive),
-              "judgements naming unknown documents (kept)": unknown_documents}
+    counts = ingestion_counts(len(split_queries), len(qrels), dropped, unknown_documents,
+                              without_positive=len(without_positive), positive_grade=level)
     log.info("split %s: %d queries, %d judgements", split, len(split_queries), len(qrels))
     for why, ids in dropped.items():
         if ids:
@@ -293,9 +319,8 @@ def _ingest_dpr_split(root, split: str, corpus, queries_out, qrels_out, unknown_
     if train_queries is not None:
         check_overlap(pd.DataFrame(queries, columns=["query_id", "text"]), where, train_queries, split,
                       allow_overlap, compare_ids=False)
-    with atomic_outputs(queries_out, qrels_out) as (queries_tmp, qrels_tmp):
-        write_artifact(pd.DataFrame(queries, columns=["query_id", "text"]), queries_tmp, "queries")
-        write_artifact(qrels, qrels_tmp, "qrels")
+    counts = ingestion_counts(len(queries), len(qrels), {}, 0, without_positive=0, positive_grade=1)
+    _write_split(pd.DataFrame(queries, columns=["query_id", "text"]), qrels, queries_out, qrels_out, counts)
     log.info("split %s: %d questions, %d positive passages", split, len(queries), len(qrels))
     return len(queries), len(qrels)
 
