@@ -152,6 +152,22 @@ def _(tmp, bert):
     return corpus_call("beir", root, tmp)
 
 
+@case("beir-corpus-lone-surrogate", DataError, "corpus.jsonl, line 2", "field 'text' holds the unpaired surrogate "
+      "U+D800 (character 5)", "Fix: repair or remove that escape")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "text": "ok"}\n{"_id": "d2", "text": "bad \\ud800 text"}\n')
+    return corpus_call("beir", root, tmp)
+
+
+@case("beir-query-lone-surrogate", DataError, "queries.jsonl, line 1", "field 'text' holds the unpaired surrogate "
+      "U+DFFF")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    (root / "queries.jsonl").write_text('{"_id": "q1", "text": "why \\udfff cats"}\n')
+    return split_call("beir", root, tmp)
+
+
 @case("beir-corpus-no-documents", DataError, "the corpus has no documents", "Fix: check the dataset's `path`")
 def _(tmp, bert):
     root = write_beir(tmp / "raw")

@@ -4,15 +4,18 @@ encoder loads for retrieval, and a crashed run resumes to the same weights."""
 import json
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from transformers import AutoTokenizer
 
 from conftest import REPO
 from dpr_pipeline import models
 from dpr_pipeline.data.ingest import ingest_corpus
+from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.pretraining import train as train_module
 from dpr_pipeline.pretraining.objectives import METHODS
@@ -120,3 +123,24 @@ def test_a_crashed_pretraining_run_resumes_to_the_same_weights(scifact_tokens, t
     weights, losses = run(tmp_path / "crashed")
     assert losses == reference[1]
     assert all(torch.equal(weights[k], reference[0][k]) for k in weights)
+
+
+def test_more_token_shards_than_passages_leave_empty_shards_that_read_back_as_the_one_shard(tmp_path, tiny_bert):
+    frame = pd.DataFrame({"doc_id": ["a", "b", "c"], "title": ["", "T", ""],
+                          "text": ["first passage", "second one", "third and last"]})
+    write_artifact(frame, tmp_path / "corpus.parquet", "corpus")
+
+    def tokenize(num_shards):
+        paths = [str(tmp_path / f"{num_shards}_{i}.parquet") for i in range(num_shards)]
+        for shard, path in enumerate(paths):
+            tokenize_corpus_shard(str(tiny_bert), tmp_path / "corpus.parquet", path, shard=shard,
+                                  num_shards=num_shards, max_length=16)
+        return paths
+
+    many = tokenize(5)
+    assert [pq.read_metadata(path).num_rows for path in many] == [0, 1, 0, 1, 1]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    one, split = read_token_shards(tokenize(1), tokenizer), read_token_shards(many, tokenizer)
+    assert len(one) == len(split) == 3
+    np.testing.assert_array_equal(one.offsets, split.offsets)
+    np.testing.assert_array_equal(one.flat, split.flat)

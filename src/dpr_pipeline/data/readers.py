@@ -34,6 +34,7 @@ from typing import Iterator, NamedTuple
 
 import ast
 import json
+import re
 
 import pyarrow.parquet as pq
 
@@ -88,13 +89,28 @@ class Question(NamedTuple):
     hard_negative_ids: list[str]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _as_text(value, where: Location, field: str) -> str:
     if value is None:
         return ""
     if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return str(value)
+        return _check_unicode(str(value), where, field)
     raise where.error(f"field {field!r} is {type(value).__name__}, expected a string",
                       f"write {field!r} as a string")
+
+
+def _check_unicode(text: str, where: Location, field: str) -> str:
+    """``text``, unless it holds a lone surrogate (a JSON ``\\ud800`` escape without its pair): no UTF-8 file
+    (Parquet, the BM25 collection, a run) can store it, so it is refused here, with its file and line."""
+    found = _SURROGATE.search(text)
+    if found:
+        raise where.error(f"field {field!r} holds the unpaired surrogate U+{ord(found.group()):04X} (character "
+                          f"{found.start() + 1}), which is not text and cannot be written as UTF-8",
+                          "repair or remove that escape (a \\uD800-\\uDFFF escape must come as a high-low "
+                          "pair) and write the file as valid UTF-8")
+    return text
 
 
 def _as_relevance(value: str, where: Location) -> int:
@@ -268,7 +284,7 @@ def _as_answers(value, where: Location) -> list[str]:
                           'give every question its answers as a list of strings, e.g. ["Paris", "Paris, France"]')
     if not any(a.strip() for a in value):
         raise where.error("every answer is empty", "give the question at least one non-empty answer")
-    return value
+    return [_check_unicode(a, where, "answers") for a in value]
 
 
 def _ctx_ids(record: dict, key: str, where: Location) -> list[str]:
