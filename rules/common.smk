@@ -347,6 +347,17 @@ def transfer_encoded_shards(wildcards):
     return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
 
 
+def transfer_leakage_inputs(wildcards):
+    """What transfer_leakage compares: B's evaluation queries, and A's train queries when A has a train split."""
+    train = dataset_config(wildcards).get("train_split")
+    targets = config["datasets"][wildcards.target]["eval_splits"]
+    inputs = {"target_queries": [f"results/{wildcards.target}/data/queries_{s}.parquet" for s in targets]}
+    return {**inputs, "train_queries": f"results/{wildcards.dataset}/data/queries_{train}.parquet"} if train else inputs
+
+
+TRANSFER_LEAKAGE = "results/{dataset}/transfer_leakage_{target}.json"
+
+
 def transfer_metrics(wildcards):
     """Per target B, in transfer_to order: B's own BM25 (the baseline column), then each transferred stage."""
     return [

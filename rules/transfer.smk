@@ -2,6 +2,7 @@
 # datasets.<A>.transfer_to, without training on B. Bi-encoders encode B's corpus, index it and search B's
 # evaluation queries; the re-ranker re-ranks B's BM25 top `transfer.rerank_depth`; B's qrels and B's evaluation
 # settings score them (the evaluate rule's script). Everything lives under results/{A}/{stage}/transfer/{B}/.
+# First, transfer_leakage refuses B's evaluation queries that A trained on (identical text; B's allow_overlap).
 # The rules reuse the bi-encoder, re-ranker and evaluation rules' scripts with `use rule ... with:`.
 
 
@@ -9,10 +10,32 @@ wildcard_constraints:
     target="|".join(map(re.escape, config["datasets"])),
 
 
+rule transfer_leakage:
+    input:
+        unpack(transfer_leakage_inputs),
+    output:
+        TRANSFER_LEAKAGE,
+    params:
+        splits=lambda wc: config["datasets"][wc.target]["eval_splits"],
+        allow_overlap=lambda wc: config["datasets"][wc.target]["allow_overlap"],
+    threads: threads_of("transfer_leakage")
+    resources:
+        **resources_of("transfer_leakage"),
+    log:
+        "results/{dataset}/logs/transfer_leakage_{target}.log",
+    benchmark:
+        "results/{dataset}/benchmarks/transfer_leakage_{target}.tsv"
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/transfer_leakage.py"
+
+
 use rule encode_corpus as transfer_encode_corpus with:
     input:
         model="results/{dataset}/{stage}/model",
         corpus="results/{target}/data/corpus.parquet",
+        leakage=TRANSFER_LEAKAGE,  # zero-shot: B's evaluation queries were not trained on (checked first)
     output:
         vectors="results/{dataset}/{stage}/transfer/{target}/embeddings/shard_{shard}.npy",
         ids="results/{dataset}/{stage}/transfer/{target}/embeddings/shard_{shard}.ids.parquet",
@@ -63,6 +86,7 @@ use rule rerank as transfer_rerank with:
         run="results/{target}/bm25/run_{split}.trec",
         corpus="results/{target}/data/corpus.parquet",
         queries="results/{target}/data/queries_{split}.parquet",
+        leakage=TRANSFER_LEAKAGE,
     output:
         "results/{dataset}/reranker/transfer/{target}/run_{split}.trec",
     params:

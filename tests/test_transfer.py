@@ -19,7 +19,7 @@ from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.metrics import drop_identical_ids, evaluate_splits
 from dpr_pipeline.runs import write_trec_run
-from dpr_pipeline.transfer import write_transfer_summary
+from dpr_pipeline.transfer import check_transfer_leakage, write_transfer_summary
 
 ARGUANA_MINI = REPO / "tests" / "data" / "arguana_mini"
 BUNDLED = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -133,6 +133,24 @@ def test_transfer_summary_names_a_metrics_file_without_the_metric(tmp_path):
     assert not (tmp_path / "s.json").exists()
 
 
+def test_transfer_refuses_evaluation_queries_the_source_trained_on_unless_allowed(tmp_path, caplog):
+    train, test = tmp_path / "a_queries_train.parquet", tmp_path / "b_queries_test.parquet"
+    write_artifact(pd.DataFrame({"query_id": ["1", "2"], "text": ["Do cats purr?", "Dogs  bark loudly"]}), train,
+                   "queries")
+    write_artifact(pd.DataFrame({"query_id": ["x", "y", "z"], "text": ["birds", "dogs bark  loudly", "Do cats purr?"]}),
+                   test, "queries")
+    with pytest.raises(DataError) as error:
+        check_transfer_leakage(train, {"test": test}, tmp_path / "leakage.json")
+    message = str(error.value)       # identical text (case kept, whitespace collapsed): z only; ids mean nothing
+    assert message.startswith(f"{test}, row 3: 1 of the 3 queries of evaluation split 'test' are also train queries "
+                              f"({train}): 1 by identical text (first 'z', the train query '1'")
+    assert not (tmp_path / "leakage.json").exists()
+    assert check_transfer_leakage(train, {"test": test}, tmp_path / "leakage.json", allow_overlap=["z"]) == {"test": 1}
+    assert json.loads((tmp_path / "leakage.json").read_text()) == {"test": 1}
+    assert "kept because allow_overlap lists them" in caplog.text
+    assert check_transfer_leakage(None, {"test": test}, tmp_path / "none.json") == {"test": 0}
+
+
 # -- the workflow on the evaluation-only fixture ------------------------------------------------------------------
 
 def snakemake(workdir, *args):
@@ -177,7 +195,10 @@ def test_dry_run_plans_bm25_for_an_evaluation_only_dataset_and_the_transfer(work
     # re-ranker on BM25's run
     assert {rule: jobs[rule] for rule in jobs if rule.startswith("transfer")} == {
         "transfer_encode_corpus": 4, "transfer_build_index": 4, "transfer_dense_search": 4, "transfer_rerank": 1,
-        "transfer_evaluate": 5, "transfer_summary": 1}
+        "transfer_evaluate": 5, "transfer_summary": 1, "transfer_leakage": 1}
+    leakage = done.stdout[done.stdout.index("rule transfer_leakage:"):].split("\n\n")[0]
+    assert "results/scifact/data/queries_train.parquet" in leakage            # A's train queries
+    assert "results/arguana_mini/data/queries_test.parquet" in leakage        # B's evaluation queries
 
 
 def test_bm25_on_the_evaluation_only_fixture_drops_each_query_itself(workdir):

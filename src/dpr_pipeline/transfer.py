@@ -17,8 +17,11 @@ import json
 import logging
 from pathlib import Path
 
+from .data.ingest import check_overlap
+from .data.readers import Location
+from .data.schemas import read_artifact
 from .errors import DataError
-from .io import atomic_outputs
+from .io import atomic_output, atomic_outputs
 from .summary import MISSING, QUERY_COUNT, STAGE_LABELS, read_metrics
 
 log = logging.getLogger(__name__)
@@ -135,3 +138,26 @@ def write_transfer_summary(source: str, metrics_paths: dict[str, dict[str, str |
         plot_transfer(metric, columns, rows, average, labels, png_tmp)
     log.info("transfer of %s to %d collection(s) summarised in %s", source, len(metrics_paths), output_markdown)
     return summary
+
+
+def check_transfer_leakage(train_queries: str | Path | None, target_queries: dict[str, str | Path],
+                           output: str | Path, allow_overlap: bool | list[str] = False) -> dict[str, int]:
+    """Zero-shot means B's evaluation queries were never trained on: each of B's evaluation splits
+    (``target_queries``: ``{split: queries artifact}``) against A's train queries (``train_queries``; None when A
+    has no train split), by identical text (whitespace collapsed; ids mean nothing across collections). A shared
+    query is a DataError naming both files, the count and the first query (its row in B's artifact), unless B's
+    ``allow_overlap`` is true or lists its id (then a counted warning). Writes ``{split: shared queries}`` to
+    ``output`` (JSON) and returns it."""
+    shared = {}
+    for split, path in target_queries.items():
+        if train_queries is None:
+            shared[split] = 0
+            continue
+        queries = read_artifact(path, "queries")
+        where = {qid: Location(Path(path), row=row) for row, qid in enumerate(queries["query_id"], start=1)}
+        shared[split] = check_overlap(queries, where, train_queries, split, allow_overlap, compare_ids=False)
+    with atomic_output(output) as tmp:
+        tmp.write_text(json.dumps(shared, indent=2) + "\n", encoding="utf-8")
+    log.info("transfer leakage check: %s evaluation queries shared with the train queries %s",
+             sum(shared.values()), train_queries)
+    return shared
