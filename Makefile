@@ -1,11 +1,12 @@
 # The two README commands:  make example  (the bundled SciFact chain, raw files to the distilled retriever)
-# and  make test  (all tests).
+# and  make test  (the workflow's lint, then all tests: what CI runs). Day to day:  make test-fast  (the unit
+# tier: no whole-chain Snakemake run, no Java/Pyserini, no Slurm).
 # Both create the .venv on first use: pip with torch held at the CPU wheel by constraints.txt.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: install example test lint clean
+.PHONY: install example test test-fast lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +21,11 @@ example: $(STAMP)
 	@cat results/scifact/summary.md
 
 test: $(STAMP)
+	$(VENV)/bin/snakemake --lint
 	$(VENV)/bin/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/snakemake --lint

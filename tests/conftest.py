@@ -1,9 +1,15 @@
-"""Shared fixtures: tiny raw datasets in each layout, written into a temporary folder."""
+"""Shared fixtures and helpers: tiny raw datasets in each layout, a tiny BERT, a fresh-clone copy of the
+repository, and running Snakemake on a working folder (its command, its run, the jobs a dry run plans)."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +81,51 @@ def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny") / "bert")
+
+
+# ------------------------------------------------------------------------------------------------ Snakemake
+#: What a fresh clone lacks: git's and the tools' own folders, outputs, caches (and under data/, the fetched
+#: collections; the bundled SciFact stays).
+_NOT_IN_A_CLONE = {".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache", "report.zip"}
+
+
+def copy_repo(root: Path) -> Path:
+    """The repository as a fresh clone has it, copied to ``root`` (for tests that run or change the workflow
+    from its own folder: the slurm profile, an injected fault)."""
+    def ignore(folder, names):
+        skipped = set(_NOT_IN_A_CLONE)
+        if Path(folder).resolve() == (REPO / "data").resolve():
+            skipped |= {n for n in names if n != "scifact"}
+        return [n for n in names if n in skipped or n.endswith(".egg-info")]
+
+    shutil.copytree(REPO, root, symlinks=True, ignore=ignore)
+    return root
+
+
+def snakemake_command(workdir: Path, *args: str, cores: int = 2) -> list[str]:
+    """This checkout's Snakefile run on ``workdir`` with ``workdir/config.yaml``."""
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(workdir / "config.yaml"), "--cores", str(cores), *args]
+
+
+def run_snakemake(workdir: Path, *args: str, cores: int = 2, check: bool = False, **run) -> subprocess.CompletedProcess:
+    """:func:`snakemake_command` run in ``workdir`` (``run``: more ``subprocess.run`` arguments, e.g. env,
+    timeout); ``check``: an AssertionError with the command and the ends of its output when it fails."""
+    command = snakemake_command(workdir, *args, cores=cores)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=workdir, **run)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}")
+    return done
+
+
+def planned_jobs(output: str) -> dict[str, int]:
+    """``{rule: jobs}`` from the "Job stats" table Snakemake prints (a dry run's plan), without the total."""
+    table = output[output.index("Job stats:"):]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+
+
+def slurm_dry_run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """``snakemake --profile slurm -n ARGS`` in a repository copy ``root``, as a user types it there (no conda
+    here: DPR_PIPELINE_SOFTWARE=env)."""
+    return subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", *args], cwd=root,
+                          capture_output=True, text=True, env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})

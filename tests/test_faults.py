@@ -4,7 +4,6 @@ an interrupted encoding shard, and byte-identical reruns. See docs/reliability.m
 from __future__ import annotations
 
 import json
-import re
 import os
 import shutil
 import signal
@@ -23,7 +22,7 @@ import yaml
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForSequenceClassification
 
-from conftest import REPO, make_tiny_bert
+from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, snakemake_command
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import CheckpointError
 from dpr_pipeline.models import load_tokenizer
@@ -425,21 +424,9 @@ def snakemake_workdir(root: Path, dataset: Path, plm: Path) -> Path:
     return root
 
 
-def snakemake_command(workdir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--configfile", str(workdir / "config.yaml"), "--cores", "1", *args]
-
-
 def snakemake(workdir: Path, *args: str) -> str:
-    done = subprocess.run(snakemake_command(workdir, *args), capture_output=True, text=True, cwd=workdir,
-                          env=child_env(), timeout=900)
-    assert done.returncode == 0, f"snakemake {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    done = run_snakemake(workdir, *args, cores=1, check=True, env=child_env(), timeout=900)
     return done.stdout + done.stderr
-
-
-def planned_jobs(output: str) -> dict[str, int]:
-    table = output[output.index("Job stats:"):]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
 
 
 @pytest.fixture(scope="module")
@@ -457,9 +444,9 @@ def test_an_interrupted_encoding_shard_reruns_alone_and_two_runs_are_byte_identi
     the finished shard is not touched, and the rerun ends byte-identical to the first folder: metrics.json,
     the trained model, the loss values, the shards and the faiss index."""
     first, second = two_workdirs
-    straight = subprocess.Popen(snakemake_command(first, TARGET), cwd=first, env=child_env(), text=True,
+    straight = subprocess.Popen(snakemake_command(first, TARGET, cores=1), cwd=first, env=child_env(), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)    # runs alongside
-    process = subprocess.Popen(snakemake_command(second, TARGET), cwd=second, env=child_env(),
+    process = subprocess.Popen(snakemake_command(second, TARGET, cores=1), cwd=second, env=child_env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     shards = [second / "results/tiny/retriever1/embeddings" / f"shard_{i}.npy" for i in range(2)]
     shard_logs = [second / "results/tiny/logs" / f"encode_corpus_retriever1_{i}.log" for i in range(2)]

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, copy_repo, planned_jobs, run_snakemake, slurm_dry_run
 from dpr_pipeline.config import ConfigError
 from dpr_pipeline.fetch import (FetchError, check_fetch_config, download_file, download_targets, missing_downloads,
                                 raw_inputs, with_downloads)
@@ -162,9 +162,7 @@ def test_a_file_already_downloaded_gets_no_job_even_when_older_than_the_download
     else:
         test_file.unlink()
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-                           str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "1", "-n",
-                           "results/nq/data/answers_test.parquet"], capture_output=True, text=True, cwd=tmp_path)
+    done = run_snakemake(tmp_path, "-n", "results/nq/data/answers_test.parquet", cores=1)
     assert done.returncode == 0, done.stderr[-3000:]
     assert ("download_nq_nq_test_qa_csv" in done.stdout) is not present, done.stdout[-3000:]
     assert "ingest_answers" in done.stdout and test_file.exists() is present
@@ -203,9 +201,7 @@ def _workflow_config(tmp_path, datasets, **fetch):
 def _snakemake(tmp_path, *targets):
     env = {**os.environ, "IR_DATASETS_DL_TRIES": "1"}
     env.pop("IR_DATASETS_HOME", None)
-    return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-                           str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "2", *targets],
-                          capture_output=True, text=True, cwd=tmp_path, env=env)
+    return run_snakemake(tmp_path, *targets, env=env)
 
 
 @pytest.mark.slow
@@ -260,18 +256,6 @@ def test_a_wrong_checksum_stops_the_fetch_job_with_one_error_and_leaves_nothing(
     assert not (tmp_path / "data" / "x").exists() or list((tmp_path / "data" / "x").iterdir()) == []
 
 
-def _copy_without_data(root):
-    """The repository as a fresh clone has it: no fetched data (data/ holds only the bundled SciFact)."""
-    def ignore(folder, names):
-        skipped = {".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache"}
-        if Path(folder).resolve() == (REPO / "data").resolve():
-            skipped |= {n for n in names if n != "scifact"}
-        return [n for n in names if n in skipped or n.endswith(".egg-info")]
-
-    shutil.copytree(REPO, root, symlinks=True, ignore=ignore)
-    return root
-
-
 @pytest.mark.parametrize("dataset, fetch_jobs", [
     ("msmarco", {"ir_datasets_msmarco": 1, "download_msmarco_qidpidtriples_train_full_2_tsv_gz": 1}),
     ("nq", {"download_nq_psgs_w100_tsv_gz": 1, "download_nq_biencoder_nq_train_json_gz": 1,
@@ -280,13 +264,11 @@ def _copy_without_data(root):
 def test_a_fresh_clone_plans_the_whole_chain_with_the_fetch_jobs_first(tmp_path, dataset, fetch_jobs):
     """`snakemake --profile slurm -n results/<dataset>/distill/metrics.json` with no data: no MissingInputException,
     the fetch jobs (no inputs: the DAG's first) feed ingestion; `fetch_<dataset>` plans them alone."""
-    root = _copy_without_data(tmp_path / "repo")
-    env = {**os.environ, "DPR_PIPELINE_SOFTWARE": "env"}
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n",
-                           f"results/{dataset}/distill/metrics.json"], cwd=root, capture_output=True, text=True, env=env)
+    root = copy_repo(tmp_path / "repo")                 # as a fresh clone: no fetched data
+    done = slurm_dry_run(root, f"results/{dataset}/distill/metrics.json")
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
-    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", out[out.index("Job stats:"):], re.M)}
+    jobs = planned_jobs(out)
     assert {rule: jobs.get(rule) for rule in fetch_jobs} == fetch_jobs
     assert jobs["train_distill"] == 1 and jobs["ingest_corpus"] == 1
     for rule in fetch_jobs:
@@ -295,10 +277,9 @@ def test_a_fresh_clone_plans_the_whole_chain_with_the_fetch_jobs_first(tmp_path,
     corpus = out[out.index("rule ingest_corpus:"):].split("\n\n")[0]
     assert f"data/{dataset}/" in corpus.splitlines()[1]                           # its input: a fetched file
     alone = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "-n", f"fetch_{dataset}"], cwd=root,
-                           capture_output=True, text=True, env=env)
+                           capture_output=True, text=True, env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})
     assert alone.returncode == 0, alone.stderr[-3000:]
-    planned = {m[1] for m in re.finditer(r"^(\w+)\s+\d+$", alone.stdout[alone.stdout.index("Job stats:"):], re.M)}
-    assert planned == set(fetch_jobs) | {f"fetch_{dataset}", "total"}
+    assert set(planned_jobs(alone.stdout)) == set(fetch_jobs) | {f"fetch_{dataset}"}
 
 
 def test_progress_bars_become_log_lines_at_most_every_interval(caplog):

@@ -2,17 +2,13 @@
 TREC DL's graded qrels, the whole chain to the distilled retriever, and the cluster plan of the real run."""
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, make_tiny_bert
+from conftest import REPO, copy_repo, make_tiny_bert, planned_jobs, run_snakemake, slurm_dry_run
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
 from dpr_pipeline.metrics import evaluate_run
 
@@ -50,23 +46,14 @@ def test_trec_dl_official_files_ingest(tmp_path):
     assert MSMARCO["metric_relevance"] == {"dl19": 2, "dl20": 2}
 
 
-def copy_repo(root):
-    shutil.copytree(REPO, root, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache", "*.egg-info"))
-    return root
-
-
 def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     """`snakemake --profile slurm -n results/msmarco/distill/metrics.json` with the stand-in for the data: the
     whole DAG, each job with the resources sbatch gets (no conda here: DPR_PIPELINE_SOFTWARE=env)."""
     root = copy_repo(tmp_path / "repo")
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n",
-                           "results/msmarco/distill/metrics.json", "--configfile", "tests/data/msmarco/standin.yaml"],
-                          cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})
+    done = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile", "tests/data/msmarco/standin.yaml")
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
-    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out[out.index("Job stats:"):], re.M)}
+    jobs = planned_jobs(out)
     assert jobs["encode_corpus"] == 3 * 32 and jobs["teacher_scores_shard"] == 64   # sharded (config msmarco)
     assert jobs["ingest_split"] == 4 and jobs["train_retriever"] == 2 and jobs["train_distill"] == 1
 
@@ -100,11 +87,7 @@ def test_whole_msmarco_chain_on_the_stand_in(tmp_path):
     }
     dataset.pop("resources", None)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-               str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",
-               "results/msmarco/distill/metrics.json"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-6000:]
+    run_snakemake(tmp_path, "results/msmarco/distill/metrics.json", check=True)
     results = tmp_path / "results" / "msmarco"
     official = pd.read_parquet(results / "data" / "official_negatives.parquet")
     assert len(official) == 60                                      # the official negatives trained Retriever 1

@@ -4,15 +4,13 @@ config's paper settings, and the whole chain through `snakemake` from the raw fi
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import REPO, make_tiny_bert
+from conftest import REPO, copy_repo, make_tiny_bert, planned_jobs, run_snakemake, slurm_dry_run
 from dpr_pipeline.answers import has_answer
 from dpr_pipeline.config import stage_params, validate_config
 from dpr_pipeline.data.ingest import ingest_answers, ingest_corpus, ingest_official_negatives, ingest_split
@@ -211,12 +209,9 @@ def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
         "distill": {**small, "train_steps": 2, "negatives_per_query": 2, "passage_max_length": 48},
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-               str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "2", "results/nq/summary.json",
-               *[f"results/nq/{stage}/metrics.json" for stage in ("bm25", "retriever1", "retriever2", "reranker",
-                                                                  "distill")]]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-6000:]
+    run_snakemake(tmp_path, "results/nq/summary.json", *[f"results/nq/{stage}/metrics.json" for stage in
+                                                        ("bm25", "retriever1", "retriever2", "reranker", "distill")],
+                  check=True)
     results = tmp_path / "results" / "nq"
 
     for stage in ("bm25", "retriever1", "retriever2", "reranker", "distill"):
@@ -278,18 +273,10 @@ def test_json_array_streams_across_chunk_boundaries_with_line_numbers(tmp_path):
 
 def test_slurm_dry_run_of_the_nq_chain(tmp_path):
     """The cluster plan of the real NQ run, with the stand-in for the data (no conda: DPR_PIPELINE_SOFTWARE=env)."""
-    import os
-    import re
-
-    root = tmp_path / "repo"
-    shutil.copytree(REPO, root, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache", "*.egg-info"))
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n",
-                           "results/nq/distill/metrics.json", "--configfile", "tests/data/nq/standin.yaml"],
-                          cwd=root, capture_output=True, text=True, env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})
+    done = slurm_dry_run(copy_repo(tmp_path / "repo"), "results/nq/distill/metrics.json", "--configfile",
+                         "tests/data/nq/standin.yaml")
     assert done.returncode == 0, done.stderr[-4000:]
-    out = done.stdout
-    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out[out.index("Job stats:"):], re.M)}
+    jobs = planned_jobs(done.stdout)
     assert jobs["ingest_answers"] == 2 and jobs["ingest_official_negatives"] == 1 and jobs["pretrain"] == 1
     assert jobs["encode_corpus"] == 3 * 64 and jobs["teacher_scores_shard"] == 64
     assert "bm25_negatives" in jobs and jobs["train_retriever"] == 2

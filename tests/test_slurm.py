@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, make_tiny_bert
+from conftest import REPO, copy_repo, make_tiny_bert, planned_jobs, slurm_dry_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -43,8 +43,6 @@ _marker.write_text(_marker.read_text() + _os.environ.get("SLURM_JOB_ID", "?") + 
 if len(_marker.read_text().split()) == 1:
     raise SystemExit("injected fault: first attempt fails")
 '''
-IGNORED = shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache",
-                                 "*.egg-info", "report.zip")
 LOG = REPO / "logs" / "slurm_test.log"
 
 
@@ -65,8 +63,7 @@ def slurm():
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory):
     """A copy of the repository (what a user has on the cluster), with the fault injected and a tiny config."""
-    root = tmp_path_factory.mktemp("slurm") / "repo"
-    shutil.copytree(REPO, root, symlinks=True, ignore=IGNORED)
+    root = copy_repo(tmp_path_factory.mktemp("slurm") / "repo")
     script = root / "workflow_scripts" / f"{FAULTY_RULE}.py"
     script.write_text(FAULT + script.read_text())
     config = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -118,11 +115,9 @@ def run(slurm, checkout):
 
 def planned(root):
     """Jobs of the run, from a dry run of the same command (Snakemake job stats)."""
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", TARGET, "--configfile",
-                           "tiny.yaml", "-n", "--forceall"], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})
-    table = done.stdout[done.stdout.index("Job stats:"):]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+    done = slurm_dry_run(root, TARGET, "--configfile", "tiny.yaml", "--forceall")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return planned_jobs(done.stdout)
 
 
 def test_every_job_goes_through_sbatch_and_the_target_appears(run):
@@ -130,7 +125,7 @@ def test_every_job_goes_through_sbatch_and_the_target_appears(run):
     assert (root / TARGET).is_file()
     jobs = planned(root)
     # Every job once, the faulty one twice; all with a Slurm job id, none run locally.
-    assert len(run["submitted"]) == jobs["total"] + 1
+    assert len(run["submitted"]) == sum(jobs.values()) + 1
     assert "localrule" not in run["output"]
     states = [line.split("|") for line in run["sacct"].splitlines() if line]
     assert len(states) == len(run["submitted"])

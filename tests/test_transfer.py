@@ -5,15 +5,12 @@ the evaluation-only fixture tests/data/arguana_mini (the whole SciFact transfer 
 import copy
 import json
 import math
-import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, planned_jobs, run_snakemake
 from dpr_pipeline.config import ConfigError, train_split_of, validate_config
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import DataError
@@ -154,9 +151,7 @@ def test_transfer_refuses_evaluation_queries_the_source_trained_on_unless_allowe
 # -- the workflow on the evaluation-only fixture ------------------------------------------------------------------
 
 def snakemake(workdir, *args):
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-               str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    return subprocess.run(command, capture_output=True, text=True, cwd=workdir)
+    return run_snakemake(workdir, *args)
 
 
 @pytest.fixture
@@ -169,11 +164,6 @@ def workdir(tmp_path):
     config["run_datasets"] = ["arguana_mini"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     return tmp_path
-
-
-def planned_jobs(output):
-    table = output[output.index("Job stats:"):]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
 
 
 def test_training_on_an_evaluation_only_dataset_fails_naming_the_dataset_and_the_split(workdir):

@@ -10,31 +10,20 @@ nDCG@10 = 0.6789 on the test split (https://castorini.github.io/pyserini/2cr/bei
 import json
 import re
 import shutil
-import subprocess
-import sys
 import zipfile
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, make_tiny_bert
+from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.slow
 
 
 def snakemake(workdir, *args, check=True):
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-               str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
-    if check and done.returncode != 0:
-        raise AssertionError(f"{' '.join(command)} failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}")
+    done = run_snakemake(workdir, *args, check=check)
     return done.stdout + done.stderr
-
-
-def planned_jobs(output):
-    table = output[output.index("Job stats:"):]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
 
 
 @pytest.fixture(scope="module")
