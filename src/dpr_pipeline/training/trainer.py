@@ -254,33 +254,9 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     checkpoint_dir = Path(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     device = dist.device
-    torch.manual_seed(settings.seed)
-    random.seed(settings.seed)
-    np.random.seed(settings.seed)
-    model.to(device)
-    if settings.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
-    optimizer = torch.optim.AdamW(parameter_groups(model, settings), lr=settings.learning_rate,
-                                  weight_decay=settings.weight_decay)
-    scheduler = get_linear_schedule_with_warmup(optimizer, settings.warmup_steps, steps)
-    start = 0
-    state = _load_checkpoint(checkpoint_dir, settings)
+    optimizer, scheduler = _prepare(model, settings, device, steps)
     log_path = checkpoint_dir / LOSS_LOG
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"])
-        start = state["step"]
-        log.info("resuming %s from checkpoint step %d of %d", description, start, steps)
-        if dist.is_main:
-            saved_log = state["folder"] / LOSS_LOG
-            if saved_log.exists():
-                shutil.copy(saved_log, log_path)
-            _truncate_loss_log(log_path, start)
-    elif dist.is_main:
-        log_path.unlink(missing_ok=True)
+    start = _resume(checkpoint_dir, settings, model, optimizer, scheduler, dist, description, steps)
     wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
         if dist.enabled else model
     amp = autocast(device, settings.bf16)
@@ -292,18 +268,12 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         for step in range(start, steps):
             epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
             share = len(indices) // dist.world_size
-            mine = indices[dist.rank * share:(dist.rank + 1) * share]
-            batch = {k: v.to(device) if torch.is_tensor(v) else v
-                     for k, v in collate([data.example(i, epoch) for i in mine]).items()}
+            batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in collate(
+                [data.example(i, epoch) for i in indices[dist.rank * share:(dist.rank + 1) * share]]).items()}
             with amp:
                 loss = compute_loss(wrapped, batch, dist)
-            if loss.requires_grad:
-                (loss * dist.world_size if cross_device_loss else loss).backward()
-            if settings.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            _optimizer_step(loss * dist.world_size if cross_device_loss else loss, model, optimizer, scheduler,
+                            settings.max_grad_norm)
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
             if dist.is_main:
@@ -315,11 +285,59 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
                     _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step + 1, settings, dist.rank)
     progress.close()
     dist.barrier()
-    if dist.is_main:
-        if loss_log is not None:
-            Path(loss_log).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(log_path, loss_log)
+    if dist.is_main and loss_log is not None:
+        Path(loss_log).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log_path, loss_log)
     return model
+
+
+def _prepare(model: torch.nn.Module, settings: TrainingSettings, device: torch.device, steps: int):
+    """Seed every generator, put the model on ``device`` in training mode, and build AdamW with the linear
+    warm-up/decay schedule over ``steps``; returns (optimizer, scheduler)."""
+    torch.manual_seed(settings.seed)
+    random.seed(settings.seed)
+    np.random.seed(settings.seed)
+    model.to(device)
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    optimizer = torch.optim.AdamW(parameter_groups(model, settings), lr=settings.learning_rate,
+                                  weight_decay=settings.weight_decay)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, settings.warmup_steps, steps)
+
+
+def _resume(checkpoint_dir: Path, settings: TrainingSettings, model, optimizer, scheduler, dist: Distributed,
+            description: str, steps: int) -> int:
+    """The step to start from: the latest usable checkpoint's (model, optimizer, scheduler and RNG states
+    restored, the loss log cut back to it), else 0 with a fresh loss log."""
+    log_path = checkpoint_dir / LOSS_LOG
+    state = _load_checkpoint(checkpoint_dir, settings)
+    if state is None:
+        if dist.is_main:
+            log_path.unlink(missing_ok=True)
+        return 0
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    _set_rng_state(state["rng"])
+    log.info("resuming %s from checkpoint step %d of %d", description, state["step"], steps)
+    if dist.is_main:
+        saved_log = state["folder"] / LOSS_LOG
+        if saved_log.exists():
+            shutil.copy(saved_log, log_path)
+        _truncate_loss_log(log_path, state["step"])
+    return state["step"]
+
+
+def _optimizer_step(loss: torch.Tensor, model: torch.nn.Module, optimizer, scheduler, max_grad_norm: float) -> None:
+    """Backward (when the loss has a gradient), clip to ``max_grad_norm`` (0: no clipping), step, zero."""
+    if loss.requires_grad:
+        loss.backward()
+    if max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def finish(checkpoint_dir: str | Path, dist: Distributed) -> None:
