@@ -143,31 +143,8 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
     if fmt == "dpr":
         return _ingest_dpr_split(root, split, corpus, queries_out, qrels_out, unknown_ids, files,
                                  train_queries=train_queries, allow_overlap=allow_overlap)
-    judgements = {}
-    for j in read_judgements(fmt, root, split, files):
-        if not j.query_id.strip() or not j.doc_id.strip():
-            raise j.where.error("empty query or document id", "give every judgement both ids")
-        j = j._replace(query_id=_check_id(j.query_id, "query id", j.where),
-                       doc_id=_check_id(j.doc_id, "document id", j.where))
-        if (j.query_id, j.doc_id) in judgements:
-            raise j.where.error(f"repeated judgement for query {j.query_id!r} and document {j.doc_id!r}",
-                                "keep one line per (query, document) pair")
-        judgements[(j.query_id, j.doc_id)] = j
-    if not judgements:
-        raise DataError(root, f"split {split!r} has no judgements", "give the split's qrels file "
-                        "judgement lines, or remove the split from the dataset's train_split/eval_splits")
-
-    wanted = {qid for qid, _ in judgements}
-    queries = {}
-    for q in read_queries(fmt, root, split, files):
-        query_id = q.query_id.strip()
-        if not query_id:
-            raise q.where.error("empty query id", "give every query a non-empty id")
-        if query_id in queries:
-            raise q.where.error(f"duplicate query id {query_id!r}", "give every query a unique id")
-        if query_id in wanted and not q.text.strip():
-            raise q.where.error(f"query {query_id!r} has empty text", "give the query its text or remove it")
-        queries[query_id] = q
+    judgements = _split_judgements(fmt, root, split, files)
+    queries = _split_queries(fmt, root, split, files, wanted={qid for qid, _ in judgements})
     doc_ids = set(read_artifact(corpus, "corpus", columns=["doc_id"])["doc_id"])
 
     judged_before = list(dict.fromkeys(j.query_id for j in judgements.values()))
@@ -257,6 +234,40 @@ def check_overlap(split_queries: pd.DataFrame, where: dict, train_queries: str |
     log.warning("%s; kept because allow_overlap %s", describe(by_id, by_text),
                 "is true" if allow_overlap is True else "lists them")
     return shared
+
+
+def _split_judgements(fmt: str, root, split: str, files: dict | None) -> dict:
+    """The split's judgements by (query id, doc id), ids checked; a repeated pair or none at all is an error."""
+    judgements = {}
+    for j in read_judgements(fmt, root, split, files):
+        if not j.query_id.strip() or not j.doc_id.strip():
+            raise j.where.error("empty query or document id", "give every judgement both ids")
+        j = j._replace(query_id=_check_id(j.query_id, "query id", j.where),
+                       doc_id=_check_id(j.doc_id, "document id", j.where))
+        if (j.query_id, j.doc_id) in judgements:
+            raise j.where.error(f"repeated judgement for query {j.query_id!r} and document {j.doc_id!r}",
+                                "keep one line per (query, document) pair")
+        judgements[(j.query_id, j.doc_id)] = j
+    if not judgements:
+        raise DataError(root, f"split {split!r} has no judgements", "give the split's qrels file "
+                        "judgement lines, or remove the split from the dataset's train_split/eval_splits")
+    return judgements
+
+
+def _split_queries(fmt: str, root, split: str, files: dict | None, wanted: set[str]) -> dict:
+    """The split's queries by id; an empty or repeated id, or a ``wanted`` (judged) query without text, is an
+    error."""
+    queries = {}
+    for q in read_queries(fmt, root, split, files):
+        query_id = q.query_id.strip()
+        if not query_id:
+            raise q.where.error("empty query id", "give every query a non-empty id")
+        if query_id in queries:
+            raise q.where.error(f"duplicate query id {query_id!r}", "give every query a unique id")
+        if query_id in wanted and not q.text.strip():
+            raise q.where.error(f"query {query_id!r} has empty text", "give the query its text or remove it")
+        queries[query_id] = q
+    return queries
 
 
 def ingestion_counts(queries: int, judgements: int, dropped: dict[str, list], unknown_documents: int, *,
