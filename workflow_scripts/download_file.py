@@ -1,5 +1,5 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.fetch import download_file
+from dpr_pipeline.download import download_file
 from dpr_pipeline.workflow import logged
 
 spec = snakemake.params.spec

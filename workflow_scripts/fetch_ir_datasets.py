@@ -1,7 +1,7 @@
 import contextlib
 
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.fetch import ProgressToLog, export_ir_datasets
+from dpr_pipeline.ir_datasets_export import ProgressToLog, export_ir_datasets
 from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0]) as logger, contextlib.redirect_stderr(ProgressToLog(logger)):

@@ -49,3 +49,7 @@ class OutputWriteError(OSError):
 
     def __str__(self) -> str:
         return self.strerror
+
+
+class FetchError(DataError):
+    """A download that failed or does not match its checksum. ``str(error)``: ``<file>: <problem>. Fix: <fix>``."""
