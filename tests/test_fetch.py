@@ -1,7 +1,7 @@
 """Fetching public collections (src/dpr_pipeline/fetch.py, download.py, ir_datasets_export.py, rules/fetch.smk),
-offline: files served in their official layouts by a local HTTP server on 127.0.0.1, and ir_datasets' cache pre-populated exactly as its download
-leaves it (BEIR: the collection's zip at beir/<name>/source.zip), then the fetch and ingestion rules run through
-`snakemake` to BM25 metrics."""
+offline: files served in their official layouts by a local HTTP server on 127.0.0.1, and ir_datasets' cache
+pre-populated exactly as its download leaves it (BEIR: the collection's zip at beir/<name>/source.zip), then the
+fetch and ingestion rules run through `snakemake` to BM25 metrics."""
 
 import gzip
 import hashlib
