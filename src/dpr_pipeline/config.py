@@ -104,7 +104,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
     """Settings that cannot work for a dataset, caught before any job runs: its ``path`` a file, not a folder; the
     train split also an evaluation split (leakage, unless ``allow_overlap``); a warm-up as long as a fixed step
     budget (``train_steps``); re-ranking deeper than the retriever searches."""
-    from .data.readers import dataset_folder
+    from .data.text_files import dataset_folder
 
     dataset = config["datasets"][name]
     dataset_folder(dataset["path"])

@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 
 from .data.ingest import check_overlap
-from .data.readers import Location
+from .data.records import Location
 from .data.schemas import read_artifact
 from .errors import DataError
 from .io import atomic_output, atomic_outputs

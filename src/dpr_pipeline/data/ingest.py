@@ -18,8 +18,9 @@ import pyarrow.parquet as pq
 from ..errors import DataError
 from ..ids import ID_FIX, id_problem
 from ..io import atomic_output, atomic_outputs
-from .readers import (Document, read_answers, read_documents, read_judgements, read_official_negatives,
-                      read_queries)
+from .dpr_files import read_answers
+from .readers import read_documents, read_judgements, read_official_negatives, read_queries
+from .records import Document
 from .schemas import SCHEMAS, read_artifact, write_artifact
 
 log = logging.getLogger(__name__)

@@ -30,104 +30,18 @@ Layouts (``path`` is the dataset folder from config.yaml; any text file may also
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, NamedTuple
-
-import ast
-import json
-import re
+from typing import Iterator
 
 import pyarrow.parquet as pq
 
 from ..errors import DataError
-from .text_files import iter_csv_rows, iter_json_array, iter_json_lines, iter_lines, iter_tsv, resolve_file
+from .dpr_files import DPR_PASSAGES, dpr_documents, dpr_questions, dpr_split_name, read_dpr_questions
+from .records import Document, Judgement, Location, NegativeList, Query, as_relevance, as_text
+from .text_files import dataset_folder, iter_json_lines, iter_lines, iter_tsv, resolve_file
 
 FORMATS = ("beir", "msmarco", "parquet", "dpr")
 
 
-class Location(NamedTuple):
-    path: Path
-    line: int | None = None
-    row: int | None = None
-
-    def error(self, problem: str, fix: str) -> DataError:
-        return DataError(self.path, problem, fix, line=self.line, row=self.row)
-
-
-class Document(NamedTuple):
-    where: Location
-    doc_id: str
-    title: str
-    text: str
-
-
-class Query(NamedTuple):
-    where: Location
-    query_id: str
-    text: str
-
-
-class Judgement(NamedTuple):
-    where: Location
-    query_id: str
-    doc_id: str
-    relevance: int
-
-
-class NegativeList(NamedTuple):
-    where: Location
-    query_id: str
-    doc_ids: list[str]
-
-
-class Question(NamedTuple):
-    """A DPR question: its answers, and (bi-encoder JSON only) positive and BM25 hard-negative passage ids."""
-    where: Location
-    query_id: str
-    text: str
-    answers: list[str]
-    positive_ids: list[str]
-    hard_negative_ids: list[str]
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _as_text(value, where: Location, field: str) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return _check_unicode(str(value), where, field)
-    raise where.error(f"field {field!r} is {type(value).__name__}, expected a string",
-                      f"write {field!r} as a string")
-
-
-def _check_unicode(text: str, where: Location, field: str) -> str:
-    """``text``, unless it holds a lone surrogate (a JSON ``\\ud800`` escape without its pair): no UTF-8 file
-    (Parquet, the BM25 collection, a run) can store it, so it is refused here, with its file and line."""
-    found = _SURROGATE.search(text)
-    if found:
-        raise where.error(f"field {field!r} holds the unpaired surrogate U+{ord(found.group()):04X} (character "
-                          f"{found.start() + 1}), which is not text and cannot be written as UTF-8",
-                          "repair or remove that escape (a \\uD800-\\uDFFF escape must come as a high-low "
-                          "pair) and write the file as valid UTF-8")
-    return text
-
-
-def _as_relevance(value: str, where: Location) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        try:
-            as_float = float(value)
-        except ValueError:
-            as_float = None
-        if as_float is not None and as_float.is_integer():
-            return int(as_float)
-        raise where.error(f"relevance {value!r} is not an integer", "write relevance as an integer grade "
-                          "(0 = not relevant, 1 or more = relevant)") from None
-
-
-# --------------------------------------------------------------------------------------------- parquet
 def _parquet_rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> Iterator[
         tuple[Location, dict]]:
     if not path.is_file():
@@ -152,19 +66,19 @@ def _parquet_rows(path: Path, required: tuple[str, ...], optional: tuple[str, ..
 
 def _parquet_documents(path: Path) -> Iterator[Document]:
     for where, rec in _parquet_rows(path, ("doc_id", "text"), ("title",)):
-        yield Document(where, _as_text(rec["doc_id"], where, "doc_id"), _as_text(rec.get("title"), where,
-                       "title"), _as_text(rec["text"], where, "text"))
+        yield Document(where, as_text(rec["doc_id"], where, "doc_id"), as_text(rec.get("title"), where,
+                       "title"), as_text(rec["text"], where, "text"))
 
 
 def _parquet_queries(path: Path) -> Iterator[Query]:
     for where, rec in _parquet_rows(path, ("query_id", "text")):
-        yield Query(where, _as_text(rec["query_id"], where, "query_id"), _as_text(rec["text"], where, "text"))
+        yield Query(where, as_text(rec["query_id"], where, "query_id"), as_text(rec["text"], where, "text"))
 
 
 def _parquet_judgements(path: Path) -> Iterator[Judgement]:
     for where, rec in _parquet_rows(path, ("query_id", "doc_id", "relevance")):
-        yield Judgement(where, _as_text(rec["query_id"], where, "query_id"),
-                        _as_text(rec["doc_id"], where, "doc_id"), _as_relevance(str(rec["relevance"]), where))
+        yield Judgement(where, as_text(rec["query_id"], where, "query_id"),
+                        as_text(rec["doc_id"], where, "doc_id"), as_relevance(str(rec["relevance"]), where))
 
 
 # ------------------------------------------------------------------------------------------------ beir
@@ -172,22 +86,22 @@ def _beir_documents(root: Path) -> Iterator[Document]:
     path = resolve_file(root / "corpus.jsonl", "BEIR corpus")
     for line, rec in iter_json_lines(path, ("_id", "text")):
         where = Location(path, line)
-        yield Document(where, _as_text(rec["_id"], where, "_id"), _as_text(rec.get("title"), where, "title"),
-                       _as_text(rec["text"], where, "text"))
+        yield Document(where, as_text(rec["_id"], where, "_id"), as_text(rec.get("title"), where, "title"),
+                       as_text(rec["text"], where, "text"))
 
 
 def _beir_queries(root: Path) -> Iterator[Query]:
     path = resolve_file(root / "queries.jsonl", "BEIR queries")
     for line, rec in iter_json_lines(path, ("_id", "text")):
         where = Location(path, line)
-        yield Query(where, _as_text(rec["_id"], where, "_id"), _as_text(rec["text"], where, "text"))
+        yield Query(where, as_text(rec["_id"], where, "_id"), as_text(rec["text"], where, "text"))
 
 
 def _beir_judgements(root: Path, split: str) -> Iterator[Judgement]:
     path = resolve_file(root / "qrels" / f"{split}.tsv", f"BEIR qrels for split {split!r}")
     for line, (qid, did, score) in iter_tsv(path, ("query-id", "corpus-id", "score"), header=True):
         where = Location(path, line)
-        yield Judgement(where, qid, did, _as_relevance(score, where))
+        yield Judgement(where, qid, did, as_relevance(score, where))
 
 
 # --------------------------------------------------------------------------------------------- msmarco
@@ -219,7 +133,7 @@ def _msmarco_judgements(root: Path, split: str, files: dict | None = None) -> It
     for line, (qid, _iteration, pid, rel) in iter_tsv(path, ("qid", "iteration", "pid", "relevance"),
                                                        whitespace=True):
         where = Location(path, line)
-        yield Judgement(where, qid, pid, _as_relevance(rel, where))
+        yield Judgement(where, qid, pid, as_relevance(rel, where))
 
 
 def read_official_negatives(path: str | Path) -> Iterator[NegativeList]:
@@ -259,104 +173,6 @@ def read_official_negatives(path: str | Path) -> Iterator[NegativeList]:
 
 
 # ------------------------------------------------------------------------------------------------- dpr
-DPR_PASSAGES = "psgs_w100.tsv"
-
-
-def _dpr_documents(root: Path) -> Iterator[Document]:
-    path = resolve_file(root / DPR_PASSAGES, "DPR passages")
-    for line, (pid, text, title) in iter_csv_rows(path, ("id", "text", "title"), header=("id", "text", "title")):
-        yield Document(Location(path, line), pid, title, text)
-
-
-def _dpr_split_name(root: Path, split: str, files: dict | None) -> str:
-    """The split's DPR file: ``files["queries"]`` when given, else ``<split>.json`` or ``<split>.qa.csv``."""
-    if files and files.get("queries"):
-        return files["queries"]
-    for name in (f"{split}.json", f"{split}.qa.csv"):
-        if any((root / n).exists() for n in (name, name + ".gz")):
-            return name
-    return f"{split}.json"
-
-
-def _as_answers(value, where: Location) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
-        raise where.error(f"answers {value!r} are not a non-empty list of strings",
-                          'give every question its answers as a list of strings, e.g. ["Paris", "Paris, France"]')
-    if not any(a.strip() for a in value):
-        raise where.error("every answer is empty", "give the question at least one non-empty answer")
-    return [_check_unicode(a, where, "answers") for a in value]
-
-
-def _ctx_ids(record: dict, key: str, where: Location) -> list[str]:
-    contexts = record.get(key) or []
-    if not isinstance(contexts, list):
-        raise where.error(f"{key!r} is {type(contexts).__name__}, expected a list of contexts",
-                          f"write {key!r} as a list of {{title, text, passage_id}} objects")
-    ids = []
-    for number, ctx in enumerate(contexts, start=1):
-        pid = ctx.get("passage_id", ctx.get("psg_id")) if isinstance(ctx, dict) else None
-        if pid is None or isinstance(pid, bool) or not isinstance(pid, (str, int)) or not str(pid).strip():
-            raise where.error(f"context {number} of {key!r} has no passage id ('passage_id' or 'psg_id')",
-                              "give every context the psgs_w100.tsv id of its passage (DPR's passage_id)")
-        if str(pid).strip() not in ids:
-            ids.append(str(pid).strip())
-    return ids
-
-
-def read_dpr_questions(path: str | Path) -> Iterator[Question]:
-    """The questions of a DPR split file: bi-encoder JSON (``.json``) or QA file (``.qa.csv``/``.csv``)."""
-    path = Path(path)
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if name.endswith(".json"):
-        for index, (line, record) in enumerate(iter_json_array(path)):
-            where = Location(path, line)
-            missing = [k for k in ("question", "answers") if k not in record]
-            if missing:
-                raise where.error(f"question record {index} lacks {', '.join(map(repr, missing))}",
-                                  "give every record DPR's fields question, answers, positive_ctxs, "
-                                  "hard_negative_ctxs")
-            yield Question(where, str(index), _as_text(record["question"], where, "question"),
-                           _as_answers(record["answers"], where), _ctx_ids(record, "positive_ctxs", where),
-                           _ctx_ids(record, "hard_negative_ctxs", where))
-    elif name.endswith(".csv"):
-        for index, (line, (question, answers)) in enumerate(iter_csv_rows(path, ("question", "answers"))):
-            where = Location(path, line)
-            try:
-                parsed = json.loads(answers)
-            except json.JSONDecodeError:
-                try:
-                    parsed = ast.literal_eval(answers.strip())
-                except (ValueError, SyntaxError):
-                    raise where.error(f"answers {answers[:80]!r} are not a list literal",
-                                      'write the answers as a list, e.g. ["Paris", "Paris, France"]') from None
-            yield Question(where, str(index), question, _as_answers(parsed, where), [], [])
-    else:
-        raise DataError(path, "not a DPR split file (expected .json or .qa.csv, optionally .gz)",
-                        "name the split's file in the dataset's split_files")
-
-
-def _dpr_questions(root: Path, split: str, files: dict | None) -> Iterator[Question]:
-    name = _dpr_split_name(root, split, files)
-    return read_dpr_questions(resolve_file(root / name, f"DPR questions for split {split!r}"))
-
-
-def read_answers(root: str | Path, split: str, files: dict | None = None) -> Iterator[Question]:
-    """The questions of a ``dpr`` split with their answers (the ``answers_{split}`` artifact's source)."""
-    return _dpr_questions(dataset_folder(root), split, files)
-
-
-# ------------------------------------------------------------------------------------------- dispatch
-def dataset_folder(root: str | Path) -> Path:
-    """``root`` as a Path; a dataset ``path`` that is a file, not the folder of the raw files, is a DataError
-    (a missing folder is left to the per-file "not found" errors, which name the file looked for)."""
-    root = Path(root)
-    if root.exists() and not root.is_dir():
-        raise DataError(root, "the dataset's `path` is a file, not a folder",
-                        f"set the dataset's `path` in config.yaml to the folder that holds the raw files (here "
-                        f"probably {str(root.parent)!r}, the folder of {root.name!r})")
-    return root
-
-
 def read_documents(fmt: str, root: str | Path) -> Iterator[Document]:
     root = dataset_folder(root)
     if fmt == "beir":
@@ -366,7 +182,7 @@ def read_documents(fmt: str, root: str | Path) -> Iterator[Document]:
     if fmt == "parquet":
         return _parquet_documents(root / "corpus.parquet")
     if fmt == "dpr":
-        return _dpr_documents(root)
+        return dpr_documents(root)
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
 
@@ -391,7 +207,7 @@ def read_queries(fmt: str, root: str | Path, split: str, files: dict | None = No
         per_split = root / f"queries_{split}.parquet"
         return _parquet_queries(per_split if per_split.is_file() else root / "queries.parquet")
     if fmt == "dpr":
-        return (Query(q.where, q.query_id, q.text) for q in _dpr_questions(root, split, files))
+        return (Query(q.where, q.query_id, q.text) for q in dpr_questions(root, split, files))
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
 
@@ -405,7 +221,7 @@ def read_judgements(fmt: str, root: str | Path, split: str, files: dict | None =
     if fmt == "parquet":
         return _parquet_judgements(root / f"qrels_{split}.parquet")
     if fmt == "dpr":
-        return (Judgement(q.where, q.query_id, pid, 1) for q in _dpr_questions(root, split, files)
+        return (Judgement(q.where, q.query_id, pid, 1) for q in dpr_questions(root, split, files)
                 for pid in q.positive_ids)
     raise ValueError(f"unknown dataset format {fmt!r}; expected one of {FORMATS}")
 
@@ -427,7 +243,7 @@ def raw_files(fmt: str, root: str | Path, split: str | None = None, files: dict 
                  "msmarco": [_split_file(split, files, "queries"), _split_file(split, files, "qrels")],
                  "parquet": [f"queries_{split}.parquet" if (root / f"queries_{split}.parquet").exists()
                              else "queries.parquet", f"qrels_{split}.parquet"],
-                 "dpr": [_dpr_split_name(root, split, files)]}[fmt]
+                 "dpr": [dpr_split_name(root, split, files)]}[fmt]
     found = []
     for name in names:
         plain = root / name

@@ -229,3 +229,14 @@ def _is_integer(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def dataset_folder(root: str | Path) -> Path:
+    """``root`` as a Path; a dataset ``path`` that is a file, not the folder of the raw files, is a DataError
+    (a missing folder is left to the per-file "not found" errors, which name the file looked for)."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise DataError(root, "the dataset's `path` is a file, not a folder",
+                        f"set the dataset's `path` in config.yaml to the folder that holds the raw files (here "
+                        f"probably {str(root.parent)!r}, the folder of {root.name!r})")
+    return root
