@@ -149,6 +149,7 @@ def test_inputs_of_a_fresh_clone_point_at_the_fetch_jobs(tmp_path):
     assert raw_inputs(msmarco, "dl19") == ["data/msmarco/queries_dl19.parquet", "data/msmarco/qrels_dl19.parquet"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("present", [True, False])
 def test_a_file_already_downloaded_gets_no_job_even_when_older_than_the_download_script(tmp_path, present):
     """Data fetched last week, the pipeline cloned today: the file is older than workflow_scripts/download_file.py,
@@ -244,6 +245,7 @@ def test_beir_collection_fetched_through_ir_datasets_and_over_http_runs_to_the_s
     assert metrics["arguana"]["test"]["num_queries"] == 10 and 0 < metrics["arguana"]["test"]["nDCG@10"] <= 1
 
 
+@pytest.mark.slow
 def test_a_wrong_checksum_stops_the_fetch_job_with_one_error_and_leaves_nothing(server, tmp_path):
     data = (ARGUANA / "queries.jsonl").read_bytes()
     url = _serve(server, "queries.jsonl", data[:-10])                               # not the file the sum is of
@@ -257,6 +259,7 @@ def test_a_wrong_checksum_stops_the_fetch_job_with_one_error_and_leaves_nothing(
     assert not (tmp_path / "data" / "x").exists() or list((tmp_path / "data" / "x").iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset, fetch_jobs", [
     ("msmarco", {"ir_datasets_msmarco": 1, "download_msmarco_qidpidtriples_train_full_2_tsv_gz": 1}),
     ("nq", {"download_nq_psgs_w100_tsv_gz": 1, "download_nq_biencoder_nq_train_json_gz": 1,

@@ -46,6 +46,7 @@ def test_trec_dl_official_files_ingest(tmp_path):
     assert MSMARCO["metric_relevance"] == {"dl19": 2, "dl20": 2}
 
 
+@pytest.mark.slow
 def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     """`snakemake --profile slurm -n results/msmarco/distill/metrics.json` with the stand-in for the data: the
     whole DAG, each job with the resources sbatch gets (no conda here: DPR_PIPELINE_SOFTWARE=env)."""

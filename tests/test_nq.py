@@ -271,6 +271,7 @@ def test_json_array_streams_across_chunk_boundaries_with_line_numbers(tmp_path):
         list(iter_json_array(_write(path, bad), chunk_chars=37, max_object_chars=500))
 
 
+@pytest.mark.slow
 def test_slurm_dry_run_of_the_nq_chain(tmp_path):
     """The cluster plan of the real NQ run, with the stand-in for the data (no conda: DPR_PIPELINE_SOFTWARE=env)."""
     done = slurm_dry_run(copy_repo(tmp_path / "repo"), "results/nq/distill/metrics.json", "--configfile",

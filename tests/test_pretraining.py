@@ -77,6 +77,7 @@ def losses_of(path):
     return [json.loads(line)["loss"] for line in open(path)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(method, scifact_tokens, tiny_bert,
                                                                                tmp_path):
@@ -96,6 +97,7 @@ def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(
     assert any(not torch.equal(saved[k], initial[k]) for k in saved)
 
 
+@pytest.mark.slow
 def test_a_crashed_pretraining_run_resumes_to_the_same_weights(scifact_tokens, tiny_bert, tmp_path, monkeypatch):
     _, shards = scifact_tokens
     params = pretrain_params(tiny_bert, "simlm", train_steps=6, save_steps=3)

@@ -59,6 +59,7 @@ def test_batches_are_a_seeded_permutation_per_epoch():
     assert total_steps(10, TrainingSettings(1e-5, 0, 4, epochs=1.5)) == 3
 
 
+@pytest.mark.slow
 def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, tiny_bert):
     from sentence_transformers import SentenceTransformer
 
@@ -83,6 +84,7 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, tiny_ber
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_to_the_same_weights(tmp_path):
     workdir = write_training_data(tmp_path)
     make_tiny_bert(workdir / "model", dropout=0.1)     # dropout on: the restored RNG state matters
@@ -105,6 +107,7 @@ def test_killed_training_resumes_to_the_same_weights(tmp_path):
     assert losses(tmp_path / "resumed.pt") == losses(tmp_path / "straight.pt")
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one_process_over_the_joint_batch(tmp_path):
     """run_training with 2 processes (torchrun, gloo, cross-device negatives) = 1 process over the joint batch."""
     data = write_training_data(tmp_path / "data")

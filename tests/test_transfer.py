@@ -166,6 +166,7 @@ def workdir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_training_on_an_evaluation_only_dataset_fails_naming_the_dataset_and_the_split(workdir):
     done = snakemake(workdir, "-n", "results/arguana_mini/retriever1/metrics.json")
     assert done.returncode != 0
@@ -173,6 +174,7 @@ def test_training_on_an_evaluation_only_dataset_fails_naming_the_dataset_and_the
             "evaluation-only), so the training job (stage=retriever1) cannot run on it") in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_plans_bm25_for_an_evaluation_only_dataset_and_the_transfer(workdir):
     done = snakemake(workdir, "-n")        # run_datasets: [arguana_mini] -> its BM25 evaluation only
     assert done.returncode == 0, done.stderr[-3000:]
@@ -191,6 +193,7 @@ def test_dry_run_plans_bm25_for_an_evaluation_only_dataset_and_the_transfer(work
     assert "results/arguana_mini/data/queries_test.parquet" in leakage        # B's evaluation queries
 
 
+@pytest.mark.slow
 def test_bm25_on_the_evaluation_only_fixture_drops_each_query_itself(workdir):
     done = snakemake(workdir, "results/arguana_mini/bm25/metrics.json", "results/arguana_kept/bm25/metrics.json")
     assert done.returncode == 0, done.stderr[-4000:]
