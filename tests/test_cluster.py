@@ -5,7 +5,7 @@ import yaml
 
 from conftest import REPO, write_beir
 from dpr_pipeline.cluster import job_resources, processes_for, scaled
-from dpr_pipeline.cross_encoder_scoring import read_passages
+from dpr_pipeline.teacher_scores import read_passages
 from dpr_pipeline.data.ingest import ingest_corpus
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -1,5 +1,5 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.cross_encoder_scoring import merge_teacher_shards
+from dpr_pipeline.teacher_scores import merge_teacher_shards
 from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0]):

@@ -1,5 +1,5 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.cross_encoder_scoring import rerank_run
+from dpr_pipeline.reranking import rerank_run
 from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0], snakemake.threads):

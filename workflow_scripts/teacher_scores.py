@@ -1,5 +1,5 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.cross_encoder_scoring import score_teacher_shard
+from dpr_pipeline.teacher_scores import score_teacher_shard
 from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0], snakemake.threads):
