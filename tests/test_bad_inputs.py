@@ -27,7 +27,8 @@ from dpr_pipeline import models
 from dpr_pipeline.config import ConfigError, load_config
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
-from dpr_pipeline.dense_index import build_index, search_index
+from dpr_pipeline.dense_index import build_index
+from dpr_pipeline.dense_search import search_index
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.metrics import evaluate_splits
 from dpr_pipeline.pretraining.tokens import read_token_shards

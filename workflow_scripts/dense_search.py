@@ -1,5 +1,5 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.dense_index import dense_search
+from dpr_pipeline.dense_search import dense_search
 from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0], snakemake.threads):

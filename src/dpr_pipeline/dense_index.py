@@ -1,4 +1,4 @@
-"""Faiss inner-product indexes over the encoded corpus shards, and dense retrieval with them.
+"""Faiss inner-product indexes over the encoded corpus shards (searched by :mod:`.dense_search`).
 
 The vectors are unit length, so the inner product is the cosine. Index kinds:
 
@@ -8,12 +8,8 @@ The vectors are unit length, so the inner product is the cosine. Index kinds:
   seeded random sample of the vectors (``np``: no polysemous training, which only Hamming-filtered search
   uses and which is slow; ``nprobe`` trades speed for recall).
 
-Row ``i`` of the index is the document in row ``i`` of the ids Parquet written next to it.
-
-Search runs on the GPUs when faiss-gpu is installed and a GPU is visible (``faiss.get_num_gpus()``), with the
-index sharded over all visible GPUs in float32 (the same hits and scores as on the CPU, up to float rounding of
-near-ties); otherwise, and for HNSW (no GPU version), on the CPU with faiss-cpu. Memory: a ``flat`` index holds
-``4 * dim`` bytes per passage (MS MARCO, 8.8M x 768: 27 GB in host memory, split over the GPUs when searching there).
+Row ``i`` of the index is the document in row ``i`` of the ids Parquet written next to it. Memory: a ``flat``
+index holds ``4 * dim`` bytes per passage (MS MARCO, 8.8M x 768: 27 GB in host memory).
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import faiss
 import numpy as np
@@ -30,10 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .data.schemas import open_parquet
-from .encode import encode_queries
 from .errors import DataError
 from .io import atomic_outputs
-from .runs import write_trec_run
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +99,7 @@ def _check_ids(shards: list[np.ndarray], vector_files: Sequence[str | Path],
     """All shards' doc ids in index order, after checking counts and uniqueness across shards."""
     chunks = []
     for vectors_path, ids_path, vectors in zip(vector_files, id_files, shards):
-        ids = _read_ids(ids_path)
+        ids = read_index_ids(ids_path)
         if len(ids) != len(vectors):
             raise DataError(ids_path, f"{len(ids)} doc ids for the {len(vectors)} vectors of {vectors_path}",
                             _REENCODE)
@@ -117,7 +111,8 @@ def _check_ids(shards: list[np.ndarray], vector_files: Sequence[str | Path],
     return ids
 
 
-def _read_ids(path: str | Path) -> pa.Array:
+def read_index_ids(path: str | Path) -> pa.Array:
+    """The doc ids of an index's rows (its ids Parquet, or one encoding shard's), as one string array."""
     table = open_parquet(path, "ids file", missing_fix="run the encoding rule that writes it",
                          corrupt_fix=_REENCODE).read()
     if "doc_id" not in table.column_names:
@@ -167,93 +162,3 @@ def _training_sample(shards: list[np.ndarray], train_size: int, seed: int) -> np
     parts = [np.asarray(vectors[rows[(rows >= lo) & (rows < hi)] - lo], dtype=np.float32)
              for vectors, lo, hi in zip(shards, starts[:-1], starts[1:])]
     return np.ascontiguousarray(np.concatenate(parts))
-
-
-def search_index(index_path: str | Path, ids_path: str | Path, query_ids: Sequence[str],
-                 query_vectors: np.ndarray, *, depth: int, batch_size: int = 1024,
-                 hnsw_ef_search: int | None = None, ivf_nprobe: int | None = None,
-                 use_gpu: bool | None = None) -> Iterator[tuple[str, list[tuple[str, float]]]]:
-    """Yield ``(query_id, [(doc_id, score), ...])`` for each query, hits in rank order (best first).
-
-    A query gets fewer than ``depth`` hits only when the index holds fewer vectors (or an approximate
-    index finds fewer). ``hnsw_ef_search`` / ``ivf_nprobe`` tune the approximate kinds. ``use_gpu``: None
-    (default) searches on the GPUs when :func:`gpus_available`, True insists on it, False stays on the CPU.
-    """
-    if depth < 1 or batch_size < 1:
-        raise ValueError(f"depth ({depth}) and batch_size ({batch_size}) must be >= 1")
-    if len(query_ids) != len(query_vectors):
-        raise ValueError(f"{len(query_ids)} query ids for {len(query_vectors)} query vectors")
-    index = _read_index(index_path)
-    doc_ids = np.asarray(_read_ids(ids_path).to_pylist(), dtype=object)
-    if len(doc_ids) != index.ntotal:
-        raise DataError(ids_path, f"{len(doc_ids)} doc ids for the {index.ntotal} vectors of {index_path}",
-                        _REBUILD)
-    if len(query_vectors) and query_vectors.shape[1] != index.d:
-        raise DataError(index_path, f"the index has dimension {index.d}, the queries {query_vectors.shape[1]}",
-                        "search with the model that encoded the corpus")
-    _set_search_parameters(index, hnsw_ef_search, ivf_nprobe)
-    index = _search_device(index, use_gpu)
-    for start in range(0, len(query_ids), batch_size):
-        batch = np.ascontiguousarray(query_vectors[start:start + batch_size], dtype=np.float32)
-        scores, rows = index.search(batch, depth)
-        for query_id, query_scores, query_rows in zip(query_ids[start:start + batch_size], scores, rows):
-            found = query_rows >= 0
-            yield query_id, list(zip(doc_ids[query_rows[found]].tolist(), query_scores[found].tolist()))
-
-
-def gpus_available() -> int:
-    """GPUs faiss can search on: 0 without faiss-gpu (faiss-cpu has no GPU code) or without a visible GPU."""
-    if not hasattr(faiss, "StandardGpuResources"):
-        return 0
-    return int(faiss.get_num_gpus())
-
-
-def _search_device(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
-    """The index itself (CPU), or a copy sharded over every visible GPU (flat and IVF kinds)."""
-    gpus = gpus_available()
-    if use_gpu is False or (use_gpu is None and gpus == 0):
-        return index
-    if gpus == 0:
-        raise RuntimeError("use_gpu=True but faiss sees no GPU (install faiss-gpu and run where a GPU is visible)")
-    if isinstance(index, faiss.IndexHNSW):
-        logger.info("HNSW has no GPU version: searching on the CPU")
-        return index
-    options = faiss.GpuMultipleClonerOptions()
-    options.shard = True            # each GPU holds 1/n of the vectors
-    options.useFloat16 = False      # float32 as on the CPU: the same scores
-    logger.info("searching on %d GPU(s) (faiss-gpu)", gpus)
-    return faiss.index_cpu_to_all_gpus(index, co=options)
-
-
-def _read_index(path: str | Path) -> faiss.Index:
-    if not Path(path).is_file():
-        raise DataError(path, "the index does not exist", "run the Snakemake rule that builds it")
-    try:
-        return faiss.read_index(str(path))
-    except RuntimeError as err:
-        raise DataError(path, f"not a readable faiss index ({err})", _REBUILD) from None
-
-
-def _set_search_parameters(index: faiss.Index, hnsw_ef_search: int | None, ivf_nprobe: int | None) -> None:
-    if hnsw_ef_search is not None:
-        if not isinstance(index, faiss.IndexHNSW):
-            raise ValueError(f"hnsw_ef_search is set but the index is a {type(index).__name__}")
-        index.hnsw.efSearch = hnsw_ef_search
-    if ivf_nprobe is not None:
-        try:
-            faiss.extract_index_ivf(index).nprobe = ivf_nprobe
-        except RuntimeError:
-            raise ValueError(f"ivf_nprobe is set but the index is a {type(index).__name__}") from None
-
-
-def dense_search(model_path: str, index_path: str | Path, ids_path: str | Path, queries_parquet: str | Path,
-                 output_run: str | Path, *, depth: int, query_max_length: int, batch_size: int, tag: str,
-                 search_batch_size: int = 1024, hnsw_ef_search: int | None = None,
-                 ivf_nprobe: int | None = None, bf16: bool = False) -> None:
-    """Encode the queries (``batch_size`` at a time), search the index and write a TREC run atomically."""
-    query_ids, vectors = encode_queries(model_path, queries_parquet, max_length=query_max_length,
-                                        batch_size=batch_size, bf16=bf16)
-    logger.info("searching %s for %d queries (depth %d)", index_path, len(query_ids), depth)
-    hits = search_index(index_path, ids_path, query_ids, vectors, depth=depth, batch_size=search_batch_size,
-                        hnsw_ef_search=hnsw_ef_search, ivf_nprobe=ivf_nprobe)
-    write_trec_run(hits, output_run, tag)
