@@ -26,7 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dpr_pipeline import models  # noqa: E402
+from dpr_pipeline import devices, models  # noqa: E402
 from dpr_pipeline.data.ingest import ingest_corpus  # noqa: E402
 from dpr_pipeline.pretraining.masking import bert_corrupt, random_mask  # noqa: E402
 from dpr_pipeline.pretraining.objectives import METHODS, SpecialTokens, cocondenser_step  # noqa: E402
@@ -77,8 +77,8 @@ def timed(step, device) -> float:
 
 def main() -> None:
     args = parse_args()
-    device = models.default_device()
-    autocast = models.autocast(device, bf16=True)  # bf16 on a GPU or a CPU with AMX/AVX512-BF16 (both methods)
+    device = devices.default_device()
+    autocast = devices.autocast(device, bf16=True)  # bf16 on a GPU or a CPU with AMX/AVX512-BF16 (both methods)
     tokenizer = models.load_tokenizer(args.plm)
     special = SpecialTokens.of(tokenizer)
     corpus, counts = corpus_tokens(args, tokenizer)

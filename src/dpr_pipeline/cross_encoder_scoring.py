@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .models import autocast, default_device, load_cross_encoder, load_tokenizer
+from .devices import autocast, default_device
+from .models import load_cross_encoder, load_tokenizer
 
 log = logging.getLogger(__name__)
 

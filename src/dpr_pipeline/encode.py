@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
-from . import models
+from . import devices, models
 from .embedding import TextEncoder, load_text_encoder
 from .data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
 from .data.schemas import read_artifact
@@ -44,7 +44,7 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
 
     A batch is ``batch_size`` texts of ``max_length`` tokens, or more texts when they are shorter (the same
     token budget, padding included). ``device`` defaults to where the encoder already is; with ``bf16`` the
-    forward pass runs under bf16 autocast where the device supports it natively (:func:`models.uses_bf16`).
+    forward pass runs under bf16 autocast where the device supports it natively (:func:`devices.uses_bf16`).
     """
     if batch_size < 1 or max_length < 2:
         raise ValueError(f"batch_size ({batch_size}) must be >= 1 and max_length ({max_length}) >= 2")
@@ -54,7 +54,7 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     if not texts:
         return vectors
     flat, offsets = _tokenize(tokenizer, texts, max_length)
-    with torch.inference_mode(), models.autocast(device, bf16), \
+    with torch.inference_mode(), devices.autocast(device, bf16), \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
         for rows in _token_budget_batches(np.diff(offsets), batch_size * max_length):
             batch = tokenizer.pad({"input_ids": [flat[offsets[i]:offsets[i + 1]] for i in rows]},
@@ -106,7 +106,7 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
     logger.info("shard %d/%d: encoding rows %d-%d of %s", shard, num_shards, start, stop, corpus_parquet)
     began = time.perf_counter()
     vectors = encode_texts(load_text_encoder(model_path), models.load_tokenizer(model_path), passages,
-                           max_length=max_length, batch_size=batch_size, device=models.default_device(),
+                           max_length=max_length, batch_size=batch_size, device=devices.default_device(),
                            bf16=bf16, progress=True).astype(dtype)
     elapsed = time.perf_counter() - began
     logger.info("shard %d/%d: %d passages in %.1f s (%.0f/s)", shard, num_shards, len(passages), elapsed,
@@ -123,5 +123,5 @@ def encode_queries(model_path: str, queries_parquet: str | Path, *, max_length: 
     queries = read_artifact(queries_parquet, "queries")
     vectors = encode_texts(load_text_encoder(model_path), models.load_tokenizer(model_path),
                            queries["text"].fillna("").tolist(), max_length=max_length, batch_size=batch_size,
-                           device=models.default_device(), bf16=bf16)
+                           device=devices.default_device(), bf16=bf16)
     return queries["query_id"].tolist(), vectors

@@ -20,7 +20,8 @@ from .cross_encoder_scoring import encode_pairs, load_scorer
 from .data.schemas import read_artifact
 from .io import atomic_output
 from .losses import listwise_loss
-from .models import autocast, load_cross_encoder, load_tokenizer
+from .devices import autocast
+from .models import load_cross_encoder, load_tokenizer
 from .training.distributed import Distributed
 from .training.groups import Group, QueryGroups, read_texts
 from .training.trainer import TrainingSettings, finish, train

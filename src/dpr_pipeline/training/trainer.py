@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from ..errors import CheckpointError
-from ..models import autocast, uses_bf16
+from ..devices import autocast, uses_bf16
 from .distributed import Distributed
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class TrainingSettings:
     seed: int = 42
     save_steps: int = 500
     gradient_checkpointing: bool = False
-    bf16: bool = False  # bf16 autocast where the device runs it natively (models.uses_bf16)
+    bf16: bool = False  # bf16 autocast where the device runs it natively (devices.uses_bf16)
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     head_learning_rate: float | None = None  # the task head's (parameters outside the base model), if not learning_rate
