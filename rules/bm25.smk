@@ -5,17 +5,17 @@ rule bm25_index:
     input:
         corpus=data_file("corpus.parquet"),
     output:
-        index=directory("results/{dataset}/bm25/index"),
-        manifest="results/{dataset}/bm25/manifest.json",
+        index=directory(stage_file("bm25", "index")),
+        manifest=stage_file("bm25", "manifest.json"),
     params:
         bm25=params_of("bm25"),
     threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
     resources:
         **resources_of("bm25_index"),
     log:
-        "results/{dataset}/logs/bm25_index.log",
+        log_file("bm25_index"),
     benchmark:
-        "results/{dataset}/benchmarks/bm25_index.tsv"
+        benchmark_file("bm25_index")
     conda:
         "../envs/bm25.yaml"
     script:
@@ -24,10 +24,10 @@ rule bm25_index:
 
 rule bm25_search:
     input:
-        index="results/{dataset}/bm25/index",
+        index=stage_file("bm25", "index"),
         queries=data_file("queries_{split}.parquet"),
     output:
-        "results/{dataset}/bm25/run_{split}.trec",
+        stage_file("bm25", "run_{split}.trec"),
     params:
         bm25=params_of("bm25"),
         depth=search_depth("bm25", lambda wc: "bm25"),
@@ -36,9 +36,9 @@ rule bm25_search:
     resources:
         **resources_of("bm25_search"),
     log:
-        "results/{dataset}/logs/bm25_search_{split}.log",
+        log_file("bm25_search_{split}"),
     benchmark:
-        "results/{dataset}/benchmarks/bm25_search_{split}.tsv"
+        benchmark_file("bm25_search_{split}")
     conda:
         "../envs/bm25.yaml"
     script:
@@ -49,9 +49,9 @@ rule bm25_negatives:
     input:
         unpack(bm25_negatives_answer_inputs),
         pool=bm25_negatives_pool,
-        qrels=lambda wc: f"results/{wc.dataset}/data/qrels_{train_split(wc)}.parquet",
+        qrels=lambda wc: data_file(f"qrels_{train_split(wc)}.parquet", wc.dataset),
     output:
-        "results/{dataset}/bm25/negatives.parquet",
+        stage_file("bm25", "negatives.parquet"),
     params:
         bm25=params_of("bm25"),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
@@ -59,9 +59,9 @@ rule bm25_negatives:
     resources:
         **resources_of("bm25_negatives"),
     log:
-        "results/{dataset}/logs/bm25_negatives.log",
+        log_file("bm25_negatives"),
     benchmark:
-        "results/{dataset}/benchmarks/bm25_negatives.tsv"
+        benchmark_file("bm25_negatives")
     conda:
         "../envs/data.yaml"
     script:

@@ -12,6 +12,8 @@ SRC = str(Path(workflow.basedir) / "src")
 sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 from dpr_pipeline.config import check_config_values, check_stage_overrides, stage_params, train_split_of
+from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
+                                 stage_file)
 from dpr_pipeline.data.readers import raw_files
 
 
@@ -79,11 +81,7 @@ def leakage_inputs(wildcards):
     train = dataset_config(wildcards).get("train_split")
     if train is None or wildcards.split == train:
         return {}
-    return {"train_queries": f"results/{wildcards.dataset}/data/queries_{train}.parquet"}
-
-
-def data_file(name):
-    return f"results/{{dataset}}/data/{name}"
+    return {"train_queries": data_file(f"queries_{train}.parquet", wildcards.dataset)}
 
 
 def final_targets():
@@ -92,13 +90,13 @@ def final_targets():
     targets = []
     for dataset in config["run_datasets"]:
         if "train_split" not in config["datasets"][dataset]:  # evaluation-only: BM25 is all it has of its own
-            targets.append(f"results/{dataset}/bm25/metrics.png")
+            targets.append(stage_file("bm25", "metrics.png", dataset))
             continue
-        targets += [f"results/{dataset}/{stage}/metrics.png" for stage in STAGES]
-        targets += [f"results/{dataset}/summary.{ext}" for ext in ("json", "md", "png")]
+        targets += [stage_file(stage, "metrics.png", dataset) for stage in STAGES]
+        targets += [dataset_file(f"summary.{ext}", dataset) for ext in ("json", "md", "png")]
         targets += report_targets(dataset)  # rules/report.smk: loss curves, metric tables, scores, throughput
         if config["datasets"][dataset]["transfer_to"]:
-            targets += [f"results/{dataset}/transfer_summary.{ext}" for ext in ("json", "md", "png")]
+            targets += [dataset_file(f"transfer_summary.{ext}", dataset) for ext in ("json", "md", "png")]
     return targets
 
 
@@ -113,27 +111,22 @@ def retriever_params(wildcards):
 
 
 def train_queries(wildcards):
-    return f"results/{wildcards.dataset}/data/queries_{train_split(wildcards)}.parquet"
+    return data_file(f"queries_{train_split(wildcards)}.parquet", wildcards.dataset)
 
 
 def train_qrels(wildcards):
-    return f"results/{wildcards.dataset}/data/qrels_{train_split(wildcards)}.parquet"
+    return data_file(f"qrels_{train_split(wildcards)}.parquet", wildcards.dataset)
 
 
 def encoded_shards(wildcards):
     shards = range(retriever_params(wildcards)["encode_shards"])
-    stem = f"results/{wildcards.dataset}/{wildcards.stage}/embeddings/shard_"
+    stem = stage_file(wildcards.stage, "embeddings/shard_", wildcards.dataset)
     return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
 
 
 def teacher_shards(wildcards):
     shards = range(stage_params(config, wildcards.dataset, "reranker")["teacher_shards"])
-    return [f"results/{wildcards.dataset}/reranker/teacher/shard_{i}.parquet" for i in shards]
-
-
-def checkpoint_dir(stage):
-    """Undeclared on purpose: Snakemake keeps it when a job fails, so a rerun resumes from it."""
-    return f"results/{{dataset}}/checkpoints/{stage}"
+    return [stage_file("reranker", f"teacher/shard_{i}.parquet", wildcards.dataset) for i in shards]
 
 
 from dpr_pipeline.cluster import GPU_INFERENCE_RULES, GPU_TRAINING_RULES, job_resources, scaled
@@ -170,8 +163,8 @@ def resources_of(rule_name):
 def bm25_negatives_pool(wildcards):
     """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
     if "official_negatives" in dataset_config(wildcards):
-        return f"results/{wildcards.dataset}/data/official_negatives.parquet"
-    return f"results/{wildcards.dataset}/bm25/run_{train_split(wildcards)}.trec"
+        return data_file("official_negatives.parquet", wildcards.dataset)
+    return stage_file("bm25", f"run_{train_split(wildcards)}.trec", wildcards.dataset)
 
 
 def pretrain_params(wildcards):
@@ -181,11 +174,11 @@ def pretrain_params(wildcards):
 
 def token_shards(wildcards):
     shards = range(stage_params(config, wildcards.dataset, "pretrain")["tokenize_shards"])
-    return [f"results/{wildcards.dataset}/tokens/part_{i}.parquet" for i in shards]
+    return [stage_file("tokens", f"part_{i}.parquet", wildcards.dataset) for i in shards]
 
 
 def pretrained_model(dataset, method):
-    return f"results/{dataset}/pretrain/{method}/model"
+    return stage_file("pretrain", f"{method}/model", dataset)
 
 
 def initialisation(stage):
@@ -212,7 +205,7 @@ def initialisation_input(stage):
 
     def inputs(wildcards):
         model = initialisation(stage)(wildcards)
-        return [model] if model.startswith("results/") else []
+        return [model] if model.startswith(f"{RESULTS}/") else []
 
     return inputs
 
@@ -247,13 +240,13 @@ def evaluation_inputs(wildcards):
     results/{A}/{stage}/transfer/{B}/) and what judges them there: qrels, or answers and the corpus."""
     judged = wildcards.get("target", wildcards.dataset)
     splits = evaluated_dataset(wildcards)["eval_splits"]
-    stem = f"results/{wildcards.dataset}/{wildcards.stage}/" + (f"transfer/{judged}/" if "target" in wildcards.keys() else "")
+    stem = stage_file(wildcards.stage, f"transfer/{judged}/" if "target" in wildcards.keys() else "", wildcards.dataset)
     inputs = {"runs": [f"{stem}run_{s}.trec" for s in splits]}
     if relevance_of(wildcards) == "answers":
-        inputs["answers"] = [f"results/{judged}/data/answers_{s}.parquet" for s in splits]
-        inputs["corpus"] = f"results/{judged}/data/corpus.parquet"
+        inputs["answers"] = [data_file(f"answers_{s}.parquet", judged) for s in splits]
+        inputs["corpus"] = data_file("corpus.parquet", judged)
     else:
-        inputs["qrels"] = [f"results/{judged}/data/qrels_{s}.parquet" for s in splits]
+        inputs["qrels"] = [data_file(f"qrels_{s}.parquet", judged) for s in splits]
     return inputs
 
 
@@ -261,8 +254,8 @@ def mining_answer_inputs(wildcards):
     """Answer-based datasets: the train answers and the corpus, so mined negatives contain no answer."""
     if relevance_of(wildcards) != "answers":
         return {}
-    return {"answers": f"results/{wildcards.dataset}/data/answers_{train_split(wildcards)}.parquet",
-            "corpus": f"results/{wildcards.dataset}/data/corpus.parquet"}
+    return {"answers": data_file(f"answers_{train_split(wildcards)}.parquet", wildcards.dataset),
+            "corpus": data_file("corpus.parquet", wildcards.dataset)}
 
 
 def bm25_negatives_answer_inputs(wildcards):
@@ -284,10 +277,10 @@ def pretraining_in_chain(dataset):
 def report_targets(dataset):
     """The report's files of a dataset (part of the default target)."""
     stages = TRAINED_STAGES + pretraining_in_chain(dataset)
-    return ([f"results/{dataset}/{stage}/loss_curve.png" for stage in stages]
-            + [f"results/{dataset}/{stage}/metrics.html" for stage in STAGES]
-            + [f"results/{dataset}/report/score_distributions.png"]
-            + [f"results/{dataset}/report/throughput.{ext}" for ext in ("tsv", "html", "png")])
+    return ([stage_file(stage, "loss_curve.png", dataset) for stage in stages]
+            + [stage_file(stage, "metrics.html", dataset) for stage in STAGES]
+            + [stage_file("report", "score_distributions.png", dataset)]
+            + [stage_file("report", f"throughput.{ext}", dataset) for ext in ("tsv", "html", "png")])
 
 
 def benchmarked_jobs(wildcards):
@@ -295,38 +288,38 @@ def benchmarked_jobs(wildcards):
     corpus encoding (passages), BM25 and dense search and re-ranking (queries), teacher scoring (query-passage
     pairs), training (steps). ``output``: a file the job writes, so this rule runs after it and its benchmark."""
     ds = wildcards.dataset
-    root, bench = f"results/{ds}", f"results/{ds}/benchmarks"
     train, evals = train_split(wildcards), eval_splits(wildcards)
     with_train = list(dict.fromkeys([train] + evals))
     jobs = []
     for stage in ["start", "retriever1", "retriever2", "distill"]:
         for shard in range(retriever_params(wildcards)["encode_shards"]):
-            ids = f"{root}/{stage}/embeddings/shard_{shard}.ids.parquet"
+            ids = stage_file(stage, f"embeddings/shard_{shard}.ids.parquet", ds)
             jobs.append({"task": "corpus encoding", "job": f"{stage} shard {shard}", "unit": "passages",
-                         "benchmark": f"{bench}/encode_corpus_{stage}_{shard}.tsv", "output": ids, "counted": ids})
+                         "benchmark": benchmark_file(f"encode_corpus_{stage}_{shard}", ds), "output": ids,
+                         "counted": ids})
     bm25_splits = evals if "official_negatives" in dataset_config(wildcards) else with_train
     searches = [("BM25 search", "bm25", "bm25_search_", bm25_splits)] + [
         ("dense search", stage, f"dense_search_{stage}_", with_train if stage in ("retriever1", "retriever2") else evals)
         for stage in ["start", "retriever1", "retriever2", "distill"]]
-    for task, stage, prefix, splits in searches:
+    for task, stage, prefix, splits in searches + [("re-ranking", "reranker", "rerank_", evals)]:
         for split in splits:
-            jobs.append({"task": task, "job": split if stage == "bm25" else f"{stage} {split}", "unit": "queries",
-                         "benchmark": f"{bench}/{prefix}{split}.tsv", "output": f"{root}/{stage}/run_{split}.trec",
-                         "counted": f"{root}/data/queries_{split}.parquet"})
-    for split in evals:
-        jobs.append({"task": "re-ranking", "job": split, "unit": "queries", "benchmark": f"{bench}/rerank_{split}.tsv",
-                     "output": f"{root}/reranker/run_{split}.trec", "counted": f"{root}/data/queries_{split}.parquet"})
+            jobs.append({"task": task, "job": split if stage in ("bm25", "reranker") else f"{stage} {split}",
+                         "unit": "queries", "benchmark": benchmark_file(f"{prefix}{split}", ds),
+                         "output": stage_file(stage, f"run_{split}.trec", ds),
+                         "counted": data_file(f"queries_{split}.parquet", ds)})
     for shard, path in enumerate(teacher_shards(wildcards)):
         jobs.append({"task": "teacher scoring", "job": f"shard {shard}", "unit": "query-passage pairs",
-                     "benchmark": f"{bench}/teacher_scores_{shard}.tsv", "output": path, "counted": path})
+                     "benchmark": benchmark_file(f"teacher_scores_{shard}", ds), "output": path, "counted": path})
     for stage in TRAINED_STAGES + pretraining_in_chain(ds):
-        log_file = f"{root}/{stage}/loss_log.jsonl"
+        loss_log = stage_file(stage, "loss_log.jsonl", ds)
         name = {"reranker": "train_reranker", "distill": "train_distill"}.get(stage, f"train_{stage}")
         if stage.startswith("pretrain/"):
             name = f"pretrain_{stage.split('/', 1)[1]}"
-        jobs.append({"task": "training", "job": stage, "unit": "steps", "benchmark": f"{bench}/{name}.tsv",
-                     "output": log_file, "counted": log_file})
+        jobs.append({"task": "training", "job": stage, "unit": "steps", "benchmark": benchmark_file(name, ds),
+                     "output": loss_log, "counted": loss_log})
     return jobs
+
+
 # Zero-shot transfer (rules/transfer.smk): {dataset} = A, the dataset the models trained on; {target} = B.
 def evaluated_dataset(wildcards):
     """The dataset whose qrels and evaluation settings score a job's runs: the transfer target B when the job
@@ -343,7 +336,7 @@ def transfer_retriever_params(wildcards):
 
 def transfer_encoded_shards(wildcards):
     shards = range(transfer_retriever_params(wildcards)["encode_shards"])
-    stem = f"results/{wildcards.dataset}/{wildcards.stage}/transfer/{wildcards.target}/embeddings/shard_"
+    stem = stage_file(wildcards.stage, f"transfer/{wildcards.target}/embeddings/shard_", wildcards.dataset)
     return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
 
 
@@ -351,11 +344,11 @@ def transfer_leakage_inputs(wildcards):
     """What transfer_leakage compares: B's evaluation queries, and A's train queries when A has a train split."""
     train = dataset_config(wildcards).get("train_split")
     targets = config["datasets"][wildcards.target]["eval_splits"]
-    inputs = {"target_queries": [f"results/{wildcards.target}/data/queries_{s}.parquet" for s in targets]}
-    return {**inputs, "train_queries": f"results/{wildcards.dataset}/data/queries_{train}.parquet"} if train else inputs
+    inputs = {"target_queries": [data_file(f"queries_{s}.parquet", wildcards.target) for s in targets]}
+    return {**inputs, "train_queries": data_file(f"queries_{train}.parquet", wildcards.dataset)} if train else inputs
 
 
-TRANSFER_LEAKAGE = "results/{dataset}/transfer_leakage_{target}.json"
+TRANSFER_LEAKAGE = dataset_file("transfer_leakage_{target}.json")
 
 
 def transfer_metrics(wildcards):
@@ -363,6 +356,6 @@ def transfer_metrics(wildcards):
     return [
         path
         for target in dataset_config(wildcards)["transfer_to"]
-        for path in [f"results/{target}/bm25/metrics.json"]
-        + [f"results/{wildcards.dataset}/{stage}/transfer/{target}/metrics.json" for stage in config["transfer"]["stages"]]
+        for path in [stage_file("bm25", "metrics.json", target)]
+        + [stage_file(stage, f"transfer/{target}/metrics.json", wildcards.dataset) for stage in config["transfer"]["stages"]]
     ]

@@ -15,9 +15,9 @@ rule ingest_corpus:
     resources:
         **resources_of("ingest_corpus"),
     log:
-        "results/{dataset}/logs/ingest_corpus.log",
+        log_file("ingest_corpus"),
     benchmark:
-        "results/{dataset}/benchmarks/ingest_corpus.tsv"
+        benchmark_file("ingest_corpus")
     conda:
         "../envs/data.yaml"
     script:
@@ -47,9 +47,9 @@ rule ingest_split:
     resources:
         **resources_of("ingest_split"),
     log:
-        "results/{dataset}/logs/ingest_split_{split}.log",
+        log_file("ingest_split_{split}"),
     benchmark:
-        "results/{dataset}/benchmarks/ingest_split_{split}.tsv"
+        benchmark_file("ingest_split_{split}")
     conda:
         "../envs/data.yaml"
     script:
@@ -61,7 +61,7 @@ rule ingest_official_negatives:
         negatives=lambda wc: with_downloads(
             dataset_config(wc), Path(dataset_config(wc)["path"]) / dataset_config(wc)["official_negatives"]
         )[0],
-        qrels=lambda wc: f"results/{wc.dataset}/data/qrels_{train_split(wc)}.parquet",
+        qrels=lambda wc: data_file(f"qrels_{train_split(wc)}.parquet", wc.dataset),
     output:
         data_file("official_negatives.parquet"),
     params:
@@ -70,9 +70,9 @@ rule ingest_official_negatives:
     resources:
         **resources_of("ingest_official_negatives"),
     log:
-        "results/{dataset}/logs/ingest_official_negatives.log",
+        log_file("ingest_official_negatives"),
     benchmark:
-        "results/{dataset}/benchmarks/ingest_official_negatives.tsv"
+        benchmark_file("ingest_official_negatives")
     conda:
         "../envs/data.yaml"
     script:
@@ -91,9 +91,9 @@ rule ingest_answers:
     resources:
         **resources_of("ingest_answers"),
     log:
-        "results/{dataset}/logs/ingest_answers_{split}.log",
+        log_file("ingest_answers_{split}"),
     benchmark:
-        "results/{dataset}/benchmarks/ingest_answers_{split}.tsv"
+        benchmark_file("ingest_answers_{split}")
     conda:
         "../envs/data.yaml"
     script:

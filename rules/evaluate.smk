@@ -4,9 +4,9 @@
 rule evaluate:
     input:
         unpack(evaluation_inputs),
-        manifest="results/{dataset}/{stage}/manifest.json",
+        manifest=stage_file("{stage}", "manifest.json"),
     output:
-        "results/{dataset}/{stage}/metrics.json",
+        stage_file("{stage}", "metrics.json"),
     params:
         # the evaluated dataset's settings (the transfer target's in transfer_evaluate, rules/transfer.smk)
         splits=lambda wc: evaluated_dataset(wc)["eval_splits"],
@@ -18,9 +18,9 @@ rule evaluate:
     resources:
         **resources_of("evaluate"),
     log:
-        "results/{dataset}/logs/evaluate_{stage}.log",
+        log_file("evaluate_{stage}"),
     benchmark:
-        "results/{dataset}/benchmarks/evaluate_{stage}.tsv"
+        benchmark_file("evaluate_{stage}")
     conda:
         "../envs/eval.yaml"
     script:
@@ -29,10 +29,10 @@ rule evaluate:
 
 rule plot_metrics:
     input:
-        "results/{dataset}/{stage}/metrics.json",
+        stage_file("{stage}", "metrics.json"),
     output:
         report(
-            "results/{dataset}/{stage}/metrics.png",
+            stage_file("{stage}", "metrics.png"),
             caption="../report/metrics.rst",
             category="{dataset}",
             subcategory="{stage}",
@@ -41,9 +41,9 @@ rule plot_metrics:
     resources:
         **resources_of("plot_metrics"),
     log:
-        "results/{dataset}/logs/plot_metrics_{stage}.log",
+        log_file("plot_metrics_{stage}"),
     benchmark:
-        "results/{dataset}/benchmarks/plot_metrics_{stage}.tsv"
+        benchmark_file("plot_metrics_{stage}")
     conda:
         "../envs/eval.yaml"
     script:

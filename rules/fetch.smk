@@ -43,9 +43,9 @@ for _name, _dataset in config["datasets"].items():
             retries: FETCH["retries"]
             localrule: FETCH["local"]
             log:
-                f"results/{_name}/logs/fetch_ir_datasets.log",
+                log_file("fetch_ir_datasets", _name),
             benchmark:
-                f"results/{_name}/benchmarks/fetch_ir_datasets.tsv"
+                benchmark_file("fetch_ir_datasets", _name)
             conda:
                 "../envs/data.yaml"
             script:
@@ -67,9 +67,9 @@ for _name, _dataset in config["datasets"].items():
             retries: FETCH["retries"]
             localrule: FETCH["local"]
             log:
-                f"results/{_name}/logs/download_{_file_suffix}.log",
+                log_file(f"download_{_file_suffix}", _name),
             benchmark:
-                f"results/{_name}/benchmarks/download_{_file_suffix}.tsv"
+                benchmark_file(f"download_{_file_suffix}", _name)
             conda:
                 "../envs/data.yaml"
             script:

@@ -8,16 +8,16 @@ rule tokenize_corpus:
     input:
         corpus=data_file("corpus.parquet"),
     output:
-        "results/{dataset}/tokens/part_{shard}.parquet",
+        stage_file("tokens", "part_{shard}.parquet"),
     params:
         pretrain=params_of("pretrain"),
     threads: threads_of("tokenize_corpus")
     resources:
         **resources_of("tokenize_corpus"),
     log:
-        "results/{dataset}/logs/tokenize_corpus_{shard}.log",
+        log_file("tokenize_corpus_{shard}"),
     benchmark:
-        "results/{dataset}/benchmarks/tokenize_corpus_{shard}.tsv"
+        benchmark_file("tokenize_corpus_{shard}")
     conda:
         "../envs/torch.yaml"
     script:
@@ -28,16 +28,16 @@ rule count_ngrams:
     input:
         token_shards,
     output:
-        "results/{dataset}/tokens/ngram_counts.npz",
+        stage_file("tokens", "ngram_counts.npz"),
     params:
         pretrain=params_of("pretrain"),
     threads: threads_of("count_ngrams")
     resources:
         **resources_of("count_ngrams"),
     log:
-        "results/{dataset}/logs/count_ngrams.log",
+        log_file("count_ngrams"),
     benchmark:
-        "results/{dataset}/benchmarks/count_ngrams.tsv"
+        benchmark_file("count_ngrams")
     conda:
         "../envs/torch.yaml"
     script:
@@ -48,12 +48,12 @@ rule pretrain:
     input:
         tokens=token_shards,
         ngram_counts=lambda wc: (
-            [f"results/{wc.dataset}/tokens/ngram_counts.npz"] if wc.method == "cdmae" else []
+            [stage_file("tokens", "ngram_counts.npz", wc.dataset)] if wc.method == "cdmae" else []
         ),
     output:
-        model=directory("results/{dataset}/pretrain/{method}/model"),
-        loss_log="results/{dataset}/pretrain/{method}/loss_log.jsonl",
-        manifest="results/{dataset}/pretrain/{method}/manifest.json",
+        model=directory(stage_file("pretrain", "{method}/model")),
+        loss_log=stage_file("pretrain", "{method}/loss_log.jsonl"),
+        manifest=stage_file("pretrain", "{method}/manifest.json"),
     params:
         pretrain=pretrain_params,
         checkpoints=checkpoint_dir("pretrain/{method}"),
@@ -61,9 +61,9 @@ rule pretrain:
     resources:
         **resources_of("pretrain"),
     log:
-        "results/{dataset}/logs/pretrain_{method}.log",
+        log_file("pretrain_{method}"),
     benchmark:
-        "results/{dataset}/benchmarks/pretrain_{method}.tsv"
+        benchmark_file("pretrain_{method}")
     conda:
         "../envs/torch.yaml"
     script:
@@ -73,26 +73,26 @@ rule pretrain:
 rule ablation_summary:
     input:
         metrics=lambda wc: expand(
-            "results/{dataset}/ablation/{method}/metrics.json",
+            stage_file("ablation", "{method}/metrics.json"),
             dataset=wc.dataset,
             method=ablation_methods(wc),
         ),
         loss_logs=lambda wc: expand(
-            "results/{dataset}/pretrain/{method}/loss_log.jsonl",
+            stage_file("pretrain", "{method}/loss_log.jsonl"),
             dataset=wc.dataset,
             method=[m for m in ablation_methods(wc) if m != "none"],
         ),
     output:
-        json="results/{dataset}/ablation/summary.json",
-        markdown="results/{dataset}/ablation/summary.md",
+        json=stage_file("ablation", "summary.json"),
+        markdown=stage_file("ablation", "summary.md"),
         png=report(
-            "results/{dataset}/ablation/summary.png",
+            stage_file("ablation", "summary.png"),
             caption="../report/ablation.rst",
             category="{dataset}",
             subcategory="pre-training ablation",
         ),
         loss_png=report(
-            "results/{dataset}/ablation/pretraining_loss.png",
+            stage_file("ablation", "pretraining_loss.png"),
             caption="../report/pretraining_loss.rst",
             category="{dataset}",
             subcategory="pre-training ablation",
@@ -103,9 +103,9 @@ rule ablation_summary:
     resources:
         **resources_of("ablation_summary"),
     log:
-        "results/{dataset}/logs/ablation_summary.log",
+        log_file("ablation_summary"),
     benchmark:
-        "results/{dataset}/benchmarks/ablation_summary.tsv"
+        benchmark_file("ablation_summary")
     conda:
         "../envs/eval.yaml"
     script:

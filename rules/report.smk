@@ -5,10 +5,10 @@
 
 rule plot_training_loss:
     input:
-        "results/{dataset}/{trained}/loss_log.jsonl",
+        stage_file("{trained}", "loss_log.jsonl"),
     output:
         report(
-            "results/{dataset}/{trained}/loss_curve.png",
+            stage_file("{trained}", "loss_curve.png"),
             caption="../report/loss_curve.rst",
             category="{dataset}",
             subcategory="{trained}",
@@ -19,9 +19,9 @@ rule plot_training_loss:
     resources:
         **resources_of("plot_training_loss"),
     log:
-        "results/{dataset}/logs/plot_training_loss_{trained}.log",
+        log_file("plot_training_loss_{trained}"),
     benchmark:
-        "results/{dataset}/benchmarks/plot_training_loss_{trained}.tsv"
+        benchmark_file("plot_training_loss_{trained}")
     conda:
         "../envs/eval.yaml"
     script:
@@ -30,10 +30,10 @@ rule plot_training_loss:
 
 rule metrics_table:
     input:
-        "results/{dataset}/{stage}/metrics.json",
+        stage_file("{stage}", "metrics.json"),
     output:
         report(
-            "results/{dataset}/{stage}/metrics.html",
+            stage_file("{stage}", "metrics.html"),
             caption="../report/metrics_table.rst",
             category="{dataset}",
             subcategory="{stage}",
@@ -42,9 +42,9 @@ rule metrics_table:
     resources:
         **resources_of("metrics_table"),
     log:
-        "results/{dataset}/logs/metrics_table_{stage}.log",
+        log_file("metrics_table_{stage}"),
     benchmark:
-        "results/{dataset}/benchmarks/metrics_table_{stage}.tsv"
+        benchmark_file("metrics_table_{stage}")
     conda:
         "../envs/eval.yaml"
     script:
@@ -53,13 +53,13 @@ rule metrics_table:
 
 rule score_distributions:
     input:
-        bm25="results/{dataset}/bm25/negatives.parquet",
-        retriever1="results/{dataset}/retriever1/negatives.parquet",
-        retriever2="results/{dataset}/retriever2/negatives.parquet",
-        teacher="results/{dataset}/reranker/teacher_scores.parquet",
+        bm25=stage_file("bm25", "negatives.parquet"),
+        retriever1=stage_file("retriever1", "negatives.parquet"),
+        retriever2=stage_file("retriever2", "negatives.parquet"),
+        teacher=stage_file("reranker", "teacher_scores.parquet"),
     output:
         report(
-            "results/{dataset}/report/score_distributions.png",
+            stage_file("report", "score_distributions.png"),
             caption="../report/score_distributions.rst",
             category="{dataset}",
             subcategory="negatives",
@@ -68,9 +68,9 @@ rule score_distributions:
     resources:
         **resources_of("score_distributions"),
     log:
-        "results/{dataset}/logs/score_distributions.log",
+        log_file("score_distributions"),
     benchmark:
-        "results/{dataset}/benchmarks/score_distributions.tsv"
+        benchmark_file("score_distributions")
     conda:
         "../envs/eval.yaml"
     script:
@@ -85,15 +85,15 @@ rule throughput:
             dict.fromkeys(job["counted"] for job in benchmarked_jobs(wc) if job["counted"] != job["output"])
         ),
     output:
-        tsv="results/{dataset}/report/throughput.tsv",
+        tsv=stage_file("report", "throughput.tsv"),
         html=report(
-            "results/{dataset}/report/throughput.html",
+            stage_file("report", "throughput.html"),
             caption="../report/throughput.rst",
             category="{dataset}",
             subcategory="throughput",
         ),
         png=report(
-            "results/{dataset}/report/throughput.png",
+            stage_file("report", "throughput.png"),
             caption="../report/throughput.rst",
             category="{dataset}",
             subcategory="throughput",
@@ -105,9 +105,9 @@ rule throughput:
     resources:
         **resources_of("throughput"),
     log:
-        "results/{dataset}/logs/throughput.log",
+        log_file("throughput"),
     benchmark:
-        "results/{dataset}/benchmarks/throughput.tsv"
+        benchmark_file("throughput")
     conda:
         "../envs/eval.yaml"
     script:

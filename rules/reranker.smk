@@ -4,13 +4,13 @@
 
 rule train_reranker:
     input:
-        negatives="results/{dataset}/retriever2/negatives.parquet",
+        negatives=stage_file("retriever2", "negatives.parquet"),
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
     output:
-        model=directory("results/{dataset}/reranker/model"),
-        loss_log="results/{dataset}/reranker/loss_log.jsonl",
-        manifest="results/{dataset}/reranker/manifest.json",
+        model=directory(stage_file("reranker", "model")),
+        loss_log=stage_file("reranker", "loss_log.jsonl"),
+        manifest=stage_file("reranker", "manifest.json"),
     params:
         reranker=params_of("reranker"),
         checkpoints=checkpoint_dir("reranker"),
@@ -18,9 +18,9 @@ rule train_reranker:
     resources:
         **resources_of("train_reranker"),
     log:
-        "results/{dataset}/logs/train_reranker.log",
+        log_file("train_reranker"),
     benchmark:
-        "results/{dataset}/benchmarks/train_reranker.tsv"
+        benchmark_file("train_reranker")
     conda:
         "../envs/torch-gpu.yaml"
     script:
@@ -29,21 +29,21 @@ rule train_reranker:
 
 rule rerank:
     input:
-        model="results/{dataset}/reranker/model",
-        run="results/{dataset}/retriever2/run_{split}.trec",
+        model=stage_file("reranker", "model"),
+        run=stage_file("retriever2", "run_{split}.trec"),
         corpus=data_file("corpus.parquet"),
         queries=data_file("queries_{split}.parquet"),
     output:
-        "results/{dataset}/reranker/run_{split}.trec",
+        stage_file("reranker", "run_{split}.trec"),
     params:
         reranker=params_of("reranker"),
     threads: threads_of("rerank")
     resources:
         **resources_of("rerank"),
     log:
-        "results/{dataset}/logs/rerank_{split}.log",
+        log_file("rerank_{split}"),
     benchmark:
-        "results/{dataset}/benchmarks/rerank_{split}.tsv"
+        benchmark_file("rerank_{split}")
     conda:
         "../envs/torch-gpu.yaml"
     script:
@@ -52,21 +52,21 @@ rule rerank:
 
 rule teacher_scores_shard:
     input:
-        model="results/{dataset}/reranker/model",
-        negatives="results/{dataset}/retriever2/negatives.parquet",
+        model=stage_file("reranker", "model"),
+        negatives=stage_file("retriever2", "negatives.parquet"),
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
     output:
-        "results/{dataset}/reranker/teacher/shard_{shard}.parquet",
+        stage_file("reranker", "teacher/shard_{shard}.parquet"),
     params:
         reranker=params_of("reranker"),
     threads: threads_of("teacher_scores_shard")
     resources:
         **resources_of("teacher_scores_shard"),
     log:
-        "results/{dataset}/logs/teacher_scores_{shard}.log",
+        log_file("teacher_scores_{shard}"),
     benchmark:
-        "results/{dataset}/benchmarks/teacher_scores_{shard}.tsv"
+        benchmark_file("teacher_scores_{shard}")
     conda:
         "../envs/torch-gpu.yaml"
     script:
@@ -77,14 +77,14 @@ rule merge_teacher_scores:
     input:
         teacher_shards,
     output:
-        "results/{dataset}/reranker/teacher_scores.parquet",
+        stage_file("reranker", "teacher_scores.parquet"),
     threads: threads_of("merge_teacher_scores")
     resources:
         **resources_of("merge_teacher_scores"),
     log:
-        "results/{dataset}/logs/merge_teacher_scores.log",
+        log_file("merge_teacher_scores"),
     benchmark:
-        "results/{dataset}/benchmarks/merge_teacher_scores.tsv"
+        benchmark_file("merge_teacher_scores")
     conda:
         "../envs/data.yaml"
     script:
@@ -93,14 +93,14 @@ rule merge_teacher_scores:
 
 rule train_distill:
     input:
-        negatives="results/{dataset}/reranker/teacher_scores.parquet",
+        negatives=stage_file("reranker", "teacher_scores.parquet"),
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
         init=initialisation_input("distill"),
     output:
-        model=directory("results/{dataset}/distill/model"),
-        loss_log="results/{dataset}/distill/loss_log.jsonl",
-        manifest="results/{dataset}/distill/manifest.json",
+        model=directory(stage_file("distill", "model")),
+        loss_log=stage_file("distill", "loss_log.jsonl"),
+        manifest=stage_file("distill", "manifest.json"),
     params:
         distill=trained_params("distill"),
         checkpoints=checkpoint_dir("distill"),
@@ -108,9 +108,9 @@ rule train_distill:
     resources:
         **resources_of("train_distill"),
     log:
-        "results/{dataset}/logs/train_distill.log",
+        log_file("train_distill"),
     benchmark:
-        "results/{dataset}/benchmarks/train_distill.tsv"
+        benchmark_file("train_distill")
     conda:
         "../envs/torch-gpu.yaml"
     script:
@@ -119,12 +119,12 @@ rule train_distill:
 
 rule summary:
     input:
-        expand("results/{{dataset}}/{stage}/metrics.json", stage=STAGES),
+        [stage_file(stage, "metrics.json") for stage in STAGES],
     output:
-        json="results/{dataset}/summary.json",
-        markdown="results/{dataset}/summary.md",
+        json=dataset_file("summary.json"),
+        markdown=dataset_file("summary.md"),
         png=report(
-            "results/{dataset}/summary.png",
+            dataset_file("summary.png"),
             caption="../report/summary.rst",
             category="{dataset}",
             subcategory="summary",
@@ -135,9 +135,9 @@ rule summary:
     resources:
         **resources_of("summary"),
     log:
-        "results/{dataset}/logs/summary.log",
+        log_file("summary"),
     benchmark:
-        "results/{dataset}/benchmarks/summary.tsv"
+        benchmark_file("summary")
     conda:
         "../envs/eval.yaml"
     script:

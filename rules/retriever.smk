@@ -7,17 +7,17 @@ rule starting_model:
     input:
         init=initialisation_input("retriever"),
     output:
-        model=directory("results/{dataset}/start/model"),
-        manifest="results/{dataset}/start/manifest.json",
+        model=directory(stage_file("start", "model")),
+        manifest=stage_file("start", "manifest.json"),
     params:
         retriever=trained_params("retriever"),
     threads: threads_of("starting_model")
     resources:
         **resources_of("starting_model"),
     log:
-        "results/{dataset}/logs/starting_model.log",
+        log_file("starting_model"),
     benchmark:
-        "results/{dataset}/benchmarks/starting_model.tsv"
+        benchmark_file("starting_model")
     conda:
         "../envs/torch.yaml"
     script:
@@ -28,17 +28,17 @@ rule train_retriever:
     input:
         # Retriever2 learns from Retriever1's mined negatives; Retriever1 and the ablation from BM25's.
         negatives=lambda wc: (
-            f"results/{wc.dataset}/retriever1/negatives.parquet"
+            stage_file("retriever1", "negatives.parquet", wc.dataset)
             if wc.stage == "retriever2"
-            else f"results/{wc.dataset}/bm25/negatives.parquet"
+            else stage_file("bm25", "negatives.parquet", wc.dataset)
         ),
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
         init=initialisation_input("retriever"),
     output:
-        model=directory("results/{dataset}/{stage}/model"),
-        loss_log="results/{dataset}/{stage}/loss_log.jsonl",
-        manifest="results/{dataset}/{stage}/manifest.json",
+        model=directory(stage_file("{stage}", "model")),
+        loss_log=stage_file("{stage}", "loss_log.jsonl"),
+        manifest=stage_file("{stage}", "manifest.json"),
     wildcard_constraints:
         stage="|".join(["retriever1", "retriever2"] + ABLATION_STAGES),
     params:
@@ -48,9 +48,9 @@ rule train_retriever:
     resources:
         **resources_of("train_retriever"),
     log:
-        "results/{dataset}/logs/train_{stage}.log",
+        log_file("train_{stage}"),
     benchmark:
-        "results/{dataset}/benchmarks/train_{stage}.tsv"
+        benchmark_file("train_{stage}")
     conda:
         "../envs/torch-gpu.yaml"
     script:
@@ -59,11 +59,11 @@ rule train_retriever:
 
 rule encode_corpus:
     input:
-        model="results/{dataset}/{stage}/model",
+        model=stage_file("{stage}", "model"),
         corpus=data_file("corpus.parquet"),
     output:
-        vectors="results/{dataset}/{stage}/embeddings/shard_{shard}.npy",
-        ids="results/{dataset}/{stage}/embeddings/shard_{shard}.ids.parquet",
+        vectors=stage_file("{stage}", "embeddings/shard_{shard}.npy"),
+        ids=stage_file("{stage}", "embeddings/shard_{shard}.ids.parquet"),
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
@@ -73,9 +73,9 @@ rule encode_corpus:
     resources:
         **resources_of("encode_corpus"),
     log:
-        "results/{dataset}/logs/encode_corpus_{stage}_{shard}.log",
+        log_file("encode_corpus_{stage}_{shard}"),
     benchmark:
-        "results/{dataset}/benchmarks/encode_corpus_{stage}_{shard}.tsv"
+        benchmark_file("encode_corpus_{stage}_{shard}")
     conda:
         "../envs/torch-gpu.yaml"
     script:
@@ -86,8 +86,8 @@ rule build_index:
     input:
         unpack(encoded_shards),
     output:
-        index="results/{dataset}/{stage}/index.faiss",
-        ids="results/{dataset}/{stage}/index_ids.parquet",
+        index=stage_file("{stage}", "index.faiss"),
+        ids=stage_file("{stage}", "index_ids.parquet"),
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
@@ -96,9 +96,9 @@ rule build_index:
     resources:
         **resources_of("build_index"),
     log:
-        "results/{dataset}/logs/build_index_{stage}.log",
+        log_file("build_index_{stage}"),
     benchmark:
-        "results/{dataset}/benchmarks/build_index_{stage}.tsv"
+        benchmark_file("build_index_{stage}")
     conda:
         "../envs/torch.yaml"
     script:
@@ -107,12 +107,12 @@ rule build_index:
 
 rule dense_search:
     input:
-        model="results/{dataset}/{stage}/model",
-        index="results/{dataset}/{stage}/index.faiss",
-        ids="results/{dataset}/{stage}/index_ids.parquet",
+        model=stage_file("{stage}", "model"),
+        index=stage_file("{stage}", "index.faiss"),
+        ids=stage_file("{stage}", "index_ids.parquet"),
         queries=data_file("queries_{split}.parquet"),
     output:
-        "results/{dataset}/{stage}/run_{split}.trec",
+        stage_file("{stage}", "run_{split}.trec"),
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
@@ -123,9 +123,9 @@ rule dense_search:
     resources:
         **resources_of("dense_search"),
     log:
-        "results/{dataset}/logs/dense_search_{stage}_{split}.log",
+        log_file("dense_search_{stage}_{split}"),
     benchmark:
-        "results/{dataset}/benchmarks/dense_search_{stage}_{split}.tsv"
+        benchmark_file("dense_search_{stage}_{split}")
     conda:
         "../envs/torch-gpu.yaml"
     script:
@@ -135,10 +135,10 @@ rule dense_search:
 rule mine_hard_negatives:
     input:
         unpack(mining_answer_inputs),
-        run=lambda wc: f"results/{wc.dataset}/{wc.stage}/run_{train_split(wc)}.trec",
+        run=lambda wc: stage_file(wc.stage, f"run_{train_split(wc)}.trec", wc.dataset),
         qrels=train_qrels,
     output:
-        "results/{dataset}/{stage}/negatives.parquet",
+        stage_file("{stage}", "negatives.parquet"),
     wildcard_constraints:
         stage="retriever1|retriever2",
     params:
@@ -152,9 +152,9 @@ rule mine_hard_negatives:
     resources:
         **resources_of("mine_hard_negatives"),
     log:
-        "results/{dataset}/logs/mine_hard_negatives_{stage}.log",
+        log_file("mine_hard_negatives_{stage}"),
     benchmark:
-        "results/{dataset}/benchmarks/mine_hard_negatives_{stage}.tsv"
+        benchmark_file("mine_hard_negatives_{stage}")
     conda:
         "../envs/data.yaml"
     script:

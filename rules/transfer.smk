@@ -22,9 +22,9 @@ rule transfer_leakage:
     resources:
         **resources_of("transfer_leakage"),
     log:
-        "results/{dataset}/logs/transfer_leakage_{target}.log",
+        log_file("transfer_leakage_{target}"),
     benchmark:
-        "results/{dataset}/benchmarks/transfer_leakage_{target}.tsv"
+        benchmark_file("transfer_leakage_{target}")
     conda:
         "../envs/eval.yaml"
     script:
@@ -33,71 +33,71 @@ rule transfer_leakage:
 
 use rule encode_corpus as transfer_encode_corpus with:
     input:
-        model="results/{dataset}/{stage}/model",
-        corpus="results/{target}/data/corpus.parquet",
+        model=stage_file("{stage}", "model"),
+        corpus=data_file("corpus.parquet", "{target}"),
         leakage=TRANSFER_LEAKAGE,  # zero-shot: B's evaluation queries were not trained on (checked first)
     output:
-        vectors="results/{dataset}/{stage}/transfer/{target}/embeddings/shard_{shard}.npy",
-        ids="results/{dataset}/{stage}/transfer/{target}/embeddings/shard_{shard}.ids.parquet",
+        vectors=stage_file("{stage}", "transfer/{target}/embeddings/shard_{shard}.npy"),
+        ids=stage_file("{stage}", "transfer/{target}/embeddings/shard_{shard}.ids.parquet"),
     params:
         stage=biencoder_params,
         retriever=transfer_retriever_params,
     log:
-        "results/{dataset}/logs/transfer_encode_corpus_{stage}_{target}_{shard}.log",
+        log_file("transfer_encode_corpus_{stage}_{target}_{shard}"),
     benchmark:
-        "results/{dataset}/benchmarks/transfer_encode_corpus_{stage}_{target}_{shard}.tsv"
+        benchmark_file("transfer_encode_corpus_{stage}_{target}_{shard}")
 
 
 use rule build_index as transfer_build_index with:
     input:
         unpack(transfer_encoded_shards),
     output:
-        index="results/{dataset}/{stage}/transfer/{target}/index.faiss",
-        ids="results/{dataset}/{stage}/transfer/{target}/index_ids.parquet",
+        index=stage_file("{stage}", "transfer/{target}/index.faiss"),
+        ids=stage_file("{stage}", "transfer/{target}/index_ids.parquet"),
     params:
         retriever=transfer_retriever_params,
     log:
-        "results/{dataset}/logs/transfer_build_index_{stage}_{target}.log",
+        log_file("transfer_build_index_{stage}_{target}"),
     benchmark:
-        "results/{dataset}/benchmarks/transfer_build_index_{stage}_{target}.tsv"
+        benchmark_file("transfer_build_index_{stage}_{target}")
 
 
 use rule dense_search as transfer_dense_search with:
     input:
-        model="results/{dataset}/{stage}/model",
-        index="results/{dataset}/{stage}/transfer/{target}/index.faiss",
-        ids="results/{dataset}/{stage}/transfer/{target}/index_ids.parquet",
-        queries="results/{target}/data/queries_{split}.parquet",
+        model=stage_file("{stage}", "model"),
+        index=stage_file("{stage}", "transfer/{target}/index.faiss"),
+        ids=stage_file("{stage}", "transfer/{target}/index_ids.parquet"),
+        queries=data_file("queries_{split}.parquet", "{target}"),
     output:
-        "results/{dataset}/{stage}/transfer/{target}/run_{split}.trec",
+        stage_file("{stage}", "transfer/{target}/run_{split}.trec"),
     params:
         stage=biencoder_params,
         retriever=transfer_retriever_params,
         depth=lambda wc: transfer_retriever_params(wc)["search_depth"],
     log:
-        "results/{dataset}/logs/transfer_dense_search_{stage}_{target}_{split}.log",
+        log_file("transfer_dense_search_{stage}_{target}_{split}"),
     benchmark:
-        "results/{dataset}/benchmarks/transfer_dense_search_{stage}_{target}_{split}.tsv"
+        benchmark_file("transfer_dense_search_{stage}_{target}_{split}")
 
 
 use rule rerank as transfer_rerank with:
     input:
-        model="results/{dataset}/reranker/model",
-        run="results/{target}/bm25/run_{split}.trec",
-        corpus="results/{target}/data/corpus.parquet",
-        queries="results/{target}/data/queries_{split}.parquet",
+        model=stage_file("reranker", "model"),
+        run=stage_file("bm25", "run_{split}.trec", "{target}"),
+        corpus=data_file("corpus.parquet", "{target}"),
+        queries=data_file("queries_{split}.parquet", "{target}"),
         leakage=TRANSFER_LEAKAGE,
     output:
-        "results/{dataset}/reranker/transfer/{target}/run_{split}.trec",
+        stage_file("reranker", "transfer/{target}/run_{split}.trec"),
     params:
         reranker=lambda wc: {
             **stage_params(config, wc.dataset, "reranker"),
             "rerank_depth": config["transfer"]["rerank_depth"],
         },
     log:
-        "results/{dataset}/logs/transfer_rerank_{target}_{split}.log",
+        log_file("transfer_rerank_{target}_{split}"),
     benchmark:
-        "results/{dataset}/benchmarks/transfer_rerank_{target}_{split}.tsv"
+        benchmark_file("transfer_rerank_{target}_{split}")
 
 
 # The evaluate rule's inputs and params follow the evaluated dataset (evaluated_dataset: B here; its qrels or
@@ -105,23 +105,23 @@ use rule rerank as transfer_rerank with:
 # metrics name the stage's manifest, results/{A}/{stage}/manifest.json.
 use rule evaluate as transfer_evaluate with:
     output:
-        "results/{dataset}/{stage}/transfer/{target}/metrics.json",
+        stage_file("{stage}", "transfer/{target}/metrics.json"),
     wildcard_constraints:
         stage="|".join(BIENCODERS + ["reranker"]),
     log:
-        "results/{dataset}/logs/transfer_evaluate_{stage}_{target}.log",
+        log_file("transfer_evaluate_{stage}_{target}"),
     benchmark:
-        "results/{dataset}/benchmarks/transfer_evaluate_{stage}_{target}.tsv"
+        benchmark_file("transfer_evaluate_{stage}_{target}")
 
 
 rule transfer_summary:
     input:
         transfer_metrics,
     output:
-        json="results/{dataset}/transfer_summary.json",
-        markdown="results/{dataset}/transfer_summary.md",
+        json=dataset_file("transfer_summary.json"),
+        markdown=dataset_file("transfer_summary.md"),
         png=report(
-            "results/{dataset}/transfer_summary.png",
+            dataset_file("transfer_summary.png"),
             caption="../report/transfer.rst",
             category="{dataset}",
             subcategory="transfer",
@@ -134,9 +134,9 @@ rule transfer_summary:
     resources:
         **resources_of("transfer_summary"),
     log:
-        "results/{dataset}/logs/transfer_summary.log",
+        log_file("transfer_summary"),
     benchmark:
-        "results/{dataset}/benchmarks/transfer_summary.tsv"
+        benchmark_file("transfer_summary")
     conda:
         "../envs/eval.yaml"
     script:

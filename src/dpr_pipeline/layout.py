@@ -1,0 +1,48 @@
+"""Where the workflow's files live: every path under ``results/{dataset}/`` is built here, so a rule, an input
+function, the report's job list and a test name a file the same way (docs/artifacts.md lists what each holds).
+
+Each function returns a path string; its ``dataset`` (and any other part) defaults to a Snakemake wildcard
+(``{dataset}``), so the same call gives a rule's pattern (``log_file("bm25_index")`` =
+``results/{dataset}/logs/bm25_index.log``) or, given values, a concrete file.
+"""
+
+from __future__ import annotations
+
+RESULTS = "results"
+WILDCARD = "{dataset}"
+
+
+def dataset_dir(dataset: str = WILDCARD) -> str:
+    """``results/<dataset>``: everything the workflow writes for one dataset."""
+    return f"{RESULTS}/{dataset}"
+
+
+def dataset_file(name: str, dataset: str = WILDCARD) -> str:
+    """``results/<dataset>/<name>``: a dataset-level output (the summaries, the transfer leakage counts)."""
+    return f"{dataset_dir(dataset)}/{name}"
+
+
+def stage_file(stage: str, name: str, dataset: str = WILDCARD) -> str:
+    """``results/<dataset>/<stage>/<name>``: a stage's output (``stage`` may be a wildcard, ``{stage}``)."""
+    return f"{dataset_dir(dataset)}/{stage}/{name}"
+
+
+def data_file(name: str, dataset: str = WILDCARD) -> str:
+    """An ingestion artifact: ``results/<dataset>/data/<name>`` (corpus, queries, qrels, answers, manifests)."""
+    return stage_file("data", name, dataset)
+
+
+def log_file(job: str, dataset: str = WILDCARD) -> str:
+    """The log of a job: ``results/<dataset>/logs/<job>.log`` (``job``: the rule's name and its wildcards)."""
+    return stage_file("logs", f"{job}.log", dataset)
+
+
+def benchmark_file(job: str, dataset: str = WILDCARD) -> str:
+    """Snakemake's benchmark of a job: ``results/<dataset>/benchmarks/<job>.tsv`` (read by the throughput report)."""
+    return stage_file("benchmarks", f"{job}.tsv", dataset)
+
+
+def checkpoint_dir(stage: str, dataset: str = WILDCARD) -> str:
+    """``results/<dataset>/checkpoints/<stage>``: a training job's checkpoints, undeclared on purpose (Snakemake
+    keeps the folder when a job fails, so a rerun resumes from it)."""
+    return stage_file("checkpoints", stage, dataset)
