@@ -1,11 +1,17 @@
 """Pyserini BM25 on a tiny corpus: indexing, both field choices, --remove-query behaviour."""
 
+import json
 import logging
+import os
+import subprocess
+import sys
+import weakref
 
 import pandas as pd
 import pytest
 
-from conftest import write_beir
+from conftest import REPO, write_beir
+from dpr_pipeline import bm25
 from dpr_pipeline.bm25 import build_index, search
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
 from dpr_pipeline.runs import read_trec_run
@@ -76,3 +82,68 @@ def test_a_query_over_lucenes_clause_limit_is_searched_in_full_and_counted(tiny,
         assert "1 query has more than Lucene's default 1024 clauses (first 'long'" in caplog.text
         assert "1 of 3 queries got no BM25 hit (first 'nohit'" in caplog.text
         assert "searched 3 queries, 1 over Lucene's default clause limit, 1 without hits" in caplog.text
+
+
+
+class _Hits(dict):
+    """A batch's hits that a weak reference can watch."""
+
+
+def test_the_run_is_the_same_whatever_the_batches(tiny, tmp_path, monkeypatch):
+    """Batches of one query, the default batches and one batch of all the queries write the same bytes. A default
+    batch holds at most HITS_PER_BATCH hits, and each batch's hits are released before the next is searched."""
+    from pyserini.search.lucene import LuceneSearcher
+
+    texts = ["cats purr", "dogs", "why do cats purr", "purr machines", "xyzzy", "low sound", "q1 cats", "bark"]
+    queries = tmp_path / "queries.parquet"
+    pd.DataFrame({"query_id": [f"q{i}" for i in range(len(texts))], "text": texts}).to_parquet(queries)
+    monkeypatch.setattr(bm25, "HITS_PER_BATCH", 9)  # depth 3 (4 with remove_query_id_hits): 3 or 2 queries a batch
+    original, held, batches = LuceneSearcher.batch_search, [], []
+
+    def recording(self, qtexts, qids, k, **kwargs):
+        assert all(alive() is None for alive in held), "the previous batch's hits are still held"
+        hits = _Hits(original(self, qtexts, qids, k=k, **kwargs))
+        held.append(weakref.ref(hits))
+        batches.append(len(qids) * k)
+        return hits
+
+    monkeypatch.setattr(LuceneSearcher, "batch_search", recording)
+    for fields in ("flat", "multifield"):
+        for remove in (False, True):
+            runs = []
+            for batch_size in (1, None, 100):
+                batches.clear()
+                run = tmp_path / f"run-{fields}-{remove}-{batch_size}.trec"
+                search(tiny / f"index-{fields}", queries, run, k=3, fields=fields, remove_query_id_hits=remove,
+                       batch_size=batch_size)
+                assert len(batches) == {1: len(texts), None: 4 if remove else 3, 100: 1}[batch_size]
+                runs.append(run.read_bytes())
+            assert runs[0] and runs[0] == runs[1] == runs[2], (fields, remove)
+            assert b"q4 Q0" not in runs[0] and runs[0].count(b"\n") > len(texts)
+
+
+def test_java_heap_reaches_the_jvm(tiny, tmp_path):
+    """The JVM starts once per process, so a fresh Python searches with java_heap 300m and reports its JVM."""
+    code = f"""
+import json, sys
+from dpr_pipeline.bm25 import search
+search({str(tiny / "index-flat")!r}, {str(tiny / "queries.parquet")!r}, {str(tmp_path / "run.trec")!r}, k=2,
+       java_heap="300m")
+from jnius import autoclass
+arguments = autoclass("java.lang.management.ManagementFactory").getRuntimeMXBean().getInputArguments()
+print(json.dumps({{"max_mb": autoclass("java.lang.Runtime").getRuntime().maxMemory() / 2**20,
+                  "arguments": [arguments.get(i) for i in range(arguments.size())]}}))
+"""
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    jvm = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "-Xmx300m" in jvm["arguments"] and "-XX:+ExitOnOutOfMemoryError" in jvm["arguments"]
+    assert 280 <= jvm["max_mb"] <= 310
+    assert (tmp_path / "run.trec").read_text().count("\n") > 0
+
+
+@pytest.mark.parametrize("heap", ["1 g", "0g", "lots", "2gb", 2])
+def test_a_bad_java_heap_is_refused(heap):
+    with pytest.raises(ValueError, match="java_heap must be a size"):
+        bm25.start_jvm(heap)

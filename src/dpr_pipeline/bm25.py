@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,9 +101,43 @@ def allow_clauses(needed: int) -> int:
     return int(searcher_class.getMaxClauseCount())
 
 
+#: Default maximum Java heap (``-Xmx``) of the search's JVM (``stages.bm25.java_heap``). Left to itself the JVM may
+#: grow its heap to a quarter of the machine's memory before collecting: on a 1M-passage corpus at depth 1000 the
+#: job grew about 1 MB per query (3.3 GB at 2,000 queries) although a batch's hits are only ~60 MB.
+DEFAULT_JAVA_HEAP = "1g"
+#: Hits (queries x depth) one ``batch_search`` call holds at most: every hit carries its stored document.
+HITS_PER_BATCH = 65_536
+_HEAP = re.compile(r"[1-9][0-9]*[kKmMgG]")
+
+
+def start_jvm(java_heap: str | None = DEFAULT_JAVA_HEAP) -> None:
+    """Start Pyserini's JVM (it runs inside this process) with a maximum heap of ``java_heap`` (``-Xmx``, e.g.
+    ``1g``; None: the JVM's default), exiting on a Java ``OutOfMemoryError`` rather than losing a search
+    thread's queries. A process starts its JVM only once: if it already runs, this warns and changes nothing."""
+    import jnius_config
+
+    if java_heap is not None and not _HEAP.fullmatch(str(java_heap)):
+        raise ValueError(f"java_heap must be a size like 512m or 2g, got {java_heap!r}")
+    if jnius_config.vm_running:
+        if java_heap is not None:
+            from jnius import autoclass
+
+            in_force = autoclass("java.lang.Runtime").getRuntime().maxMemory() // 2**20
+            log.warning("the JVM already runs in this process (max heap %d MB): java_heap %s is not applied",
+                        in_force, java_heap)
+        return
+    options = [o for o in jnius_config.get_options() if not o.startswith("-Xmx")]
+    if java_heap is not None:
+        options.append(f"-Xmx{java_heap}")
+    if "-XX:+ExitOnOutOfMemoryError" not in options:
+        options.append("-XX:+ExitOnOutOfMemoryError")
+    jnius_config.set_options(*options)
+
+
 def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 1000, k1: float = 0.9,
-           b: float = 0.4, fields: str = "flat", threads: int = 1, batch_size: int = 256,
-           remove_query_id_hits: bool = False, tag: str = "bm25") -> int:
+           b: float = 0.4, fields: str = "flat", threads: int = 1, batch_size: int | None = None,
+           remove_query_id_hits: bool = False, tag: str = "bm25",
+           java_heap: str | None = DEFAULT_JAVA_HEAP) -> int:
     """Retrieve the top ``k`` documents per query with Lucene BM25 and write a TREC run.
 
     ``remove_query_id_hits`` drops a hit whose doc id equals the query id (Pyserini's ``--remove-query``,
@@ -111,11 +146,16 @@ def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 
     Queries with more clauses than Lucene's default limit (1,024 distinct terms: a pasted document as a query)
     are searched in full: the limit is raised to the longest query's clauses, with a warning that counts them.
     Queries left without any hit are counted in the log too (they score 0 in the evaluation).
-    """
-    from pyserini.search.lucene import LuceneSearcher
 
+    Memory does not grow with the number of queries: they are searched ``batch_size`` at a time (default: as
+    many as make ``HITS_PER_BATCH`` hits, at least ``threads``, at most 256), each batch's hits are written and
+    released before the next, and the JVM's heap is capped at ``java_heap`` (see ``start_jvm``).
+    """
     if fields not in FIELD_CHOICES:
         raise ValueError(f"fields must be one of {FIELD_CHOICES}, got {fields!r}")
+    start_jvm(java_heap)
+    from pyserini.search.lucene import LuceneSearcher
+
     frame = read_artifact(queries, "queries")
     searcher = LuceneSearcher(str(index))
     searcher.set_bm25(k1, b)
@@ -127,9 +167,11 @@ def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 
                     "max clause count to %d so they are searched in full", len(over),
                     "y has" if len(over) == 1 else "ies have", LUCENE_DEFAULT_MAX_CLAUSES, over[0][0], over[0][1],
                     max(n for _, n in over), limit)
-    without_hits = []
+    without_hits = {"count": 0, "first": None}
     field_weights = {"contents": 1.0, "title": 1.0} if fields == "multifield" else None
     depth = k + 1 if remove_query_id_hits else k
+    if batch_size is None:
+        batch_size = min(256, max(threads, HITS_PER_BATCH // depth))
 
     def results():
         ids, texts = frame["query_id"].tolist(), frame["text"].tolist()
@@ -138,16 +180,19 @@ def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 
             extra = {"fields": field_weights} if field_weights else {}
             hits = searcher.batch_search(qtexts, qids, k=depth, threads=threads, **extra)
             for qid in qids:
-                pairs = [(h.docid, h.score) for h in hits.get(qid, [])
+                pairs = [(h.docid, h.score) for h in hits.pop(qid, [])
                          if not (remove_query_id_hits and h.docid == qid)]
                 if not pairs:
-                    without_hits.append(qid)
+                    without_hits["count"] += 1
+                    without_hits["first"] = without_hits["first"] or qid
                 yield qid, pairs[:k]
+            del hits  # release this batch's Java hits before the next batch is searched
 
     write_trec_run(results(), run, tag)
-    if without_hits:
+    if without_hits["count"]:
         log.warning("%d of %d quer%s got no BM25 hit (first %r; no query term in the index?): they score 0 in the "
-                    "evaluation", len(without_hits), len(frame), "y" if len(frame) == 1 else "ies", without_hits[0])
+                    "evaluation", without_hits["count"], len(frame), "y" if len(frame) == 1 else "ies",
+                    without_hits["first"])
     log.info("searched %d queries, %d over Lucene's default clause limit, %d without hits", len(frame), len(over),
-             len(without_hits))
+             without_hits["count"])
     return len(frame)
