@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, copy_repo, make_tiny_bert, planned_jobs, slurm_dry_run
+from conftest import REPO, copy_repo, make_tiny_bert, planned_jobs, slurm_dry_run, tiny_scifact_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -66,18 +66,9 @@ def checkout(tmp_path_factory):
     root = copy_repo(tmp_path_factory.mktemp("slurm") / "repo")
     script = root / "workflow_scripts" / f"{FAULTY_RULE}.py"
     script.write_text(FAULT + script.read_text())
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
+    config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
     config["run_datasets"] = ["scifact"]
-    tiny = str(make_tiny_bert(root / "tiny_bert"))
     stages = config["datasets"]["scifact"]["stages"]
-    for stage in ("retriever", "reranker", "distill"):
-        stages[stage].update(plm=tiny, learning_rate=1e-3, batch_size=32, save_steps=10)
-    # the tiny BERT has 128 positions (the bundled MiniLM's passages are 256 tokens)
-    stages["retriever"].update(passage_max_length=128)
-    stages["distill"].update(passage_max_length=128)
-    stages["reranker"].update(max_length=128)
-    stages["retriever"].update(encode_batch_size=256, encode_shards=2)
     stages["reranker"].update(teacher_shards=2, score_batch_size=256)
     stages["retriever"].update(processes=2)        # 2-GPU training jobs: torchrun --nproc_per_node 2
     # Small jobs for a 2-CPU node: 1 thread, 2 GB, 30 minutes each (a retry doubles memory and runtime).

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake
+from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, tiny_scifact_config
 
 pytestmark = pytest.mark.slow
 
@@ -29,17 +29,9 @@ def snakemake(workdir, *args, check=True):
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("workflow")
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
     tiny = str(make_tiny_bert(workdir / "tiny_bert"))
+    config = tiny_scifact_config(tiny)
     stages = config["datasets"]["scifact"]["stages"]
-    for stage in ("retriever", "reranker", "distill"):
-        stages[stage].update(plm=tiny, learning_rate=1e-3, batch_size=32, save_steps=10)
-    # the tiny BERT has 128 positions (the bundled MiniLM's passages are 256 tokens)
-    stages["retriever"].update(passage_max_length=128)
-    stages["distill"].update(passage_max_length=128)
-    stages["reranker"].update(max_length=128)
-    stages["retriever"].update(encode_batch_size=256, encode_shards=2)
     # the distilled retriever starts from the pre-trained encoder (SimLM), as in the paper
     stages["distill"]["plm"] = "pretrain"
     stages["pretrain"].update(plm=tiny, batch_size=8, max_length=32, train_steps=4, warmup_steps=1, save_steps=2,
