@@ -13,6 +13,8 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/inputs.smk"
+include: "rules/report_inputs.smk"
 include: "rules/fetch.smk"
 include: "rules/data.smk"
 include: "rules/bm25.smk"

@@ -1,0 +1,145 @@
+# Input functions: which files a job reads, from the config and the wildcards (paths from dpr_pipeline.layout).
+
+
+def leakage_inputs(wildcards):
+    """An evaluation split's ingestion also reads the train split's queries, to refuse shared queries (leakage)."""
+    train = dataset_config(wildcards).get("train_split")
+    if train is None or wildcards.split == train:
+        return {}
+    return {"train_queries": data_file(f"queries_{train}.parquet", wildcards.dataset)}
+
+
+def train_queries(wildcards):
+    return data_file(f"queries_{train_split(wildcards)}.parquet", wildcards.dataset)
+
+
+def train_qrels(wildcards):
+    return data_file(f"qrels_{train_split(wildcards)}.parquet", wildcards.dataset)
+
+
+def encoded_shards(wildcards):
+    shards = range(retriever_params(wildcards)["encode_shards"])
+    stem = stage_file(wildcards.stage, "embeddings/shard_", wildcards.dataset)
+    return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
+
+
+def teacher_shards(wildcards):
+    shards = range(stage_params(config, wildcards.dataset, "reranker")["teacher_shards"])
+    return [stage_file("reranker", f"teacher/shard_{i}.parquet", wildcards.dataset) for i in shards]
+
+
+from dpr_pipeline.cluster import GPU_INFERENCE_RULES, GPU_TRAINING_RULES, job_resources, scaled
+
+
+def bm25_negatives_pool(wildcards):
+    """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
+    if "official_negatives" in dataset_config(wildcards):
+        return data_file("official_negatives.parquet", wildcards.dataset)
+    return stage_file("bm25", f"run_{train_split(wildcards)}.trec", wildcards.dataset)
+
+
+def token_shards(wildcards):
+    shards = range(stage_params(config, wildcards.dataset, "pretrain")["tokenize_shards"])
+    return [stage_file("tokens", f"part_{i}.parquet", wildcards.dataset) for i in shards]
+
+
+def pretrained_model(dataset, method):
+    return stage_file("pretrain", f"{method}/model", dataset)
+
+
+def initialisation(stage):
+    """The model a bi-encoder stage starts from: ``plm`` as configured, where ``plm: pretrain`` means the output
+    of ``pretrain.method`` on this dataset; an ablation stage ``ablation/{method}`` starts from that method's
+    output (``none``: the plm that pre-training starts from)."""
+
+    def reference(wildcards):
+        if wildcards.get("stage", "").startswith("ablation/"):
+            method = wildcards.stage.split("/", 1)[1]
+            if method == "none":
+                return stage_params(config, wildcards.dataset, "pretrain")["plm"]
+            return pretrained_model(wildcards.dataset, method)
+        plm = stage_params(config, wildcards.dataset, stage)["plm"]
+        if plm == "pretrain":
+            return pretrained_model(wildcards.dataset, stage_params(config, wildcards.dataset, "pretrain")["method"])
+        return plm
+
+    return reference
+
+
+def initialisation_input(stage):
+    """The initialisation as a job input when the workflow builds it (a pre-training output), else nothing."""
+
+    def inputs(wildcards):
+        model = initialisation(stage)(wildcards)
+        return [model] if model.startswith(f"{RESULTS}/") else []
+
+    return inputs
+
+
+def evaluation_inputs(wildcards):
+    """A stage's runs per evaluation split of the evaluated dataset (a transfer target's runs live under
+    results/{A}/{stage}/transfer/{B}/) and what judges them there: qrels, or answers and the corpus."""
+    judged = wildcards.get("target", wildcards.dataset)
+    splits = evaluated_dataset(wildcards)["eval_splits"]
+    stem = stage_file(wildcards.stage, f"transfer/{judged}/" if "target" in wildcards.keys() else "", wildcards.dataset)
+    inputs = {"runs": [f"{stem}run_{s}.trec" for s in splits]}
+    if relevance_of(wildcards) == "answers":
+        inputs["answers"] = [data_file(f"answers_{s}.parquet", judged) for s in splits]
+        inputs["corpus"] = data_file("corpus.parquet", judged)
+    else:
+        inputs["qrels"] = [data_file(f"qrels_{s}.parquet", judged) for s in splits]
+    return inputs
+
+
+def mining_answer_inputs(wildcards):
+    """Answer-based datasets: the train answers and the corpus, so mined negatives contain no answer."""
+    if relevance_of(wildcards) != "answers":
+        return {}
+    return {"answers": data_file(f"answers_{train_split(wildcards)}.parquet", wildcards.dataset),
+            "corpus": data_file("corpus.parquet", wildcards.dataset)}
+
+
+def bm25_negatives_answer_inputs(wildcards):
+    """As mining_answer_inputs, for BM25 negatives taken from our Pyserini run (official ones are left as is)."""
+    return {} if "official_negatives" in dataset_config(wildcards) else mining_answer_inputs(wildcards)
+
+
+# Zero-shot transfer (rules/transfer.smk): {dataset} = A, the dataset the models trained on; {target} = B.
+def evaluated_dataset(wildcards):
+    """The dataset whose qrels and evaluation settings score a job's runs: the transfer target B when the job
+    has one (transfer_evaluate), else the job's own dataset (evaluate)."""
+    return config["datasets"][wildcards.get("target", wildcards.dataset)]
+
+
+def transfer_retriever_params(wildcards):
+    """A's retriever settings (model side: encoding batch size, embedding dtype) with the corpus-side ones of
+    the target B: the number of encoding jobs, the index and the search depth."""
+    target = stage_params(config, wildcards.target, "retriever")
+    return {**retriever_params(wildcards), **{key: target[key] for key in ("encode_shards", "index", "search_depth")}}
+
+
+def transfer_encoded_shards(wildcards):
+    shards = range(transfer_retriever_params(wildcards)["encode_shards"])
+    stem = stage_file(wildcards.stage, f"transfer/{wildcards.target}/embeddings/shard_", wildcards.dataset)
+    return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
+
+
+def transfer_leakage_inputs(wildcards):
+    """What transfer_leakage compares: B's evaluation queries, and A's train queries when A has a train split."""
+    train = dataset_config(wildcards).get("train_split")
+    targets = config["datasets"][wildcards.target]["eval_splits"]
+    inputs = {"target_queries": [data_file(f"queries_{s}.parquet", wildcards.target) for s in targets]}
+    return {**inputs, "train_queries": data_file(f"queries_{train}.parquet", wildcards.dataset)} if train else inputs
+
+
+TRANSFER_LEAKAGE = dataset_file("transfer_leakage_{target}.json")
+
+
+def transfer_metrics(wildcards):
+    """Per target B, in transfer_to order: B's own BM25 (the baseline column), then each transferred stage."""
+    return [
+        path
+        for target in dataset_config(wildcards)["transfer_to"]
+        for path in [stage_file("bm25", "metrics.json", target)]
+        + [stage_file(stage, f"transfer/{target}/metrics.json", wildcards.dataset) for stage in config["transfer"]["stages"]]
+    ]
