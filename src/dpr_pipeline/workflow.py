@@ -79,3 +79,19 @@ def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: i
                               config=snakemake.config, seed=seed, world_size=world_size, negatives=negatives,
                               report=report)
     write_manifest(snakemake.output.manifest, manifest)
+
+
+def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bool, **options) -> None:
+    """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) on the rule's negatives, corpus
+    and queries, in one process per GPU the job holds (torchrun when several), then the stage's manifest.
+    ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
+    from .cluster import processes_for
+    from .training.launch import run_training
+
+    processes = processes_for(snakemake.resources.gpu)
+    run_training(train, processes, negatives_path=snakemake.input.negatives, corpus_path=snakemake.input.corpus,
+                 queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
+                 checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
+                 **options)
+    write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes,
+                       negatives=group_negatives(snakemake, params, in_batch=in_batch))
