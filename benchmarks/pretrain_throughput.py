@@ -75,6 +75,48 @@ def timed(step, device) -> float:
     return time.perf_counter() - began
 
 
+def bert_mlm_step(plm: str, tokenizer, special, device, autocast):
+    """One optimizer step of plain BERT masked-LM pre-training (30% masked, 80/10/10), the baseline."""
+    baseline = load_masked_lm(plm).to(device).train()
+    optimizer = torch.optim.AdamW(baseline.parameters(), lr=1e-5)
+
+    def step(batch):
+        mask = random_mask(batch["content"], 0.3)
+        labels = batch["input_ids"].masked_fill(~mask, -100)
+        with autocast:
+            loss = baseline(input_ids=bert_corrupt(batch["input_ids"], mask, special.mask, len(tokenizer)),
+                            attention_mask=batch["attention_mask"], labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def pretraining_step(method: str, params: dict, tokenizer, special, corpus, counts, batch_size: int, device,
+                     autocast):
+    """One optimizer step of ``method`` on a fixed batch, and the batch's token count."""
+    torch.manual_seed(0)
+    model = build_model({**params, "method": method}, tokenizer).to(device).train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    # coCondenser reads two half-length spans per passage: batch_size / 2 passages give the same token count
+    data = PassageData(corpus, span_pairs=method == "cocondenser", seed=0)
+    count = batch_size // 2 if method == "cocondenser" else batch_size
+    batch = {k: v.to(device) for k, v in PretrainingCollator(special, counts)(
+        [data.example(i, 0) for i in range(count)]).items()}
+    step_loss = cocondenser_step(0) if method == "cocondenser" else default_step
+
+    def step():
+        with autocast:
+            loss = step_loss(model, batch, Distributed())
+        if loss.requires_grad:
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, int(batch["attention_mask"].sum())
+
+
 def main() -> None:
     args = parse_args()
     device = devices.default_device()
@@ -89,18 +131,7 @@ def main() -> None:
               "random_generator_hidden_size": max(64, config.hidden_size // 3), "random_generator_layers": 2,
               "condenser_skip_layer": config.num_hidden_layers // 2}
 
-    baseline = load_masked_lm(args.plm).to(device).train()
-    baseline_optimizer = torch.optim.AdamW(baseline.parameters(), lr=1e-5)
-
-    def baseline_step(batch):
-        mask = random_mask(batch["content"], 0.3)
-        labels = batch["input_ids"].masked_fill(~mask, -100)
-        with autocast:
-            loss = baseline(input_ids=bert_corrupt(batch["input_ids"], mask, special.mask, len(tokenizer)),
-                            attention_mask=batch["attention_mask"], labels=labels).loss
-        loss.backward()
-        baseline_optimizer.step()
-        baseline_optimizer.zero_grad(set_to_none=True)
+    baseline_step = bert_mlm_step(args.plm, tokenizer, special, device, autocast)
 
     results = {"device": str(device), "torch_threads": torch.get_num_threads(), "plm": args.plm,
                "batch_size": args.batch_size, "max_length": args.max_length, "methods": {}}
@@ -109,25 +140,8 @@ def main() -> None:
         [plain.example(i, 0) for i in range(args.batch_size)]).items()}
     tokens = int(plain_batch["attention_mask"].sum())
     for method in args.methods:
-        torch.manual_seed(0)
-        model = build_model({**params, "method": method}, tokenizer).to(device).train()
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-        # coCondenser reads two half-length spans per passage: batch_size / 2 passages give the same token count
-        data = PassageData(corpus, span_pairs=method == "cocondenser", seed=0)
-        count = args.batch_size // 2 if method == "cocondenser" else args.batch_size
-        batch = {k: v.to(device) for k, v in PretrainingCollator(special, counts)(
-            [data.example(i, 0) for i in range(count)]).items()}
-        step_loss = cocondenser_step(0) if method == "cocondenser" else default_step
-
-        def method_step():
-            with autocast:
-                loss = step_loss(model, batch, Distributed())
-            if loss.requires_grad:
-                loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        method_tokens = int(batch["attention_mask"].sum())
+        method_step, method_tokens = pretraining_step(method, params, tokenizer, special, corpus, counts,
+                                                      args.batch_size, device, autocast)
         with FlopCounterMode(display=False) as flops:
             method_step()  # also the warm-up
         baseline_step(plain_batch)

@@ -134,6 +134,20 @@ def start_jvm(java_heap: str | None = DEFAULT_JAVA_HEAP) -> None:
     jnius_config.set_options(*options)
 
 
+def _allow_long_queries(frame, fields: str) -> list[tuple[str, int]]:
+    """The queries over Lucene's default clause limit, as (query id, clauses); when there are any, the limit is
+    raised to the longest one's clauses (with a warning that counts them), so they are searched in full."""
+    clauses = query_clauses(frame["text"].tolist(), fields)
+    over = [(qid, n) for qid, n in zip(frame["query_id"], clauses) if n > LUCENE_DEFAULT_MAX_CLAUSES]
+    if over:
+        limit = allow_clauses(max(n for _, n in over))
+        log.warning("%d quer%s more than Lucene's default %d clauses (first %r: %d; longest %d): raised Lucene's "
+                    "max clause count to %d so they are searched in full", len(over),
+                    "y has" if len(over) == 1 else "ies have", LUCENE_DEFAULT_MAX_CLAUSES, over[0][0], over[0][1],
+                    max(n for _, n in over), limit)
+    return over
+
+
 def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 1000, k1: float = 0.9,
            b: float = 0.4, fields: str = "flat", threads: int = 1, batch_size: int | None = None,
            remove_query_id_hits: bool = False, tag: str = "bm25",
@@ -159,14 +173,7 @@ def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 
     frame = read_artifact(queries, "queries")
     searcher = LuceneSearcher(str(index))
     searcher.set_bm25(k1, b)
-    clauses = query_clauses(frame["text"].tolist(), fields)
-    over = [(qid, n) for qid, n in zip(frame["query_id"], clauses) if n > LUCENE_DEFAULT_MAX_CLAUSES]
-    if over:
-        limit = allow_clauses(max(n for _, n in over))
-        log.warning("%d quer%s more than Lucene's default %d clauses (first %r: %d; longest %d): raised Lucene's "
-                    "max clause count to %d so they are searched in full", len(over),
-                    "y has" if len(over) == 1 else "ies have", LUCENE_DEFAULT_MAX_CLAUSES, over[0][0], over[0][1],
-                    max(n for _, n in over), limit)
+    over = _allow_long_queries(frame, fields)
     without_hits = {"count": 0, "first": None}
     field_weights = {"contents": 1.0, "title": 1.0} if fields == "multifield" else None
     depth = k + 1 if remove_query_id_hits else k

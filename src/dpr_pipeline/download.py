@@ -126,6 +126,15 @@ def download_file(url: str, dest: str | Path, *, md5: str | None = None, sha256:
         log.warning("%s: attempt %d of %d failed (%s); trying again, continuing the partial file",
                     dest.name, attempt, tries, problem)
         time.sleep(retry_wait * attempt)
+    found_sha256 = _checked_sha256(part, dest, url, algorithm, expected)
+    os.replace(part, dest)
+    log.info("%s: %s OK", dest, f"{algorithm} {expected.lower()}" if expected else f"sha256 {found_sha256}")
+    return found_sha256
+
+
+def _checked_sha256(part: Path, dest: Path, url: str, algorithm: str | None, expected: str | None) -> str:
+    """The SHA-256 of the downloaded ``part``, after checking it against ``expected`` (``algorithm``'s sum; a
+    mismatch removes ``part`` and is a FetchError); without a checksum, a warning that prints the sum to pin."""
     found_sha256 = file_hash(part, "sha256")
     if expected:
         found = found_sha256 if algorithm == "sha256" else file_hash(part, algorithm)
@@ -138,6 +147,4 @@ def download_file(url: str, dest: str | Path, *, md5: str | None = None, sha256:
     else:
         log.warning("%s has no checksum in config.yaml; its sha256 is %s: add `sha256: %s` to pin it",
                     dest, found_sha256, found_sha256)
-    os.replace(part, dest)
-    log.info("%s: %s OK", dest, f"{algorithm} {expected.lower()}" if expected else f"sha256 {found_sha256}")
     return found_sha256

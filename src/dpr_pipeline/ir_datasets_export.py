@@ -114,23 +114,7 @@ def export_ir_datasets(name: str, ids: dict[str, str], outputs: dict[str, str | 
     from .io import atomic_outputs
 
     cache = Path(cache).expanduser().resolve()
-    ir_datasets = _load_ir_datasets(cache)
-    loaded, parents = {}, {}
-    for split, dataset_id in ids.items():
-        try:
-            loaded[split] = ir_datasets.load(dataset_id)
-        except KeyError:
-            raise FetchError(f"config.yaml datasets.{name}.ir_datasets.{split}", f"unknown ir_datasets id "
-                             f"{dataset_id!r}", "use an id listed on https://ir-datasets.com (e.g. beir/scifact/test, "
-                             "msmarco-passage/dev/small)") from None
-        if not (loaded[split].has_queries() and loaded[split].has_qrels() and loaded[split].has_docs()):
-            raise FetchError(f"config.yaml datasets.{name}.ir_datasets.{split}", f"{dataset_id!r} lacks documents, "
-                             "queries or qrels", "use an id with all three (e.g. msmarco-passage/dev/small, not "
-                             "msmarco-passage/dev)")
-        parents[split] = ir_datasets.docs_parent_id(dataset_id)
-    if len(set(parents.values())) > 1:
-        raise FetchError(f"config.yaml datasets.{name}.ir_datasets", f"the splits' ids use different corpora "
-                         f"({parents})", "give every split an id of the same collection")
+    loaded, parents = _load_splits(name, ids, _load_ir_datasets(cache))
     counts: dict[str, int] = {}
     names = list(outputs)
     with atomic_outputs(*(outputs[n] for n in names)) as temporaries:
@@ -164,6 +148,28 @@ def export_ir_datasets(name: str, ids: dict[str, str], outputs: dict[str, str | 
             log.info("%s: split %s (%s): %d queries, %d judgements", name, split, ids[split], len(queries), len(qrels))
     log.info("%s: %d documents of %s exported", name, counts["corpus"], parents[first_split])
     return counts
+
+
+def _load_splits(name: str, ids: dict[str, str], ir_datasets) -> tuple[dict, dict[str, str]]:
+    """``({split: ir_datasets dataset}, {split: its documents' parent id})``; an unknown id, one without
+    documents, queries or qrels, or splits of different collections is a FetchError naming the config key."""
+    loaded, parents = {}, {}
+    for split, dataset_id in ids.items():
+        try:
+            loaded[split] = ir_datasets.load(dataset_id)
+        except KeyError:
+            raise FetchError(f"config.yaml datasets.{name}.ir_datasets.{split}", f"unknown ir_datasets id "
+                             f"{dataset_id!r}", "use an id listed on https://ir-datasets.com (e.g. beir/scifact/test, "
+                             "msmarco-passage/dev/small)") from None
+        if not (loaded[split].has_queries() and loaded[split].has_qrels() and loaded[split].has_docs()):
+            raise FetchError(f"config.yaml datasets.{name}.ir_datasets.{split}", f"{dataset_id!r} lacks documents, "
+                             "queries or qrels", "use an id with all three (e.g. msmarco-passage/dev/small, not "
+                             "msmarco-passage/dev)")
+        parents[split] = ir_datasets.docs_parent_id(dataset_id)
+    if len(set(parents.values())) > 1:
+        raise FetchError(f"config.yaml datasets.{name}.ir_datasets", f"the splits' ids use different corpora "
+                         f"({parents})", "give every split an id of the same collection")
+    return loaded, parents
 
 
 def _corpus_table(batch, schema, pa):

@@ -153,74 +153,88 @@ def iter_json_array(path: Path, chunk_chars: int = 1 << 20,
 
     An element that does not parse is given more text until it does, the file ends, or it would exceed
     ``max_object_chars`` (so a syntax error early in a large file does not load the rest of it)."""
-    decoder = json.JSONDecoder()
     with open_text(path) as handle:
-        buffer, pos, line, eof = "", 0, 1, False
-
-        def read_more() -> bool:
-            nonlocal buffer, pos, eof
-            try:
-                chunk = handle.read(chunk_chars)
-            except UnicodeDecodeError as err:
-                raise DataError(path, f"bytes that are not UTF-8 ({err.reason})",
-                                "re-encode the file as UTF-8", line=line) from None
-            except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-                raise _gzip_error(path, err, line) from None
-            if not chunk:
-                eof = True
-                return False
-            buffer, pos = buffer[pos:] + chunk, 0
-            return True
-
-        def next_char() -> str:
-            """The next non-whitespace character (consumed whitespace counted in ``line``), '' at the end."""
-            nonlocal pos, line
-            while True:
-                while pos < len(buffer) and buffer[pos] in " \t\r\n":
-                    line += buffer[pos] == "\n"
-                    pos += 1
-                if pos < len(buffer):
-                    return buffer[pos]
-                if not read_more():
-                    return ""
-
-        def fail(problem: str, at_line: int) -> DataError:
-            return DataError(path, problem, "give a JSON list of objects (DPR's biencoder-*.json layout)",
-                             line=at_line)
-
-        if next_char() != "[":
-            raise fail("not a JSON array (the file must start with '[')", line)
-        pos += 1
+        stream = _JsonArrayStream(path, handle, chunk_chars, max_object_chars)
+        if stream.next_char() != "[":
+            raise stream.fail("not a JSON array (the file must start with '[')")
+        stream.pos += 1
         expect_element = True
         while True:
-            char = next_char()
+            char = stream.next_char()
             if char == "]" and expect_element is not None:
-                pos += 1
-                if next_char() != "":
-                    raise fail("text after the closing ']'", line)
+                stream.pos += 1
+                if stream.next_char() != "":
+                    raise stream.fail("text after the closing ']'")
                 return
             if char == "":
-                raise fail("the file ends inside the array (truncated?)", line)
+                raise stream.fail("the file ends inside the array (truncated?)")
             if expect_element is False:
                 if char != ",":
-                    raise fail(f"expected ',' or ']' between objects, found {char!r}", line)
-                pos += 1
+                    raise stream.fail(f"expected ',' or ']' between objects, found {char!r}")
+                stream.pos += 1
                 expect_element = None  # an element must follow a comma
                 continue
-            while True:
-                try:
-                    record, end = decoder.raw_decode(buffer, pos)
-                    break
-                except json.JSONDecodeError as err:
-                    if not eof and len(buffer) - pos < max_object_chars and read_more():
-                        continue
-                    raise fail(f"not valid JSON ({err.msg})", line + buffer.count("\n", pos, err.pos)) from None
+            line, record = stream.line, stream.decode_element()
             if not isinstance(record, dict):
-                raise fail(f"an element is {type(record).__name__}, expected an object", line)
+                raise stream.fail(f"an element is {type(record).__name__}, expected an object", line)
             yield line, record
-            line += buffer.count("\n", pos, end)
-            pos = end
             expect_element = False
+
+
+class _JsonArrayStream:
+    """The text of a JSON array file read in chunks: ``buffer[pos:]`` is what is not consumed yet, ``line`` the
+    line at ``pos``."""
+
+    def __init__(self, path: Path, handle, chunk_chars: int, max_object_chars: int):
+        self.path, self.handle = path, handle
+        self.chunk_chars, self.max_object_chars = chunk_chars, max_object_chars
+        self.buffer, self.pos, self.line, self.eof = "", 0, 1, False
+        self.decoder = json.JSONDecoder()
+
+    def fail(self, problem: str, line: int | None = None) -> DataError:
+        return DataError(self.path, problem, "give a JSON list of objects (DPR's biencoder-*.json layout)",
+                         line=self.line if line is None else line)
+
+    def read_more(self) -> bool:
+        """Append the next chunk (dropping what is consumed); False at the end of the file."""
+        try:
+            chunk = self.handle.read(self.chunk_chars)
+        except UnicodeDecodeError as err:
+            raise DataError(self.path, f"bytes that are not UTF-8 ({err.reason})", "re-encode the file as UTF-8",
+                            line=self.line) from None
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise _gzip_error(self.path, err, self.line) from None
+        if not chunk:
+            self.eof = True
+            return False
+        self.buffer, self.pos = self.buffer[self.pos:] + chunk, 0
+        return True
+
+    def next_char(self) -> str:
+        """The next non-whitespace character (consumed whitespace counted in ``line``), '' at the end."""
+        while True:
+            while self.pos < len(self.buffer) and self.buffer[self.pos] in " \t\r\n":
+                self.line += self.buffer[self.pos] == "\n"
+                self.pos += 1
+            if self.pos < len(self.buffer):
+                return self.buffer[self.pos]
+            if not self.read_more():
+                return ""
+
+    def decode_element(self):
+        """The JSON value at ``pos`` (reading more text while it is incomplete), consumed."""
+        while True:
+            try:
+                record, end = self.decoder.raw_decode(self.buffer, self.pos)
+                break
+            except json.JSONDecodeError as err:
+                if not self.eof and len(self.buffer) - self.pos < self.max_object_chars and self.read_more():
+                    continue
+                raise self.fail(f"not valid JSON ({err.msg})",
+                                self.line + self.buffer.count("\n", self.pos, err.pos)) from None
+        self.line += self.buffer.count("\n", self.pos, end)
+        self.pos = end
+        return record
 
 
 def _is_integer(text: str) -> bool:
