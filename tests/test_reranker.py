@@ -246,3 +246,26 @@ def test_the_head_learning_rate_applies_to_the_classifier_only(tiny_cross_encode
     assert len(parameter_groups(model, TrainingSettings(1e-5, 0, 4))) == 1
     with pytest.raises(ValueError, match="task head"):
         parameter_groups(model.bert, TrainingSettings(1e-5, 0, 4, head_learning_rate=1e-3))
+
+
+def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert, dataset, tmp_path, monkeypatch):
+    """The classification head is new when the plm is a plain encoder (MiniLM, BERT): its random start is seeded,
+    so two runs (here in one process, whose RNG the first run moved on) save the same weights."""
+    from safetensors.torch import load_file
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    negatives = tmp_path / "negatives.parquet"
+    write_artifact(negatives_frame([(f"q{i}", [f"d{i}"], [f"n{(i + j) % 8}" for j in range(3)]) for i in range(4)]),
+                   negatives, "negatives")
+    params = {"plm": str(tiny_bert), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 1,
+              "max_length": MAX_LENGTH, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
+              "gradient_checkpointing": False, "bf16": False}
+    weights = []
+    for run in ("first", "second"):
+        torch.rand(7)                                   # whatever ran before in the process
+        train_reranker(negatives, dataset["corpus"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
+                       tmp_path / f"{run}.jsonl", params)
+        weights.append(load_file(tmp_path / run / "model.safetensors"))
+    assert weights[0].keys() == weights[1].keys() and any("classifier" in name for name in weights[0])
+    for name in weights[0]:
+        torch.testing.assert_close(weights[0][name], weights[1][name], rtol=0, atol=0, msg=name)

@@ -112,6 +112,7 @@ def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries
                          params["negatives_per_query"], params["seed"], with_scores=distill,
                          source=str(negatives_path))
     tokenizer = load_tokenizer(params["plm"])
+    torch.manual_seed(params["seed"])  # any weights new to the loaded model start the same in every run
     model = BiEncoder(load_text_encoder(params["plm"], params.get("pooling", "auto"),
                                         params.get("attention_dropout")))
     log.info("%s: %s pooling", params["plm"], model.encoder.pooling)
