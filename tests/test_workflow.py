@@ -63,7 +63,8 @@ def test_dry_run_plans_every_stage(workdir):
                      "plot_training_loss": 5, "metrics_table": 6, "score_distributions": 1, "throughput": 1,
                      # arguana_mini: its data, BM25 and evaluation above; start, the three bi-encoders, re-ranker
                      "transfer_encode_corpus": 4, "transfer_build_index": 4, "transfer_dense_search": 4,
-                     "transfer_rerank": 1, "transfer_evaluate": 5, "transfer_summary": 1}
+                     "transfer_rerank": 1, "transfer_evaluate": 5, "transfer_summary": 1,
+                     "transfer_leakage": 1}      # arguana_mini's test queries against scifact's train queries
 
 
 @pytest.fixture(scope="module")
