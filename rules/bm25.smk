@@ -49,7 +49,7 @@ rule bm25_negatives:
     input:
         unpack(bm25_negatives_answer_inputs),
         pool=bm25_negatives_pool,
-        qrels=lambda wc: data_file(f"qrels_{train_split(wc)}.parquet", wc.dataset),
+        qrels=train_qrels,
     output:
         stage_file("bm25", "negatives.parquet"),
     params:

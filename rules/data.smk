@@ -61,7 +61,7 @@ rule ingest_official_negatives:
         negatives=lambda wc: with_downloads(
             dataset_config(wc), Path(dataset_config(wc)["path"]) / dataset_config(wc)["official_negatives"]
         )[0],
-        qrels=lambda wc: data_file(f"qrels_{train_split(wc)}.parquet", wc.dataset),
+        qrels=train_qrels,
     output:
         data_file("official_negatives.parquet"),
     params:
