@@ -8,7 +8,7 @@ for that folder and ``eval_splits: [dev]`` (dataset ``scifact_dev``). The workfl
     .venv/bin/snakemake --configfile experiments/runs/scifact_dev/config.yaml   # results/scifact_dev/summary.md
 
 ``reranker-loss`` then reports the re-ranker's Eq. 4 loss on groups of the *held-out* dev queries (each positive
-with ``negatives_per_query`` negatives drawn from Retriever₂'s top ``negatives_depth`` on dev), untrained (chance,
+with ``negatives_per_query`` negatives drawn from Retriever₂'s top ``mining.retriever2.depth`` on dev), untrained (chance,
 ln(1 + n)) and as the workflow trained it on the train part:
 
     .venv/bin/python experiments/scifact_dev.py reranker-loss --out experiments/runs/scifact_dev
@@ -59,17 +59,20 @@ def carve(source: Path, out: Path, fraction: float, seed: int) -> Path:
 
 def held_out_reranker_loss(out: Path, run: Path, model: Path) -> dict:
     """Eq. 4 on the held-out dev queries' groups (positive + ``negatives_per_query`` of the run's top
-    ``negatives_depth`` non-positives): the untrained ``plm`` (chance, ln(1 + n)) against the trained ``model``."""
+    ``mining.retriever2.depth`` non-positives): the untrained ``plm`` (chance, ln(1 + n)) against the trained
+    ``model``."""
     from dpr_pipeline.negatives import mine_hard_negatives
     from dpr_pipeline.reranker import listwise_loss_of
 
     config = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
     config.update(yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8")))
-    params = stage_params(validate_config(config), DATASET, "reranker")
+    config = validate_config(config)
+    params = stage_params(config, DATASET, "reranker")
+    depth = stage_params(config, DATASET, "mining")["retriever2"]["depth"]
     data = REPO / "results" / DATASET / "data"
     groups = out / "dev_groups.parquet"
-    mine_hard_negatives(str(run), str(data / "qrels_dev.parquet"), str(groups), depth=params["negatives_depth"],
-                        count=params["negatives_depth"], seed=params["seed"], source="dev")
+    mine_hard_negatives(str(run), str(data / "qrels_dev.parquet"), str(groups), depth=depth, keep=depth,
+                        seed=params["seed"], source="dev")
     loss = {name: listwise_loss_of(reference, groups, data / "corpus.parquet", data / "queries_dev.parquet",
                                    negatives_per_query=params["negatives_per_query"], max_length=params["max_length"],
                                    seed=params["seed"], bf16=params["bf16"])

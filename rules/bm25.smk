@@ -8,8 +8,8 @@ rule bm25_index:
         index=directory(stage_file("bm25", "index")),
         manifest=stage_file("bm25", "manifest.json"),
     params:
-        bm25=params_of("bm25"),
-    threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
+        bm25=lambda wc: settings.bm25(config, wc.dataset),
+    threads: lambda wc: settings.bm25(config, wc.dataset)["threads"]
     resources:
         **resources_of("bm25_index"),
     log:
@@ -29,10 +29,10 @@ rule bm25_search:
     output:
         stage_file("bm25", "run_{split}.trec"),
     params:
-        bm25=params_of("bm25"),
-        depth=search_depth("bm25", lambda wc: "bm25"),
+        bm25=lambda wc: settings.bm25(config, wc.dataset),
+        depth=lambda wc: settings.search_depth(config, wc.dataset, "bm25", wc.split),
         ignore_identical_ids=lambda wc: dataset_config(wc)["ignore_identical_ids"],
-    threads: lambda wc: stage_params(config, wc.dataset, "bm25")["threads"]
+    threads: lambda wc: settings.bm25(config, wc.dataset)["threads"]
     resources:
         **resources_of("bm25_search"),
     log:
@@ -53,7 +53,7 @@ rule bm25_negatives:
     output:
         stage_file("bm25", "negatives.parquet"),
     params:
-        bm25=params_of("bm25"),
+        mining=lambda wc: settings.mining(config, wc.dataset, "bm25"),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
     threads: threads_of("bm25_negatives")
     resources:

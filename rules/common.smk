@@ -1,5 +1,5 @@
-# Shared set-up: config validation, the library on the path, the stage lists and the settings lookups every rule
-# uses (a stage's parameters, splits, threads and resources). Input functions: rules/inputs.smk; the report's and
+# Shared set-up: config validation, the library on the path, the stage lists and the lookups every rule uses
+# (splits, threads and resources; a job's stage parameters come from dpr_pipeline.stage_settings, `settings`). Input functions: rules/inputs.smk; the report's and
 # the default target's file lists: rules/report_inputs.smk.
 import re
 import sys
@@ -13,13 +13,16 @@ SRC = str(Path(workflow.basedir) / "src")
 # checkout's code (workflow_scripts/_library.py does the same for the jobs)
 sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
-from dpr_pipeline.config import check_config_values, check_stage_overrides, stage_params, train_split_of
+import dpr_pipeline.stage_settings as settings
+from dpr_pipeline.config import (check_config_values, check_moved_settings, check_stage_overrides, stage_params,
+                                 train_split_of)
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  stage_file)
 from dpr_pipeline.data.readers import raw_files
 
 
 SCHEMA = yaml.safe_load(Path(workflow.basedir, "schemas", "config.schema.yaml").read_text())
+check_moved_settings(config)
 validate(config, "../schemas/config.schema.yaml")
 check_stage_overrides(config, SCHEMA)
 check_config_values(config)
@@ -47,11 +50,6 @@ def dataset_config(wildcards):
     return config["datasets"][wildcards.dataset]
 
 
-def params_of(stage):
-    """A params function: the merged parameters of ``stage`` for the job's dataset."""
-    return lambda wildcards: stage_params(config, wildcards.dataset, stage)
-
-
 def train_split(wildcards):
     """The dataset's train split; an evaluation-only dataset (no train_split) fails with one message naming the
     dataset, the missing split and the job (rule and stage) that needs it."""
@@ -61,31 +59,6 @@ def train_split(wildcards):
 
 def eval_splits(wildcards):
     return dataset_config(wildcards)["eval_splits"]
-
-
-def search_depth(stage, mining_stage):
-    """A params function: hits per query of a run. Evaluation splits get the stage's full depth; a train split
-    that is only mined for negatives stops at the mining depth (``negatives_depth`` of ``mining_stage``)."""
-
-    def depth(wildcards):
-        full = stage_params(config, wildcards.dataset, stage)
-        train = dataset_config(wildcards).get("train_split")  # None: evaluation-only
-        if wildcards.split == train and wildcards.split not in eval_splits(wildcards):
-            return min(full["depth" if stage == "bm25" else "search_depth"],
-                       stage_params(config, wildcards.dataset, mining_stage(wildcards))["negatives_depth"])
-        return full["depth" if stage == "bm25" else "search_depth"]
-
-    return depth
-
-
-def biencoder_params(wildcards):
-    """Parameters of a bi-encoder stage: the distilled retriever's own, Retriever 1-2's otherwise."""
-    return stage_params(config, wildcards.dataset, "distill" if wildcards.stage == "distill" else "retriever")
-
-
-def retriever_params(wildcards):
-    """Corpus encoding, index and search settings, shared by every bi-encoder stage."""
-    return stage_params(config, wildcards.dataset, "retriever")
 
 
 def split_files(wildcards):
@@ -116,18 +89,8 @@ def resources_of(rule_name):
     return resources
 
 
-def pretrain_params(wildcards):
-    """The pre-training parameters of the job's dataset, with the method named by the {method} wildcard."""
-    return {**stage_params(config, wildcards.dataset, "pretrain"), "method": wildcards.method}
-
-
-def trained_params(stage):
-    """A stage's parameters with ``plm`` resolved to the initialisation the job starts from."""
-    return lambda wildcards: {**stage_params(config, wildcards.dataset, stage), "plm": initialisation(stage)(wildcards)}
-
-
 def ablation_methods(wildcards):
-    return stage_params(config, wildcards.dataset, "pretrain")["ablation_methods"]
+    return settings.pretrain(config, wildcards.dataset)["ablation_methods"]
 
 
 # Answer-based relevance (format dpr, `relevance: answers`): a passage is relevant when it contains an answer.

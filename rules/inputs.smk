@@ -18,13 +18,13 @@ def train_qrels(wildcards):
 
 
 def encoded_shards(wildcards):
-    shards = range(retriever_params(wildcards)["encode_shards"])
+    shards = range(settings.encoding(config, wildcards.dataset)["encode_shards"])
     stem = stage_file(wildcards.stage, "embeddings/shard_", wildcards.dataset)
     return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
 
 
 def teacher_shards(wildcards):
-    shards = range(stage_params(config, wildcards.dataset, "reranker")["teacher_shards"])
+    shards = range(settings.reranker(config, wildcards.dataset)["teacher_shards"])
     return [stage_file("reranker", f"teacher/shard_{i}.parquet", wildcards.dataset) for i in shards]
 
 
@@ -39,38 +39,16 @@ def bm25_negatives_pool(wildcards):
 
 
 def token_shards(wildcards):
-    shards = range(stage_params(config, wildcards.dataset, "pretrain")["tokenize_shards"])
+    shards = range(settings.pretrain(config, wildcards.dataset)["tokenize_shards"])
     return [stage_file("tokens", f"part_{i}.parquet", wildcards.dataset) for i in shards]
 
 
-def pretrained_model(dataset, method):
-    return stage_file("pretrain", f"{method}/model", dataset)
-
-
-def initialisation(stage):
-    """The model a bi-encoder stage starts from: ``plm`` as configured, where ``plm: pretrain`` means the output
-    of ``pretrain.method`` on this dataset; an ablation stage ``ablation/{method}`` starts from that method's
-    output (``none``: the plm that pre-training starts from)."""
-
-    def reference(wildcards):
-        if wildcards.get("stage", "").startswith("ablation/"):
-            method = wildcards.stage.split("/", 1)[1]
-            if method == "none":
-                return stage_params(config, wildcards.dataset, "pretrain")["plm"]
-            return pretrained_model(wildcards.dataset, method)
-        plm = stage_params(config, wildcards.dataset, stage)["plm"]
-        if plm == "pretrain":
-            return pretrained_model(wildcards.dataset, stage_params(config, wildcards.dataset, "pretrain")["method"])
-        return plm
-
-    return reference
-
-
-def initialisation_input(stage):
-    """The initialisation as a job input when the workflow builds it (a pre-training output), else nothing."""
+def initialisation_input(stage=None):
+    """The model a bi-encoder job starts from (``stage``'s, else the job's {stage}'s) as a job input when the
+    workflow builds it (a pre-training output), else nothing (a Hub name or local folder)."""
 
     def inputs(wildcards):
-        model = initialisation(stage)(wildcards)
+        model = settings.initialisation(config, wildcards.dataset, stage or wildcards.stage)
         return [model] if model.startswith(f"{RESULTS}/") else []
 
     return inputs
@@ -111,15 +89,8 @@ def evaluated_dataset(wildcards):
     return config["datasets"][wildcards.get("target", wildcards.dataset)]
 
 
-def transfer_retriever_params(wildcards):
-    """A's retriever settings (model side: encoding batch size, embedding dtype) with the corpus-side ones of
-    the target B: the number of encoding jobs, the index and the search depth."""
-    target = stage_params(config, wildcards.target, "retriever")
-    return {**retriever_params(wildcards), **{key: target[key] for key in ("encode_shards", "index", "search_depth")}}
-
-
 def transfer_encoded_shards(wildcards):
-    shards = range(transfer_retriever_params(wildcards)["encode_shards"])
+    shards = range(settings.encoding(config, wildcards.dataset, wildcards.target)["encode_shards"])
     stem = stage_file(wildcards.stage, f"transfer/{wildcards.target}/embeddings/shard_", wildcards.dataset)
     return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
 

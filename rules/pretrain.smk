@@ -10,7 +10,7 @@ rule tokenize_corpus:
     output:
         stage_file("tokens", "part_{shard}.parquet"),
     params:
-        pretrain=params_of("pretrain"),
+        pretrain=lambda wc: settings.pretrain(config, wc.dataset),
     threads: threads_of("tokenize_corpus")
     resources:
         **resources_of("tokenize_corpus"),
@@ -30,7 +30,7 @@ rule count_ngrams:
     output:
         stage_file("tokens", "ngram_counts.npz"),
     params:
-        pretrain=params_of("pretrain"),
+        pretrain=lambda wc: settings.pretrain(config, wc.dataset),
     threads: threads_of("count_ngrams")
     resources:
         **resources_of("count_ngrams"),
@@ -55,7 +55,7 @@ rule pretrain:
         loss_log=stage_file("pretrain", "{method}/loss_log.jsonl"),
         manifest=stage_file("pretrain", "{method}/manifest.json"),
     params:
-        pretrain=pretrain_params,
+        pretrain=lambda wc: settings.pretrain(config, wc.dataset, wc.method),
         checkpoints=checkpoint_dir("pretrain/{method}"),
     threads: threads_of("pretrain")
     resources:

@@ -23,53 +23,54 @@ def final_targets():
 TRAINED_STAGES = ["retriever1", "retriever2", "reranker", "distill"]
 
 
-def pretraining_in_chain(dataset):
-    """The pre-training methods the main chain trains: pretrain.method when a bi-encoder starts from it."""
-    uses = [stage_params(config, dataset, stage)["plm"] == "pretrain" for stage in ("retriever", "distill")]
-    return [f"pretrain/{stage_params(config, dataset, 'pretrain')['method']}"] if any(uses) else []
-
-
 def report_targets(dataset):
     """The report's files of a dataset (part of the default target)."""
-    stages = TRAINED_STAGES + pretraining_in_chain(dataset)
+    stages = TRAINED_STAGES + settings.pretraining_in_chain(config, dataset)
     return ([stage_file(stage, "loss_curve.png", dataset) for stage in stages]
             + [stage_file(stage, "metrics.html", dataset) for stage in STAGES]
             + [stage_file("report", "score_distributions.png", dataset)]
             + [stage_file("report", f"throughput.{ext}", dataset) for ext in ("tsv", "html", "png")])
 
 
+def rule_job(rule, task, label, unit, output=0, counted=None, **wildcards):
+    """One row of the throughput table: the job of ``rules.<name>`` with ``wildcards``, with the benchmark file
+    and the ``output`` (index or name) its declaration names, and the file that counts the ``unit`` it processed
+    (``counted``, else that output)."""
+    path = lambda pattern: expand(str(pattern), **wildcards)[0]
+    output = path(rule.output[output] if isinstance(output, int) else getattr(rule.output, output))
+    return {"task": task, "job": label, "unit": unit, "benchmark": path(rule.benchmark), "output": output,
+            "counted": counted or output}
+
+
 def benchmarked_jobs(wildcards):
     """The jobs whose throughput the report shows, with what each processed (see src/dpr_pipeline/throughput.py):
     corpus encoding (passages), BM25 and dense search and re-ranking (queries), teacher scoring (query-passage
-    pairs), training (steps). ``output``: a file the job writes, so this rule runs after it and its benchmark."""
+    pairs), training (steps). ``output``: a file the job writes, so the throughput job runs after it and its
+    benchmark file."""
     ds = wildcards.dataset
     train, evals = train_split(wildcards), eval_splits(wildcards)
     with_train = list(dict.fromkeys([train] + evals))
-    jobs = []
-    for stage in ["start", "retriever1", "retriever2", "distill"]:
-        for shard in range(retriever_params(wildcards)["encode_shards"]):
-            ids = stage_file(stage, f"embeddings/shard_{shard}.ids.parquet", ds)
-            jobs.append({"task": "corpus encoding", "job": f"{stage} shard {shard}", "unit": "passages",
-                         "benchmark": benchmark_file(f"encode_corpus_{stage}_{shard}", ds), "output": ids,
-                         "counted": ids})
+    queries = lambda split: data_file(f"queries_{split}.parquet", ds)
+    biencoders = ["start", "retriever1", "retriever2", "distill"]
+    jobs = [rule_job(rules.encode_corpus, "corpus encoding", f"{stage} shard {shard}", "passages", "ids",
+                     dataset=ds, stage=stage, shard=shard)
+            for stage in biencoders for shard in range(settings.encoding(config, ds)["encode_shards"])]
     bm25_splits = evals if "official_negatives" in dataset_config(wildcards) else with_train
-    searches = [("BM25 search", "bm25", "bm25_search_", bm25_splits)] + [
-        ("dense search", stage, f"dense_search_{stage}_", with_train if stage in ("retriever1", "retriever2") else evals)
-        for stage in ["start", "retriever1", "retriever2", "distill"]]
-    for task, stage, prefix, splits in searches + [("re-ranking", "reranker", "rerank_", evals)]:
-        for split in splits:
-            jobs.append({"task": task, "job": split if stage in ("bm25", "reranker") else f"{stage} {split}",
-                         "unit": "queries", "benchmark": benchmark_file(f"{prefix}{split}", ds),
-                         "output": stage_file(stage, f"run_{split}.trec", ds),
-                         "counted": data_file(f"queries_{split}.parquet", ds)})
-    for shard, path in enumerate(teacher_shards(wildcards)):
-        jobs.append({"task": "teacher scoring", "job": f"shard {shard}", "unit": "query-passage pairs",
-                     "benchmark": benchmark_file(f"teacher_scores_{shard}", ds), "output": path, "counted": path})
-    for stage in TRAINED_STAGES + pretraining_in_chain(ds):
-        loss_log = stage_file(stage, "loss_log.jsonl", ds)
-        name = {"reranker": "train_reranker", "distill": "train_distill"}.get(stage, f"train_{stage}")
-        if stage.startswith("pretrain/"):
-            name = f"pretrain_{stage.split('/', 1)[1]}"
-        jobs.append({"task": "training", "job": stage, "unit": "steps", "benchmark": benchmark_file(name, ds),
-                     "output": loss_log, "counted": loss_log})
+    jobs += [rule_job(rules.bm25_search, "BM25 search", split, "queries", counted=queries(split), dataset=ds,
+                      split=split) for split in bm25_splits]
+    jobs += [rule_job(rules.dense_search, "dense search", f"{stage} {split}", "queries", counted=queries(split),
+                      dataset=ds, stage=stage, split=split)
+             for stage in biencoders for split in (with_train if stage in ("retriever1", "retriever2") else evals)]
+    jobs += [rule_job(rules.rerank, "re-ranking", split, "queries", counted=queries(split), dataset=ds, split=split)
+             for split in evals]
+    jobs += [rule_job(rules.teacher_scores_shard, "teacher scoring", f"shard {shard}", "query-passage pairs",
+                      dataset=ds, shard=shard)
+             for shard in range(settings.reranker(config, ds)["teacher_shards"])]
+    training = {"retriever1": (rules.train_retriever, {"stage": "retriever1"}),
+                "retriever2": (rules.train_retriever, {"stage": "retriever2"}),
+                "reranker": (rules.train_reranker, {}), "distill": (rules.train_distill, {})}
+    training.update({stage: (rules.pretrain, {"method": stage.split("/", 1)[1]})
+                     for stage in settings.pretraining_in_chain(config, ds)})
+    jobs += [rule_job(rule, "training", stage, "steps", "loss_log", dataset=ds, **chosen)
+             for stage, (rule, chosen) in training.items()]
     return jobs

@@ -12,7 +12,7 @@ rule train_reranker:
         loss_log=stage_file("reranker", "loss_log.jsonl"),
         manifest=stage_file("reranker", "manifest.json"),
     params:
-        reranker=params_of("reranker"),
+        reranker=lambda wc: settings.reranker(config, wc.dataset),
         checkpoints=checkpoint_dir("reranker"),
     threads: threads_of("train_reranker")
     resources:
@@ -36,7 +36,7 @@ rule rerank:
     output:
         stage_file("reranker", "run_{split}.trec"),
     params:
-        reranker=params_of("reranker"),
+        reranker=lambda wc: settings.reranker(config, wc.dataset),
     threads: threads_of("rerank")
     resources:
         **resources_of("rerank"),
@@ -59,7 +59,7 @@ rule teacher_scores_shard:
     output:
         stage_file("reranker", "teacher/shard_{shard}.parquet"),
     params:
-        reranker=params_of("reranker"),
+        reranker=lambda wc: settings.reranker(config, wc.dataset),
     threads: threads_of("teacher_scores_shard")
     resources:
         **resources_of("teacher_scores_shard"),
@@ -102,7 +102,7 @@ rule train_distill:
         loss_log=stage_file("distill", "loss_log.jsonl"),
         manifest=stage_file("distill", "manifest.json"),
     params:
-        distill=trained_params("distill"),
+        distill=lambda wc: settings.biencoder(config, wc.dataset, "distill"),
         checkpoints=checkpoint_dir("distill"),
     threads: threads_of("train_distill")
     resources:

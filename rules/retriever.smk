@@ -5,12 +5,12 @@
 
 rule starting_model:
     input:
-        init=initialisation_input("retriever"),
+        init=initialisation_input("start"),
     output:
         model=directory(stage_file("start", "model")),
         manifest=stage_file("start", "manifest.json"),
     params:
-        retriever=trained_params("retriever"),
+        retriever=lambda wc: settings.biencoder(config, wc.dataset, "start"),
     threads: threads_of("starting_model")
     resources:
         **resources_of("starting_model"),
@@ -34,7 +34,7 @@ rule train_retriever:
         ),
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
-        init=initialisation_input("retriever"),
+        init=initialisation_input(),
     output:
         model=directory(stage_file("{stage}", "model")),
         loss_log=stage_file("{stage}", "loss_log.jsonl"),
@@ -42,7 +42,7 @@ rule train_retriever:
     wildcard_constraints:
         stage="|".join(["retriever1", "retriever2"] + ABLATION_STAGES),
     params:
-        retriever=trained_params("retriever"),
+        retriever=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
         checkpoints=checkpoint_dir("{stage}"),
     threads: threads_of("train_retriever")
     resources:
@@ -67,8 +67,8 @@ rule encode_corpus:
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
-        stage=biencoder_params,
-        retriever=retriever_params,
+        stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
+        retriever=lambda wc: settings.encoding(config, wc.dataset),
     threads: threads_of("encode_corpus")
     resources:
         **resources_of("encode_corpus"),
@@ -91,7 +91,7 @@ rule build_index:
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
-        retriever=retriever_params,
+        retriever=lambda wc: settings.encoding(config, wc.dataset),
     threads: threads_of("build_index")
     resources:
         **resources_of("build_index"),
@@ -116,9 +116,9 @@ rule dense_search:
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
-        stage=biencoder_params,
-        retriever=retriever_params,
-        depth=search_depth("retriever", lambda wc: "retriever" if wc.stage == "retriever1" else "reranker"),
+        stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
+        retriever=lambda wc: settings.encoding(config, wc.dataset),
+        depth=lambda wc: settings.search_depth(config, wc.dataset, wc.stage, wc.split),
     threads: threads_of("dense_search")
     resources:
         **resources_of("dense_search"),
@@ -142,11 +142,9 @@ rule mine_hard_negatives:
     wildcard_constraints:
         stage="retriever1|retriever2",
     params:
-        # Retriever1's negatives train Retriever2 (retriever settings); Retriever2's feed the re-ranker, the
-        # teacher scores and the distilled retriever (reranker settings).
-        mining=lambda wc: stage_params(
-            config, wc.dataset, "retriever" if wc.stage == "retriever1" else "reranker"
-        ),
+        # Retriever1's negatives train Retriever2; Retriever2's feed the re-ranker, the teacher scores and the
+        # distilled retriever (mining.retriever1, mining.retriever2).
+        mining=lambda wc: settings.mining(config, wc.dataset, wc.stage),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
     threads: threads_of("mine_hard_negatives")
     resources:

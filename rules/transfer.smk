@@ -40,8 +40,8 @@ use rule encode_corpus as transfer_encode_corpus with:
         vectors=stage_file("{stage}", "transfer/{target}/embeddings/shard_{shard}.npy"),
         ids=stage_file("{stage}", "transfer/{target}/embeddings/shard_{shard}.ids.parquet"),
     params:
-        stage=biencoder_params,
-        retriever=transfer_retriever_params,
+        stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
+        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.target),
     log:
         log_file("transfer_encode_corpus_{stage}_{target}_{shard}"),
     benchmark:
@@ -55,7 +55,7 @@ use rule build_index as transfer_build_index with:
         index=stage_file("{stage}", "transfer/{target}/index.faiss"),
         ids=stage_file("{stage}", "transfer/{target}/index_ids.parquet"),
     params:
-        retriever=transfer_retriever_params,
+        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.target),
     log:
         log_file("transfer_build_index_{stage}_{target}"),
     benchmark:
@@ -71,9 +71,9 @@ use rule dense_search as transfer_dense_search with:
     output:
         stage_file("{stage}", "transfer/{target}/run_{split}.trec"),
     params:
-        stage=biencoder_params,
-        retriever=transfer_retriever_params,
-        depth=lambda wc: transfer_retriever_params(wc)["search_depth"],
+        stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
+        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.target),
+        depth=lambda wc: settings.search_depth(config, wc.dataset, wc.stage, wc.split, wc.target),
     log:
         log_file("transfer_dense_search_{stage}_{target}_{split}"),
     benchmark:
@@ -90,10 +90,7 @@ use rule rerank as transfer_rerank with:
     output:
         stage_file("reranker", "transfer/{target}/run_{split}.trec"),
     params:
-        reranker=lambda wc: {
-            **stage_params(config, wc.dataset, "reranker"),
-            "rerank_depth": config["transfer"]["rerank_depth"],
-        },
+        reranker=lambda wc: settings.reranker(config, wc.dataset, wc.target),
     log:
         log_file("transfer_rerank_{target}_{split}"),
     benchmark:

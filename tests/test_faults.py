@@ -176,7 +176,7 @@ def tiny_training(checkpoint_dir: Path, save_steps: int = 2, steps: int = 6, lea
     def loss(model, batch, dist):
         return torch.nn.functional.mse_loss(torch.nn.functional.dropout(model(batch["x"]), 0.2), batch["y"])
 
-    settings = TrainingSettings(learning_rate=learning_rate, warmup_steps=0, batch_size=4, max_steps=steps,
+    settings = TrainingSettings(learning_rate=learning_rate, warmup_steps=0, batch_size=4, train_steps=steps,
                                 save_steps=save_steps, bf16=False)
     log = checkpoint_dir.parent / f"{checkpoint_dir.name}.losses.jsonl"
     trainer.train(model, Counting(), collate, loss, settings, checkpoint_dir, loss_log=log)

@@ -80,11 +80,12 @@ def test_whole_msmarco_chain_on_the_stand_in(tmp_path):
     small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, epochs=1, warmup_steps=2, save_steps=50, processes=1)
     dataset["stages"] = {
         "bm25": {"threads": 1, "depth": 100},
-        "retriever": {**small, "negatives_per_query": 2, "negatives_depth": 50, "mined_negatives_per_query": 10,
-                      "search_depth": 100, "passage_max_length": 32, "encode_shards": 2, "encode_batch_size": 64},
-        "reranker": {**small, "negatives_per_query": 3, "negatives_depth": 20, "mined_negatives_per_query": 5,
-                     "rerank_depth": 10, "max_length": 48, "teacher_shards": 2, "score_batch_size": 64},
+        "retriever": {**small, "negatives_per_query": 2, "search_depth": 100, "passage_max_length": 32,
+                      "encode_shards": 2, "encode_batch_size": 64},
+        "reranker": {**small, "negatives_per_query": 3, "rerank_depth": 10, "max_length": 48, "teacher_shards": 2,
+                     "score_batch_size": 64},
         "distill": {**small, "negatives_per_query": 2, "passage_max_length": 32},
+        "mining": {"retriever1": {"depth": 50, "keep": 10}, "retriever2": {"depth": 20, "keep": 5}},
     }
     dataset.pop("resources", None)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))

@@ -27,15 +27,15 @@ def test_sampling_is_seeded_per_query_and_keeps_rank_order():
     pool = pd.DataFrame({"query_id": ["a", "b"], "positive_ids": [["p"], ["p"]], "positive_scores": [[1.0], [1.0]],
                          "negative_ids": [[f"n{i}" for i in range(50)]] * 2,
                          "negative_scores": [[float(-i) for i in range(50)]] * 2})
-    first = sample_negatives(pool, count=5, seed=7)
-    again = sample_negatives(pool.iloc[::-1].reset_index(drop=True), count=5, seed=7).set_index("query_id")
+    first = sample_negatives(pool, keep=5, seed=7)
+    again = sample_negatives(pool.iloc[::-1].reset_index(drop=True), keep=5, seed=7).set_index("query_id")
     for _, row in first.iterrows():
         assert len(row.negative_ids) == 5
         assert row.negative_ids == again.loc[row.query_id, "negative_ids"]          # order of queries irrelevant
         assert row.negative_scores == sorted(row.negative_scores, reverse=True)     # still in rank order
     assert first.loc[0, "negative_ids"] != first.loc[1, "negative_ids"]               # each query its own draw
-    assert sample_negatives(pool, count=5, seed=8).loc[0, "negative_ids"] != first.loc[0, "negative_ids"]
-    assert sample_negatives(pool, count=100, seed=7).loc[0, "negative_ids"] == pool.loc[0, "negative_ids"]
+    assert sample_negatives(pool, keep=5, seed=8).loc[0, "negative_ids"] != first.loc[0, "negative_ids"]
+    assert sample_negatives(pool, keep=100, seed=7).loc[0, "negative_ids"] == pool.loc[0, "negative_ids"]
 
 
 def test_write_bm25_negatives_from_a_trec_run(tmp_path):
@@ -43,6 +43,6 @@ def test_write_bm25_negatives_from_a_trec_run(tmp_path):
     run_file.write_text("".join(f"{q} Q0 {d} {r} {s} bm25\n" for q, d, r, s in RUN.itertuples(index=False)))
     QRELS.assign(relevance=QRELS["relevance"].astype("int32")).to_parquet(tmp_path / "qrels.parquet")
     write_bm25_negatives(str(run_file), str(tmp_path / "qrels.parquet"), str(tmp_path / "neg.parquet"),
-                         depth=200, count=1, seed=0)
+                         depth=200, keep=1, seed=0)
     frame = read_artifact(tmp_path / "neg.parquet", "negatives").set_index("query_id")
     assert len(frame.loc["q1", "negative_ids"]) == 1 and frame.loc["q1", "negative_ids"][0] in {"n1", "n2", "n3"}

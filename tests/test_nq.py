@@ -169,10 +169,10 @@ def test_mined_negatives_leave_out_hits_that_contain_an_answer(tmp_path):
     write_trec_run([("0", [("a", 5.0), ("p", 4.0), ("n1", 3.0), ("n2", 2.0), ("deep", 1.0)])], tmp_path / "r.trec",
                    "t")
     mined = mine_hard_negatives(str(tmp_path / "r.trec"), str(qrels), str(tmp_path / "neg.parquet"), depth=4,
-                                count=10, seed=1, source="retriever1", answers=str(answers), corpus=str(corpus))
+                                keep=10, seed=1, source="retriever1", answers=str(answers), corpus=str(corpus))
     assert mined.loc[0, "negative_ids"] == ["n1", "n2"]       # "a" holds the answer, "deep" is below depth 4
     plain = mine_hard_negatives(str(tmp_path / "r.trec"), str(qrels), str(tmp_path / "neg2.parquet"), depth=4,
-                                count=10, seed=1, source="retriever1")
+                                keep=10, seed=1, source="retriever1")
     assert plain.loc[0, "negative_ids"] == ["a", "n1", "n2"]
 
 
@@ -182,8 +182,8 @@ def test_nq_config_carries_the_paper_settings():
     for stage in ("retriever", "distill"):
         params = stage_params(config, "nq", stage)
         assert (params["learning_rate"], params["train_steps"], params["passage_max_length"]) == (5e-6, 20000, 192)
-    assert stage_params(config, "nq", "retriever")["negatives_depth"] == 100         # §B: top-100 predictions
-    assert stage_params(config, "nq", "reranker")["negatives_depth"] == 100
+    mining = stage_params(config, "nq", "mining")
+    assert mining["retriever1"]["depth"] == mining["retriever2"]["depth"] == 100      # §B: top-100 predictions
     assert stage_params(config, "nq", "pretrain")["train_steps"] == 200000           # §4.1
     assert "train_steps" not in stage_params(config, "scifact", "retriever")          # epochs elsewhere
     assert config["datasets"]["nq"]["metrics"] == ["R@5", "R@20", "R@100"]
@@ -200,13 +200,12 @@ def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, warmup_steps=1, save_steps=50, processes=1)
     dataset["stages"] = {
         "bm25": {"threads": 1, "depth": 100},
-        "retriever": {**small, "train_steps": 3, "negatives_per_query": 2, "negatives_depth": 20,
-                      "mined_negatives_per_query": 5, "search_depth": 100, "passage_max_length": 48,
-                      "encode_shards": 1, "encode_batch_size": 64},
-        "reranker": {**small, "epochs": 1, "negatives_per_query": 2, "negatives_depth": 20,
-                     "mined_negatives_per_query": 3, "rerank_depth": 20, "max_length": 64, "teacher_shards": 1,
-                     "score_batch_size": 64},
+        "retriever": {**small, "train_steps": 3, "negatives_per_query": 2, "search_depth": 100,
+                      "passage_max_length": 48, "encode_shards": 1, "encode_batch_size": 64},
+        "reranker": {**small, "epochs": 1, "negatives_per_query": 2, "rerank_depth": 20, "max_length": 64,
+                     "teacher_shards": 1, "score_batch_size": 64},
         "distill": {**small, "train_steps": 2, "negatives_per_query": 2, "passage_max_length": 48},
+        "mining": {"retriever1": {"depth": 20, "keep": 5}, "retriever2": {"depth": 20, "keep": 3}},
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     run_snakemake(tmp_path, "results/nq/summary.json", *[f"results/nq/{stage}/metrics.json" for stage in

@@ -145,7 +145,7 @@ def test_each_stage_has_a_manifest_that_its_metrics_name(built):
 def test_mined_and_teacher_negatives(built):
     config = yaml.safe_load((built.parents[1] / "config.yaml").read_text())["datasets"]["scifact"]["stages"]
     mined = pd.read_parquet(built / "retriever2" / "negatives.parquet")
-    assert mined["negative_ids"].map(len).max() == config["reranker"]["mined_negatives_per_query"]
+    assert mined["negative_ids"].map(len).max() == config["mining"]["retriever2"]["keep"]
     teacher = pd.read_parquet(built / "reranker" / "teacher_scores.parquet")
     assert teacher["query_id"].tolist() == mined["query_id"].tolist()
     assert [list(ids) for ids in teacher["negative_ids"]] == [list(ids) for ids in mined["negative_ids"]]

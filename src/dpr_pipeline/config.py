@@ -24,16 +24,51 @@ def _path(error: jsonschema.ValidationError, prefix: str = "") -> str:
 
 
 def stage_params(config: dict, dataset: str, stage: str) -> dict:
-    """The parameters of ``stage`` for ``dataset``: top-level stage values merged with the dataset's."""
-    overrides = config["datasets"][dataset].get("stages", {}).get(stage, {})
-    return {**config["stages"][stage], **overrides}
+    """The parameters of ``stage`` for ``dataset``: top-level stage values merged key by key with the dataset's,
+    one level deep for a block of settings (``retriever.index``, ``mining.retriever2``), so an override of one of
+    its keys keeps the others."""
+    merged = dict(config["stages"][stage])
+    for key, value in config["datasets"][dataset].get("stages", {}).get(stage, {}).items():
+        block = merged.get(key)
+        merged[key] = {**block, **value} if isinstance(value, dict) and isinstance(block, dict) else value
+    return merged
+
+
+# Settings that moved, (stage, key) -> where they are now: a config still using one stops at start-up naming
+# the new place (docs/migration.md) instead of the schema's bare "unexpected property".
+MOVED_SETTINGS = {
+    ("bm25", "negatives_depth"): "mining.bm25.depth",
+    ("bm25", "negatives_per_query"): "mining.bm25.keep",
+    ("bm25", "seed"): "mining.bm25.seed",
+    ("retriever", "negatives_depth"): "mining.retriever1.depth",
+    ("retriever", "mined_negatives_per_query"): "mining.retriever1.keep",
+    ("reranker", "negatives_depth"): "mining.retriever2.depth",
+    ("reranker", "mined_negatives_per_query"): "mining.retriever2.keep",
+}
+
+
+def check_moved_settings(config: dict) -> None:
+    """Stop on a setting written where an earlier version kept it (MOVED_SETTINGS), naming its new place."""
+    if not isinstance(config, dict):
+        return
+    blocks = [("stages", config.get("stages"))] + [
+        (f"datasets.{name}.stages", dataset.get("stages"))
+        for name, dataset in (config.get("datasets") or {}).items() if isinstance(dataset, dict)]
+    for prefix, stages in blocks:
+        for (stage, key), new in MOVED_SETTINGS.items():
+            if isinstance(stages, dict) and isinstance(stages.get(stage), dict) and key in stages[stage]:
+                block, name = new.rsplit(".", 1)
+                raise ConfigError(f"config key {prefix}.{stage}.{key} has moved to {prefix}.{new} (hard-negative "
+                                  f"mining has its own block; docs/migration.md). Fix: write `{name}: "
+                                  f"{stages[stage][key]}` under {prefix}.{block} and delete it from {stage}")
 
 
 def check_stage_overrides(config: dict, schema: dict) -> None:
     """Validate every dataset's merged stage parameters against the stage's schema."""
     for name, dataset in config["datasets"].items():
         for stage in dataset.get("stages", {}):
-            validator = jsonschema.Draft202012Validator(schema["$defs"][stage])
+            # the stage's block with the shared fragments it refers to (#/$defs/training, ...)
+            validator = jsonschema.Draft202012Validator({**schema["$defs"][stage], "$defs": schema["$defs"]})
             for error in validator.iter_errors(stage_params(config, name, stage)):
                 raise ConfigError(f"config key datasets.{name}.stages.{stage}{_path(error)}: {error.message}")
     missing = [d for d in config.get("run_datasets", []) if d not in config["datasets"]]
@@ -118,7 +153,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
                           "true if you mean it (a list of query ids allows only those queries, not a whole split)")
     if "stages" not in config:  # not validated yet (no defaults): the stage checks need the merged values
         return
-    for stage in ("pretrain", "retriever", "distill"):
+    for stage in ("pretrain", "retriever", "reranker", "distill"):
         params = stage_params(config, name, stage)
         if params.get("train_steps") is not None and params["warmup_steps"] >= params["train_steps"]:
             raise ConfigError(f"config key datasets.{name}.stages.{stage}.warmup_steps: {params['warmup_steps']} "
@@ -142,6 +177,7 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
     if not isinstance(config, dict):
         raise ConfigError(f"the configuration is a {type(config).__name__}, not a mapping of keys "
                           "(datasets, stages, ...); see config.yaml")
+    check_moved_settings(config)
     try:
         validate(config, str(schema_path), set_default=True)
     except WorkflowError as err:

@@ -57,26 +57,26 @@ def _query_rng(seed: int, query_id: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(query_id.encode("utf-8"))])
 
 
-def sample_negatives(pool: pd.DataFrame, count: int, seed: int) -> pd.DataFrame:
-    """Keep at most ``count`` negatives per query, drawn uniformly without replacement, in pool order."""
-    if count < 1:
-        raise ValueError(f"count must be at least 1, got {count}")
+def sample_negatives(pool: pd.DataFrame, keep: int, seed: int) -> pd.DataFrame:
+    """Keep at most ``keep`` negatives per query, drawn uniformly without replacement, in pool order."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, got {keep}")
     ids, scores = [], []
     for qid, nids, nscores in zip(pool["query_id"], pool["negative_ids"], pool["negative_scores"]):
         nids, nscores = list(nids), list(nscores)
-        if len(nids) > count:
-            keep = np.sort(_query_rng(seed, qid).choice(len(nids), size=count, replace=False))
-            nids, nscores = [nids[i] for i in keep], [nscores[i] for i in keep]
+        if len(nids) > keep:
+            chosen = np.sort(_query_rng(seed, qid).choice(len(nids), size=keep, replace=False))
+            nids, nscores = [nids[i] for i in chosen], [nscores[i] for i in chosen]
         ids.append(nids)
         scores.append(nscores)
     return pool.assign(negative_ids=ids, negative_scores=scores)
 
 
-def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: int, count: int,
+def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: int, keep: int,
                   seed: int) -> pd.DataFrame:
-    frame = sample_negatives(candidates, count, seed)
+    frame = sample_negatives(candidates, keep, seed)
     write_artifact(frame, output, "negatives", metadata={"source": source, "depth": str(depth),
-                                                         "count": str(count), "seed": str(seed)})
+                                                         "keep": str(keep), "seed": str(seed)})
     log.info("%s negatives for %d queries (mean %.1f per query)", source, len(frame),
              frame["negative_ids"].map(len).mean())
     return frame
@@ -91,30 +91,30 @@ def answer_hits(run: pd.DataFrame, answers: str, corpus: str) -> pd.Series:
     return labels
 
 
-def mine_hard_negatives(run: str, qrels: str, output: str, *, depth: int, count: int, seed: int,
+def mine_hard_negatives(run: str, qrels: str, output: str, *, depth: int, keep: int, seed: int,
                         min_relevance: int = 1, source: str, answers: str | None = None,
                         corpus: str | None = None) -> pd.DataFrame:
     """Hard negatives from a retriever's TREC run on the train queries: its top ``depth`` minus the
-    positives, ``count`` sampled per query (seeded), written as the negatives artifact with the run's scores.
+    positives, ``keep`` sampled per query (seeded), written as the negatives artifact with the run's scores.
 
     With ``answers`` (and ``corpus``), an answer-based dataset: hits containing an answer are left out too."""
     hits = read_trec_run(run)
     top = hits[hits["rank"] <= depth]
     excluded = answer_hits(top, answers, corpus) if answers is not None else None
     candidates = negatives_from_run(top, read_artifact(qrels, "qrels"), depth, min_relevance, excluded)
-    return _write_sample(candidates, output, source=source, depth=depth, count=count, seed=seed)
+    return _write_sample(candidates, output, source=source, depth=depth, keep=keep, seed=seed)
 
 
-def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, count: int, seed: int,
+def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, keep: int, seed: int,
                          min_relevance: int = 1, answers: str | None = None,
                          corpus: str | None = None) -> pd.DataFrame:
     """The BM25 negatives artifact from a TREC run (``.trec``) or official negatives (negatives artifact).
 
     From a run: the top ``depth`` minus the positives; from official negatives: their list. Either way
-    ``count`` are sampled per query (seeded) and written with their scores.
+    ``keep`` are sampled per query (seeded) and written with their scores.
     """
     if str(pool).endswith(".trec"):
-        return mine_hard_negatives(pool, qrels, output, depth=depth, count=count, seed=seed,
+        return mine_hard_negatives(pool, qrels, output, depth=depth, keep=keep, seed=seed,
                                    min_relevance=min_relevance, source="bm25", answers=answers, corpus=corpus)
-    return _write_sample(read_artifact(pool, "negatives"), output, source="official", depth=depth, count=count,
+    return _write_sample(read_artifact(pool, "negatives"), output, source="official", depth=depth, keep=keep,
                          seed=seed)

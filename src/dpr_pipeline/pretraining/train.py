@@ -116,10 +116,6 @@ def build_model(params: dict, tokenizer) -> PretrainingModel:
     return PretrainingModel(masked_lm, settings, SpecialTokens.of(tokenizer), generator)
 
 
-def training_settings(params: dict) -> TrainingSettings:
-    return TrainingSettings.from_params({**params, "max_steps": params["train_steps"]})
-
-
 def default_step(model, batch: dict, dist) -> torch.Tensor:
     return model(batch["input_ids"], batch["attention_mask"], batch["content"], batch.get("importance"))["loss"]
 
@@ -139,7 +135,7 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
     step = cocondenser_step(params["gradient_cache_chunk"]) if method == "cocondenser" else default_step
     log.info("pre-training %s with %s on %d passages (%d tokens)", params["plm"], method, len(corpus),
              corpus.num_tokens)
-    train(model, data, collate, step, training_settings(params), checkpoint_dir,
+    train(model, data, collate, step, TrainingSettings.from_params(params), checkpoint_dir,
           cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method})")
     if dist.is_main:
         with atomic_output(output_dir) as tmp:

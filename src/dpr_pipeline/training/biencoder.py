@@ -106,7 +106,7 @@ def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries
     carries the re-ranker's scores and the loss is L_kl + α·L_cont.
     """
     dist = Distributed.from_environment()
-    settings = TrainingSettings.from_params({**params, "max_steps": params.get("train_steps")})
+    settings = TrainingSettings.from_params(params)
     passages, queries = read_texts(corpus_path, queries_path)
     groups = QueryGroups(read_artifact(negatives_path, "negatives"), passages, queries,
                          params["negatives_per_query"], params["seed"], with_scores=distill,

@@ -58,7 +58,7 @@ class TrainingSettings:
     warmup_steps: int
     batch_size: int
     epochs: float = 1.0
-    max_steps: int | None = None  # a fixed step budget instead of epochs (pre-training's train_steps)
+    train_steps: int | None = None  # a fixed step budget instead of epochs
     seed: int = 42
     save_steps: int = 500
     gradient_checkpointing: bool = False
@@ -79,8 +79,8 @@ def steps_per_epoch(num_examples: int, batch_size: int) -> int:
 
 
 def total_steps(num_examples: int, settings: TrainingSettings) -> int:
-    if settings.max_steps is not None:
-        return settings.max_steps
+    if settings.train_steps is not None:
+        return settings.train_steps
     return max(1, math.ceil(settings.epochs * steps_per_epoch(num_examples, settings.batch_size)))
 
 
@@ -96,7 +96,7 @@ def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, desc
     if settings.warmup_steps < steps:
         return
     stage = _STAGE_KEYS.get(description, "pretrain" if description.startswith("pre-training") else "<stage>")
-    made_of = (f"train_steps {settings.max_steps}" if settings.max_steps is not None else
+    made_of = (f"train_steps {settings.train_steps}" if settings.train_steps is not None else
                f"{num_examples} training examples in batches of {settings.batch_size}, {settings.epochs:g} epoch(s)")
     raise ConfigError(f"{description}: stages.{stage}.warmup_steps {settings.warmup_steps} >= the {steps} training "
                       f"step(s) of this run ({made_of}), so the learning rate would never reach its peak "

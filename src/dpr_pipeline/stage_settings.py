@@ -1,0 +1,100 @@
+"""The parameters each job gets, one function per stage, from the validated config, the dataset and the job's
+wildcards (stage, method, split, target B of a transfer).
+
+Each starts from :func:`dpr_pipeline.config.stage_params` (the top-level stage values merged with the dataset's
+overrides) and resolves what depends on the job: the model a bi-encoder starts from, the corpus side of a transfer,
+how deep a run is searched. Rules call them through ``settings`` in ``rules/common.smk``; no rule or input function
+reads the config's stage blocks itself.
+"""
+
+from __future__ import annotations
+
+from .config import stage_params
+from .layout import stage_file
+
+
+def bm25(config: dict, dataset: str) -> dict:
+    """Pyserini's index and search settings (`bm25`)."""
+    return stage_params(config, dataset, "bm25")
+
+
+def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
+    """Pre-training settings (`pretrain`); ``method``: the one a ``pretrain/{method}`` job trains, not
+    ``pretrain.method`` (the one the main chain starts from)."""
+    params = stage_params(config, dataset, "pretrain")
+    return params if method is None else {**params, "method": method}
+
+
+def pretrained_model(dataset: str, method: str) -> str:
+    """The encoder the ``pretrain`` job of ``method`` writes."""
+    return stage_file("pretrain", f"{method}/model", dataset)
+
+
+def biencoder_block(stage: str) -> str:
+    """The config block of a bi-encoder stage: `distill` for the distilled retriever, `retriever` for the others
+    (start, retriever1, retriever2, ablation/{method})."""
+    return "distill" if stage == "distill" else "retriever"
+
+
+def initialisation(config: dict, dataset: str, stage: str) -> str:
+    """The model a bi-encoder stage starts from: its block's ``plm``, where ``pretrain`` means this dataset's
+    ``pretrain.method`` output; ``ablation/{method}`` starts from that method's output (``none``: the plm that
+    pre-training starts from)."""
+    if stage.startswith("ablation/"):
+        method = stage.split("/", 1)[1]
+        return pretrain(config, dataset)["plm"] if method == "none" else pretrained_model(dataset, method)
+    plm = stage_params(config, dataset, biencoder_block(stage))["plm"]
+    return pretrained_model(dataset, pretrain(config, dataset)["method"]) if plm == "pretrain" else plm
+
+
+def biencoder(config: dict, dataset: str, stage: str) -> dict:
+    """A bi-encoder stage's training and text-encoding settings, ``plm`` resolved to the model it starts from."""
+    return {**stage_params(config, dataset, biencoder_block(stage)), "plm": initialisation(config, dataset, stage)}
+
+
+# What a transfer job takes from target B rather than from A: B's corpus decides these.
+CORPUS_SIDE = ("encode_shards", "index", "search_depth")
+
+
+def encoding(config: dict, dataset: str, target: str | None = None) -> dict:
+    """Corpus encoding, index and search settings, shared by every bi-encoder stage (`retriever`). A transfer job
+    (``target`` B) keeps A's model-side settings (batch size, embedding dtype) and takes B's corpus side."""
+    params = stage_params(config, dataset, "retriever")
+    if target is None:
+        return params
+    theirs = stage_params(config, target, "retriever")
+    return {**params, **{key: theirs[key] for key in CORPUS_SIDE}}
+
+
+def mining(config: dict, dataset: str, stage: str) -> dict:
+    """How negatives are drawn from ``stage``'s train-split run (`mining.<stage>`: depth, keep, seed)."""
+    return stage_params(config, dataset, "mining")[stage]
+
+
+def search_depth(config: dict, dataset: str, stage: str, split: str, target: str | None = None) -> int:
+    """Hits per query of ``stage``'s run on ``split`` (of ``target`` for a transfer): the full depth
+    (bm25.depth, retriever.search_depth), except a train split searched only to be mined, which stops at the
+    mining depth."""
+    if stage == "bm25":
+        full = bm25(config, dataset)["depth"]
+    else:
+        full = encoding(config, dataset, target)["search_depth"]
+    collection = config["datasets"][dataset]
+    mined = stage in stage_params(config, dataset, "mining") and target is None
+    if mined and split == collection.get("train_split") and split not in collection["eval_splits"]:
+        return min(full, mining(config, dataset, stage)["depth"])
+    return full
+
+
+def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
+    """The re-ranker's settings (`reranker`); re-ranking target B's BM25 run goes `transfer.rerank_depth` deep."""
+    params = stage_params(config, dataset, "reranker")
+    return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
+
+
+def pretraining_in_chain(config: dict, dataset: str) -> list[str]:
+    """The pre-training stages the main chain trains (``pretrain/{method}``): `pretrain.method` when a bi-encoder
+    starts from it, else none."""
+    if any(stage_params(config, dataset, block)["plm"] == "pretrain" for block in ("retriever", "distill")):
+        return [f"pretrain/{pretrain(config, dataset)['method']}"]
+    return []

@@ -1,0 +1,133 @@
+"""The parameters each job gets (dpr_pipeline.stage_settings), from a validated config without Snakemake."""
+
+import copy
+
+import pytest
+
+from dpr_pipeline import stage_settings as settings
+from dpr_pipeline.config import ConfigError, validate_config
+
+BASE = {
+    "datasets": {
+        "a": {"format": "beir", "path": "data/scifact", "train_split": "train", "eval_splits": ["test"],
+              "stages": {"retriever": {"plm": "pretrain", "search_depth": 500, "encode_shards": 2},
+                         "distill": {"plm": "some/hub-model"},
+                         "mining": {"retriever2": {"depth": 50}}}},
+        "b": {"format": "beir", "path": "data/scifact", "eval_splits": ["test"],
+              "stages": {"retriever": {"search_depth": 100, "encode_shards": 3, "index": {"kind": "hnsw"},
+                                       "encode_batch_size": 8}}},
+    },
+    "run_datasets": ["a"],
+    "transfer": {"rerank_depth": 30},
+}
+
+
+@pytest.fixture
+def config():
+    return validate_config(copy.deepcopy(BASE))
+
+
+def test_bi_encoders_start_from_their_block_plm_resolved_to_the_workflow_output(config):
+    simlm = "results/a/pretrain/simlm/model"
+    for stage in ("start", "retriever1", "retriever2"):
+        assert settings.initialisation(config, "a", stage) == simlm
+        assert settings.biencoder(config, "a", stage)["plm"] == simlm
+        assert settings.biencoder(config, "a", stage)["learning_rate"] == 2e-5      # the retriever block
+    assert settings.biencoder(config, "a", "distill")["plm"] == "some/hub-model"
+    assert settings.biencoder(config, "a", "distill")["alpha"] == 0.2               # the distill block
+    assert settings.initialisation(config, "a", "ablation/cdmae") == "results/a/pretrain/cdmae/model"
+    assert settings.initialisation(config, "a", "ablation/none") == "bert-base-uncased"   # pretrain.plm
+
+
+def test_a_pretraining_job_trains_its_own_method(config):
+    assert settings.pretrain(config, "a")["method"] == "simlm"
+    assert settings.pretrain(config, "a", "cdmae")["method"] == "cdmae"
+    assert settings.pretraining_in_chain(config, "a") == ["pretrain/simlm"]
+    config["datasets"]["a"]["stages"]["retriever"]["plm"] = "x"
+    config["datasets"]["a"]["stages"]["distill"]["plm"] = "y"
+    assert settings.pretraining_in_chain(config, "a") == []
+
+
+def test_a_transfer_job_keeps_the_model_side_and_takes_the_target_corpus_side(config):
+    own = settings.encoding(config, "a")
+    assert (own["encode_shards"], own["search_depth"], own["index"]["kind"]) == (2, 500, "flat")
+    transfer = settings.encoding(config, "a", "b")
+    assert (transfer["encode_shards"], transfer["search_depth"], transfer["index"]["kind"]) == (3, 100, "hnsw")
+    assert transfer["encode_batch_size"] == own["encode_batch_size"] == 256          # A's, not B's 8
+    assert transfer["index"]["hnsw_m"] == 32       # B overrode one key of the index block: the rest keep defaults
+    assert settings.reranker(config, "a")["rerank_depth"] == 200
+    assert settings.reranker(config, "a", "b")["rerank_depth"] == 30                 # transfer.rerank_depth
+
+
+def test_mining_settings_per_mined_stage_and_the_depth_a_mined_train_split_is_searched_to(config):
+    assert settings.mining(config, "a", "bm25") == {"depth": 200, "keep": 30, "seed": 42}
+    assert settings.mining(config, "a", "retriever1") == {"depth": 200, "keep": 200, "seed": 42}
+    assert settings.mining(config, "a", "retriever2") == {"depth": 50, "keep": 200, "seed": 42}  # one key overridden
+    assert settings.search_depth(config, "a", "bm25", "train") == 200        # only mined: stops at mining depth
+    assert settings.search_depth(config, "a", "bm25", "test") == 1000
+    assert settings.search_depth(config, "a", "retriever1", "train") == 200
+    assert settings.search_depth(config, "a", "retriever2", "train") == 50
+    assert settings.search_depth(config, "a", "retriever2", "test") == 500
+    assert settings.search_depth(config, "a", "distill", "train") == 500     # not mined: the full depth
+    assert settings.search_depth(config, "a", "retriever2", "test", "b") == 100   # transfer: B's depth
+
+
+def test_a_train_split_also_evaluated_is_searched_to_the_full_depth(config):
+    config["datasets"]["a"].update(eval_splits=["test", "train"], allow_overlap=True)
+    assert settings.search_depth(config, "a", "retriever2", "train") == 500
+
+
+@pytest.mark.parametrize("stage, key, new", [
+    ("bm25", "negatives_depth", "mining.bm25.depth"),
+    ("bm25", "negatives_per_query", "mining.bm25.keep"),
+    ("retriever", "mined_negatives_per_query", "mining.retriever1.keep"),
+    ("reranker", "negatives_depth", "mining.retriever2.depth"),
+])
+def test_a_setting_in_its_old_place_names_its_new_one(stage, key, new):
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"].setdefault(stage, {})[key] = 7
+    with pytest.raises(ConfigError, match=rf"datasets\.a\.stages\.{stage}\.{key} has moved to "
+                                          rf"datasets\.a\.stages\.{new}.*write `{new.rsplit('.', 1)[1]}: 7`"):
+        validate_config(config)
+    config = copy.deepcopy(BASE)
+    config["stages"] = {stage: {key: 7}}
+    with pytest.raises(ConfigError, match=rf"config key stages\.{stage}\.{key} has moved to stages\.{new}"):
+        validate_config(config)
+
+
+def test_the_bi_encoder_blocks_share_one_fragment_and_still_reject_unknown_keys():
+    for stage in ("retriever", "distill", "reranker"):
+        config = copy.deepcopy(BASE)
+        config["stages"] = {stage: {"tempature": 0.1}}
+        with pytest.raises(ConfigError, match=rf"stages\.{stage}: .*'tempature' was unexpected"):
+            validate_config(config)
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["distill"]["negatives_per_query"] = 0     # distill's own minimum: 1
+    with pytest.raises(ConfigError, match=r"distill\.negatives_per_query: 0 is less than the minimum of 1"):
+        validate_config(config)
+    config["datasets"]["a"]["stages"]["distill"]["negatives_per_query"] = 1
+    config["datasets"]["a"]["stages"]["retriever"]["negatives_per_query"] = 0   # the retriever's may be 0
+    validated = validate_config(config)
+    assert validated["stages"]["retriever"]["epochs"] == 3 and validated["stages"]["distill"]["epochs"] == 6
+    assert validated["stages"]["reranker"]["warmup_steps"] == 1000              # from the shared training fragment
+
+
+def test_no_setting_has_its_default_in_two_places():
+    """Snakemake fills the first default it meets: a block and a fragment it uses must not both give one."""
+    import yaml
+
+    from dpr_pipeline.config import SCHEMA_PATH
+
+    defs = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
+
+    def defaulted(block: dict) -> list[str]:
+        keys = [key for key, value in block.get("properties", {}).items() if "default" in value]
+        for part in block.get("allOf", []):
+            keys += defaulted(defs[part["$ref"].rsplit("/", 1)[1]])
+        return keys
+
+    blocks = [defs[name] for name in ("retriever", "reranker", "distill")] + list(defs["mining"]["properties"].values())
+    for block in blocks:
+        keys = defaulted(block)
+        assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    assert "keep" in defaulted(defs["mining"]["properties"]["bm25"])
