@@ -34,7 +34,7 @@ def stage_params(config: dict, dataset: str, stage: str) -> dict:
     return merged
 
 
-# Settings that moved, (stage, key) -> where they are now: a config still using one stops at start-up naming
+# Settings that moved in 0.2, (stage, key) -> where they are now: a config still using one stops at start-up naming
 # the new place (docs/migration.md) instead of the schema's bare "unexpected property".
 MOVED_SETTINGS = {
     ("bm25", "negatives_depth"): "mining.bm25.depth",
@@ -59,7 +59,7 @@ def check_moved_settings(config: dict) -> None:
             if isinstance(stages, dict) and isinstance(stages.get(stage), dict) and key in stages[stage]:
                 block, name = new.rsplit(".", 1)
                 raise ConfigError(f"config key {prefix}.{stage}.{key} has moved to {prefix}.{new} (hard-negative "
-                                  f"mining has its own block; docs/migration.md). Fix: write `{name}: "
+                                  f"mining has its own block since 0.2; docs/migration.md). Fix: write `{name}: "
                                   f"{stages[stage][key]}` under {prefix}.{block} and delete it from {stage}")
 
 
