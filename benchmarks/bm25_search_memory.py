@@ -106,7 +106,7 @@ def _child(args) -> None:
         write_artifact(read_artifact(cache / "queries.parquet", "queries").head(args.child), subset, "queries")
     extra = {} if args.java_heap is None else {"java_heap": None if args.java_heap == "none" else args.java_heap}
     started = time.perf_counter()
-    search(cache / "index", subset, Path(args.run_dir) / f"run-{args.child}.trec", k=args.depth,
+    search(cache / "index", subset, Path(args.run_dir) / f"run-{args.child}.trec", depth=args.depth,
            threads=args.threads, **extra)
     seconds = time.perf_counter() - started
     status = Path("/proc/self/status").read_text()

@@ -36,7 +36,7 @@ rule ingest_split:
     params:
         format=lambda wc: raw_layout(dataset_config(wc)),
         root=lambda wc: dataset_config(wc)["path"],
-        unknown_ids=lambda wc: dataset_config(wc)["unknown_qrels_ids"],
+        unknown_qrels_ids=lambda wc: dataset_config(wc)["unknown_qrels_ids"],
         files=split_files,
         # an evaluation split keeps judgements naming unknown documents (scored as trec_eval/BEIR do)
         evaluation=lambda wc: wc.split in eval_splits(wc)

@@ -37,7 +37,7 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.parametrize("fields", ["flat", "multifield"])
 def test_search_ranks_the_matching_document_first(tiny, fields):
-    assert search(tiny / f"index-{fields}", tiny / "queries.parquet", tiny / "run.trec", k=3, fields=fields) == 2
+    assert search(tiny / f"index-{fields}", tiny / "queries.parquet", tiny / "run.trec", depth=3, fields=fields) == 2
     run = read_trec_run(tiny / "run.trec")
     top = run[run["rank"] == 1].set_index("query_id")["doc_id"].to_dict()
     assert top == {"q1": "d1", "q2": "d2"}
@@ -48,13 +48,13 @@ def test_search_ranks_the_matching_document_first(tiny, fields):
 def test_title_is_searchable_in_flat_index(tiny):
     """'machines' only occurs in d3's title, so the title must have been indexed with the text."""
     pd.DataFrame({"query_id": ["t"], "text": ["machines"]}).to_parquet(tiny / "q.parquet")
-    search(tiny / "index-flat", tiny / "q.parquet", tiny / "t.trec", k=5)
+    search(tiny / "index-flat", tiny / "q.parquet", tiny / "t.trec", depth=5)
     assert read_trec_run(tiny / "t.trec")["doc_id"].tolist() == ["d3"]
 
 
-def test_remove_query_id_hits_keeps_k_hits(tiny):
-    search(tiny / "index-flat", tiny / "queries.parquet", tiny / "keep.trec", k=2)
-    search(tiny / "index-flat", tiny / "queries.parquet", tiny / "drop.trec", k=2, remove_query_id_hits=True)
+def test_ignore_identical_ids_keeps_depth_hits(tiny):
+    search(tiny / "index-flat", tiny / "queries.parquet", tiny / "keep.trec", depth=2)
+    search(tiny / "index-flat", tiny / "queries.parquet", tiny / "drop.trec", depth=2, ignore_identical_ids=True)
     keep, drop = read_trec_run(tiny / "keep.trec"), read_trec_run(tiny / "drop.trec")
     assert "q1" in keep[keep.query_id == "q1"]["doc_id"].tolist()
     q1 = drop[drop.query_id == "q1"]["doc_id"].tolist()
@@ -76,7 +76,7 @@ def test_a_query_over_lucenes_clause_limit_is_searched_in_full_and_counted(tiny,
     for fields in ("flat", "multifield"):
         caplog.clear()
         run = tmp_path / f"run-{fields}.trec"
-        search(tiny / f"index-{fields}", queries, run, k=3, fields=fields)
+        search(tiny / f"index-{fields}", queries, run, depth=3, fields=fields)
         hits = read_trec_run(run)
         assert hits.loc[hits["query_id"] == "long", "doc_id"].iloc[0] in ("d1", "q1"), fields
         assert "1 query has more than Lucene's default 1024 clauses (first 'long'" in caplog.text
@@ -97,7 +97,7 @@ def test_the_run_is_the_same_whatever_the_batches(tiny, tmp_path, monkeypatch):
     texts = ["cats purr", "dogs", "why do cats purr", "purr machines", "xyzzy", "low sound", "q1 cats", "bark"]
     queries = tmp_path / "queries.parquet"
     pd.DataFrame({"query_id": [f"q{i}" for i in range(len(texts))], "text": texts}).to_parquet(queries)
-    monkeypatch.setattr(bm25, "HITS_PER_BATCH", 9)  # depth 3 (4 with remove_query_id_hits): 3 or 2 queries a batch
+    monkeypatch.setattr(bm25, "HITS_PER_BATCH", 9)  # depth 3 (4 with ignore_identical_ids): 3 or 2 queries a batch
     original, held, batches = LuceneSearcher.batch_search, [], []
 
     def recording(self, qtexts, qids, k, **kwargs):
@@ -114,7 +114,7 @@ def test_the_run_is_the_same_whatever_the_batches(tiny, tmp_path, monkeypatch):
             for batch_size in (1, None, 100):
                 batches.clear()
                 run = tmp_path / f"run-{fields}-{remove}-{batch_size}.trec"
-                search(tiny / f"index-{fields}", queries, run, k=3, fields=fields, remove_query_id_hits=remove,
+                search(tiny / f"index-{fields}", queries, run, depth=3, fields=fields, ignore_identical_ids=remove,
                        batch_size=batch_size)
                 assert len(batches) == {1: len(texts), None: 4 if remove else 3, 100: 1}[batch_size]
                 runs.append(run.read_bytes())
@@ -127,7 +127,7 @@ def test_java_heap_reaches_the_jvm(tiny, tmp_path):
     code = f"""
 import json, sys
 from dpr_pipeline.bm25 import search
-search({str(tiny / "index-flat")!r}, {str(tiny / "queries.parquet")!r}, {str(tmp_path / "run.trec")!r}, k=2,
+search({str(tiny / "index-flat")!r}, {str(tiny / "queries.parquet")!r}, {str(tmp_path / "run.trec")!r}, depth=2,
        java_heap="300m")
 from jnius import autoclass
 arguments = autoclass("java.lang.management.ManagementFactory").getRuntimeMXBean().getInputArguments()

@@ -130,7 +130,7 @@ def test_unknown_ids_can_be_dropped_with_a_counted_warning(tmp_path, caplog):
     corpus = tmp_path / "corpus.parquet"
     ingest_corpus("beir", root, corpus)
     queries, judgements = ingest_split("beir", root, "train", corpus, tmp_path / "q.parquet",
-                                       tmp_path / "r.parquet", unknown_ids="warn")
+                                       tmp_path / "r.parquet", unknown_qrels_ids="warn")
     assert (queries, judgements) == (2, 2)
     assert "dropped 1 judgement(s) whose query id" in caplog.text
     assert "dropped 2 judgement(s) whose doc id" in caplog.text
@@ -181,7 +181,8 @@ def test_an_evaluation_split_keeps_judgements_of_unknown_documents_and_reports_d
 
     root, corpus = arguana_like(tmp_path)
     queries, qrels = tmp_path / "queries_test.parquet", tmp_path / "qrels_test.parquet"
-    assert ingest_split("beir", root, "test", corpus, queries, qrels, unknown_ids="warn", evaluation=True) == (3, 3)
+    assert ingest_split("beir", root, "test", corpus, queries, qrels, unknown_qrels_ids="warn",
+                        evaluation=True) == (3, 3)
     assert list(pd.read_parquet(queries)["query_id"]) == ["q1", "q2", "q3"]   # q2 stays: it scores 0
     assert ("q2", "d404") in set(zip(*pd.read_parquet(qrels)[["query_id", "doc_id"]].T.values))
     assert pq.read_schema(qrels).metadata[b"dpr_pipeline.unknown_documents"] == b"1"
@@ -197,7 +198,8 @@ def test_an_evaluation_split_keeps_judgements_of_unknown_documents_and_reports_d
 def test_a_train_split_drops_queries_whose_judgements_name_only_unknown_documents(tmp_path, caplog):
     root, corpus = arguana_like(tmp_path)
     queries, qrels = tmp_path / "queries_test.parquet", tmp_path / "qrels_test.parquet"
-    assert ingest_split("beir", root, "test", corpus, queries, qrels, unknown_ids="warn", min_relevance=1) == (2, 2)
+    assert ingest_split("beir", root, "test", corpus, queries, qrels, unknown_qrels_ids="warn",
+                        min_relevance=1) == (2, 2)
     assert list(pd.read_parquet(queries)["query_id"]) == ["q1", "q3"]
     assert "dropped 1 query: every judgement names a document not in the corpus (first 'q2')" in caplog.text
     assert "not trained on (min_relevance)" in caplog.text

@@ -89,7 +89,7 @@ def test_arguana_shaped_split_keeps_every_judged_query_as_trec_eval_and_beir_do(
     root = write_beir(tmp_path / "raw", docs=arguments + counters, queries=queries, qrels=qrels)
     ingest_corpus("beir", root, tmp_path / "corpus.parquet")
     ingest_split("beir", root, "test", tmp_path / "corpus.parquet", tmp_path / "queries_test.parquet",
-                 tmp_path / "qrels_test.parquet", unknown_ids="warn", evaluation=True)
+                 tmp_path / "qrels_test.parquet", unknown_qrels_ids="warn", evaluation=True)
     assert set(pd.read_parquet(tmp_path / "queries_test.parquet")["query_id"]) == {"q1", "q2", "q3", "q4", "q5"}
     run = tmp_path / "run_test.trec"   # each query retrieves itself first (dropped by ignore_identical_ids)
     run.write_text("q1 Q0 q1 1 10 t\nq1 Q0 f1 2 9 t\nq1 Q0 c1 3 8 t\n"      # c1 at rank 2 once q1 is dropped

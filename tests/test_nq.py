@@ -111,7 +111,7 @@ def test_positive_outside_the_passages_is_an_error_or_a_counted_drop(tmp_path):
     args = ("dpr", tmp_path, "train", tmp_path / "corpus.parquet", tmp_path / "q.parquet", tmp_path / "r.parquet")
     with pytest.raises(DataError, match="doc id '9' is not in the corpus"):
         ingest_split(*args)
-    assert ingest_split(*args, unknown_ids="warn") == (2, 1)
+    assert ingest_split(*args, unknown_qrels_ids="warn") == (2, 1)
 
 
 def test_answers_artifact_rejects_a_question_without_answers(tmp_path):

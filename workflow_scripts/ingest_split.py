@@ -5,7 +5,7 @@ from dpr_pipeline.workflow import logged, write_job_manifest
 with logged(snakemake.log[0]):
     ingest_split(snakemake.params.format, snakemake.params.root, snakemake.wildcards.split,
                  snakemake.input.corpus, snakemake.output.queries, snakemake.output.qrels,
-                 unknown_ids=snakemake.params.unknown_ids,
+                 unknown_qrels_ids=snakemake.params.unknown_qrels_ids,
                  files=snakemake.params.files, evaluation=snakemake.params.evaluation,
                  train_queries=getattr(snakemake.input, "train_queries", None),
                  allow_overlap=snakemake.params.allow_overlap, min_relevance=snakemake.params.min_relevance)

@@ -148,14 +148,14 @@ def _allow_long_queries(frame, fields: str) -> list[tuple[str, int]]:
     return over
 
 
-def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 1000, k1: float = 0.9,
+def search(index: str | Path, queries: str | Path, run: str | Path, *, depth: int = 1000, k1: float = 0.9,
            b: float = 0.4, fields: str = "flat", threads: int = 1, batch_size: int | None = None,
-           remove_query_id_hits: bool = False, tag: str = "bm25",
+           ignore_identical_ids: bool = False, tag: str = "bm25",
            java_heap: str | None = DEFAULT_JAVA_HEAP) -> int:
-    """Retrieve the top ``k`` documents per query with Lucene BM25 and write a TREC run.
+    """Retrieve the top ``depth`` documents per query with Lucene BM25 and write a TREC run.
 
-    ``remove_query_id_hits`` drops a hit whose doc id equals the query id (Pyserini's ``--remove-query``,
-    used in its BEIR regressions), still returning ``k`` hits. Returns the number of queries.
+    ``ignore_identical_ids`` drops a hit whose doc id equals the query id (BEIR's setting; Pyserini's
+    ``--remove-query`` in its BEIR regressions), still returning ``depth`` hits. Returns the number of queries.
 
     Queries with more clauses than Lucene's default limit (1,024 distinct terms: a pasted document as a query)
     are searched in full: the limit is raised to the longest query's clauses, with a warning that counts them.
@@ -176,23 +176,23 @@ def search(index: str | Path, queries: str | Path, run: str | Path, *, k: int = 
     over = _allow_long_queries(frame, fields)
     without_hits = {"count": 0, "first": None}
     field_weights = {"contents": 1.0, "title": 1.0} if fields == "multifield" else None
-    depth = k + 1 if remove_query_id_hits else k
+    searched = depth + 1 if ignore_identical_ids else depth
     if batch_size is None:
-        batch_size = min(256, max(threads, HITS_PER_BATCH // depth))
+        batch_size = min(256, max(threads, HITS_PER_BATCH // searched))
 
     def results():
         ids, texts = frame["query_id"].tolist(), frame["text"].tolist()
         for start in tqdm(range(0, len(ids), batch_size), desc="bm25 search", unit="batch", file=sys.stderr):
             qids, qtexts = ids[start:start + batch_size], texts[start:start + batch_size]
             extra = {"fields": field_weights} if field_weights else {}
-            hits = searcher.batch_search(qtexts, qids, k=depth, threads=threads, **extra)
+            hits = searcher.batch_search(qtexts, qids, k=searched, threads=threads, **extra)
             for qid in qids:
                 pairs = [(h.docid, h.score) for h in hits.pop(qid, [])
-                         if not (remove_query_id_hits and h.docid == qid)]
+                         if not (ignore_identical_ids and h.docid == qid)]
                 if not pairs:
                     without_hits["count"] += 1
                     without_hits["first"] = without_hits["first"] or qid
-                yield qid, pairs[:k]
+                yield qid, pairs[:depth]
             del hits  # release this batch's Java hits before the next batch is searched
 
     write_trec_run(results(), run, tag)

@@ -119,7 +119,7 @@ def _drop_unknown(judgements: list, field: str, known, where_known: str, policy:
 
 
 def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, queries_out: str | Path,
-                 qrels_out: str | Path, unknown_ids: str = "error", files: dict | None = None, *,
+                 qrels_out: str | Path, unknown_qrels_ids: str = "error", files: dict | None = None, *,
                  evaluation: bool = False, train_queries: str | Path | None = None,
                  allow_overlap: bool | list[str] = False,
                  min_relevance: int = 1) -> tuple[int, int]:
@@ -127,7 +127,7 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
 
     ``files``: the split's raw file names when they differ from the layout's (``split_files``, msmarco).
 
-    The split's queries are those with at least one judgement. ``unknown_ids`` says what to do with a
+    The split's queries are those with at least one judgement. ``unknown_qrels_ids`` says what to do with a
     judgement whose query or document does not exist: ``error`` (default) or ``warn``: count it, drop an unknown
     query's judgements, and drop a judgement naming an unknown document from a train split but keep it in an
     ``evaluation`` split (trec_eval's and BEIR's convention: the query stays and scores what it can; the qrels'
@@ -139,22 +139,22 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
     reports the queries dropped and why, and those kept without a grade >= ``min_relevance`` (they are not trained
     on or, below 1, not scored).
     """
-    if unknown_ids not in UNKNOWN_ID_POLICIES:
-        raise ValueError(f"unknown_ids must be one of {UNKNOWN_ID_POLICIES}, got {unknown_ids!r}")
+    if unknown_qrels_ids not in UNKNOWN_ID_POLICIES:
+        raise ValueError(f"unknown_qrels_ids must be one of {UNKNOWN_ID_POLICIES}, got {unknown_qrels_ids!r}")
     if fmt == "dpr":
-        return _ingest_dpr_split(root, split, corpus, queries_out, qrels_out, unknown_ids, files,
+        return _ingest_dpr_split(root, split, corpus, queries_out, qrels_out, unknown_qrels_ids, files,
                                  train_queries=train_queries, allow_overlap=allow_overlap)
     judgements = _split_judgements(fmt, root, split, files)
     queries = _split_queries(fmt, root, split, files, wanted={qid for qid, _ in judgements})
     doc_ids = set(read_artifact(corpus, "corpus", columns=["doc_id"])["doc_id"])
 
     judged_before = list(dict.fromkeys(j.query_id for j in judgements.values()))
-    kept = _drop_unknown(list(judgements.values()), "query_id", queries, "queries file", unknown_ids)
+    kept = _drop_unknown(list(judgements.values()), "query_id", queries, "queries file", unknown_qrels_ids)
     after_queries = {j.query_id for j in kept}
     if evaluation:
-        unknown_documents = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_ids, keep=True)
+        unknown_documents = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_qrels_ids, keep=True)
     else:
-        kept = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_ids)
+        kept = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_qrels_ids)
         unknown_documents = 0
     if not kept:
         raise DataError(root, f"split {split!r} has no judgements left after dropping unknown ids",
@@ -309,7 +309,7 @@ def report_split(split: str, split_queries: pd.DataFrame, qrels: pd.DataFrame, d
     return counts
 
 
-def _ingest_dpr_split(root, split: str, corpus, queries_out, qrels_out, unknown_ids: str,
+def _ingest_dpr_split(root, split: str, corpus, queries_out, qrels_out, unknown_qrels_ids: str,
                       files: dict | None, *, train_queries=None,
                       allow_overlap: bool | list[str] = False) -> tuple[int, int]:
     """A DPR split: *every* question is a query (relevance comes from answers, not judgements); the qrels are
@@ -325,7 +325,7 @@ def _ingest_dpr_split(root, split: str, corpus, queries_out, qrels_out, unknown_
     if not queries:
         raise DataError(root, f"split {split!r} has no questions", "check the split's file (split_files)")
     doc_ids = set(read_artifact(corpus, "corpus", columns=["doc_id"])["doc_id"])
-    kept = _drop_unknown(judgements, "doc_id", doc_ids, "corpus", unknown_ids)
+    kept = _drop_unknown(judgements, "doc_id", doc_ids, "corpus", unknown_qrels_ids)
     qrels = pd.DataFrame({"query_id": [j.query_id for j in kept], "doc_id": [j.doc_id for j in kept],
                           "relevance": [1] * len(kept)})
     if train_queries is not None:
