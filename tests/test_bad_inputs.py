@@ -641,6 +641,14 @@ def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["pretrain"].update(warmup_steps=40))
 
 
+@case("config-setting-moved", ConfigError, "config key datasets.scifact.stages.reranker.mined_negatives_per_query "
+      "has moved to datasets.scifact.stages.mining.retriever2.keep",
+      "Fix: write `keep: 15` under datasets.scifact.stages.mining.retriever2 and delete it from reranker")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["reranker"].update(
+        mined_negatives_per_query=15))
+
+
 @case("training-warmup-longer-than-run", ConfigError, "retriever: stages.retriever.warmup_steps 10 >= the 9 "
       "training step(s) of this run (150 training examples in batches of 16, 1 epoch(s))",
       "Fix: set the dataset's stages.retriever.warmup_steps below 9")
