@@ -1,6 +1,6 @@
 # Shared set-up: config validation, the library on the path, the stage lists and the lookups every rule uses
-# (splits, threads and resources; a job's stage parameters come from dpr_pipeline.stage_settings, `settings`). Input functions: rules/inputs.smk; the report's and
-# the default target's file lists: rules/report_inputs.smk.
+# (splits, threads, resources). A job's stage parameters: dpr_pipeline.stage_settings (`settings`); input
+# functions: rules/inputs.smk; the report's and the default target's file lists: rules/report_inputs.smk.
 import re
 import sys
 from pathlib import Path
