@@ -173,3 +173,14 @@ def test_encode_queries_keeps_the_file_order(tiny_model, loaded, tmp_path):
     ids, vectors = encode_queries(tiny_model, tmp_path / "queries.parquet", max_length=MAX_LENGTH, batch_size=2)
     assert ids == ["q2", "q1", "q3"]
     np.testing.assert_allclose(vectors, _encode(loaded, TEXTS[:3]), atol=1e-5)
+
+
+def test_the_log_counts_texts_at_the_length_limit_and_says_whether_bf16_ran(loaded, caplog):
+    encoder, tokenizer = loaded
+    lengths = [len(tokenizer(t, truncation=True, max_length=MAX_LENGTH)["input_ids"]) for t in TEXTS]
+    with caplog.at_level("INFO", logger="dpr_pipeline.encode"):
+        encode_texts(encoder, tokenizer, TEXTS, max_length=MAX_LENGTH, batch_size=3, device="cpu", bf16=False)
+    assert (f"{sum(n >= MAX_LENGTH for n in lengths)} of {len(TEXTS)} texts reach max_length {MAX_LENGTH} tokens"
+            in caplog.text)
+    assert "float32 on cpu" in caplog.text
+    assert any(n >= MAX_LENGTH for n in lengths) and not all(n >= MAX_LENGTH for n in lengths)  # both kinds

@@ -54,6 +54,9 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     if not texts:
         return vectors
     flat, offsets = _tokenize(tokenizer, texts, max_length)
+    logger.info("%d of %d texts reach max_length %d tokens (those longer are truncated); %s on %s",
+                int((np.diff(offsets) >= max_length).sum()), len(texts), max_length,
+                "bf16 autocast" if devices.uses_bf16(device, bf16) else "float32", device)
     with torch.inference_mode(), devices.autocast(device, bf16), \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
         for rows in _token_budget_batches(np.diff(offsets), batch_size * max_length):
