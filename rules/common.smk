@@ -14,8 +14,7 @@ SRC = str(Path(workflow.basedir) / "src")
 sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 import dpr_pipeline.stage_settings as settings
-from dpr_pipeline.config import (check_config_values, check_moved_settings, check_stage_overrides, stage_params,
-                                 train_split_of)
+from dpr_pipeline.config import check_config_values, check_moved_settings, check_stage_overrides, train_split_of
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  stage_file)
 from dpr_pipeline.data.readers import raw_files
@@ -82,8 +81,8 @@ def resources_of(rule_name):
         "gpu": 0,
     }
     if rule_name in GPU_TRAINING_RULES:
-        stage = GPU_TRAINING_RULES[rule_name]
-        resources["gpu"] = lambda wildcards: stage_params(config, wildcards.dataset, stage)["processes"]
+        block = GPU_TRAINING_RULES[rule_name]
+        resources["gpu"] = lambda wildcards: settings.training_processes(config, wildcards.dataset, block)
     elif rule_name in GPU_INFERENCE_RULES:
         resources["gpu"] = 1
     return resources

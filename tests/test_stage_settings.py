@@ -39,6 +39,12 @@ def test_bi_encoders_start_from_their_block_plm_resolved_to_the_workflow_output(
     assert settings.initialisation(config, "a", "ablation/none") == "bert-base-uncased"   # pretrain.plm
 
 
+def test_training_processes_come_from_the_stage_block(config):
+    config["datasets"]["a"]["stages"]["distill"]["processes"] = 4
+    assert settings.training_processes(config, "a", "distill") == 4
+    assert settings.training_processes(config, "a", "reranker") == 1
+
+
 def test_a_pretraining_job_trains_its_own_method(config):
     assert settings.pretrain(config, "a")["method"] == "simlm"
     assert settings.pretrain(config, "a", "cdmae")["method"] == "cdmae"

@@ -92,6 +92,12 @@ def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
     return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
 
 
+def training_processes(config: dict, dataset: str, block: str) -> int:
+    """Training processes of a training stage's jobs (torchrun DDP, one per GPU: the GPUs the job asks for);
+    ``block``: pretrain, retriever, reranker or distill."""
+    return stage_params(config, dataset, block)["processes"]
+
+
 def pretraining_in_chain(config: dict, dataset: str) -> list[str]:
     """The pre-training stages the main chain trains (``pretrain/{method}``): `pretrain.method` when a bi-encoder
     starts from it, else none."""
