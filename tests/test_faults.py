@@ -414,7 +414,7 @@ def snakemake_workdir(root: Path, dataset: Path, plm: Path) -> Path:
     config["datasets"] = {"tiny": {
         "format": "beir", "path": str(dataset), "train_split": "train", "eval_splits": ["test"],
         "unknown_qrels_ids": "error",
-        "stages": {"bm25": {"threads": 1, "negatives_per_query": 8},
+        "stages": {"bm25": {"threads": 1}, "mining": {"bm25": {"keep": 8}},
                    "retriever": {"plm": str(plm), "batch_size": 4, "epochs": 1, "warmup_steps": 1,
                                  "learning_rate": 1e-3, "negatives_per_query": 1, "query_max_length": 16,
                                  "passage_max_length": 32, "encode_batch_size": 8, "encode_shards": 2,
@@ -456,9 +456,10 @@ def test_an_interrupted_encoding_shard_reruns_alone_and_two_runs_are_byte_identi
         if len(done) == 1 and shard_logs[1 - done[0]].exists():   # one shard written, the other one running
             break
         time.sleep(0.05)
+    assert process.poll() is None, f"snakemake exited ({process.returncode}) before the second shard started"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    assert len(done) == 1, "the chain finished or timed out before the second shard started"
+    assert len(done) == 1, "the chain timed out before the second shard started"
     finished, interrupted = done[0], 1 - done[0]
     assert not shards[interrupted].exists() and not (second / "results/tiny/retriever1/index.faiss").exists()
     kept = (shards[finished].stat().st_mtime_ns, shards[finished].read_bytes())
