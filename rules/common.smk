@@ -14,6 +14,7 @@ SRC = str(Path(workflow.basedir) / "src")
 sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 import dpr_pipeline.stage_settings as settings
+from dpr_pipeline.cluster import GPU_INFERENCE_RULES, GPU_TRAINING_RULES, job_resources, scaled
 from dpr_pipeline.config import check_config_values, check_moved_settings, check_stage_overrides, train_split_of
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  stage_file)

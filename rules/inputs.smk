@@ -18,17 +18,17 @@ def train_qrels(wildcards):
 
 
 def encoded_shards(wildcards):
-    shards = range(settings.encoding(config, wildcards.dataset)["encode_shards"])
-    stem = stage_file(wildcards.stage, "embeddings/shard_", wildcards.dataset)
+    """A stage's corpus encoding shards; with a {target} B (transfer_build_index), the shards of B's corpus."""
+    target = wildcards.get("target")
+    shards = range(settings.encoding(config, wildcards.dataset, target)["encode_shards"])
+    folder = f"transfer/{target}/embeddings" if target else "embeddings"
+    stem = stage_file(wildcards.stage, f"{folder}/shard_", wildcards.dataset)
     return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
 
 
 def teacher_shards(wildcards):
     shards = range(settings.reranker(config, wildcards.dataset)["teacher_shards"])
     return [stage_file("reranker", f"teacher/shard_{i}.parquet", wildcards.dataset) for i in shards]
-
-
-from dpr_pipeline.cluster import GPU_INFERENCE_RULES, GPU_TRAINING_RULES, job_resources, scaled
 
 
 def bm25_negatives_pool(wildcards):
@@ -87,12 +87,6 @@ def evaluated_dataset(wildcards):
     """The dataset whose qrels and evaluation settings score a job's runs: the transfer target B when the job
     has one (transfer_evaluate), else the job's own dataset (evaluate)."""
     return config["datasets"][wildcards.get("target", wildcards.dataset)]
-
-
-def transfer_encoded_shards(wildcards):
-    shards = range(settings.encoding(config, wildcards.dataset, wildcards.target)["encode_shards"])
-    stem = stage_file(wildcards.stage, f"transfer/{wildcards.target}/embeddings/shard_", wildcards.dataset)
-    return {"vectors": [f"{stem}{i}.npy" for i in shards], "ids": [f"{stem}{i}.ids.parquet" for i in shards]}
 
 
 def transfer_leakage_inputs(wildcards):

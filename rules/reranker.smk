@@ -36,7 +36,8 @@ rule rerank:
     output:
         stage_file("reranker", "run_{split}.trec"),
     params:
-        reranker=lambda wc: settings.reranker(config, wc.dataset),
+        # re-ranking a transfer target B's BM25 run ({target}, rules/transfer.smk) goes transfer.rerank_depth deep
+        reranker=lambda wc: settings.reranker(config, wc.dataset, wc.get("target")),
     threads: threads_of("rerank")
     resources:
         **resources_of("rerank"),

@@ -67,8 +67,9 @@ rule encode_corpus:
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
+        # a transfer job ({target} B, rules/transfer.smk) encodes B's corpus with B's corpus-side settings
         stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
-        retriever=lambda wc: settings.encoding(config, wc.dataset),
+        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.get("target")),
     threads: threads_of("encode_corpus")
     resources:
         **resources_of("encode_corpus"),
@@ -91,7 +92,7 @@ rule build_index:
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
-        retriever=lambda wc: settings.encoding(config, wc.dataset),
+        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.get("target")),
     threads: threads_of("build_index")
     resources:
         **resources_of("build_index"),
@@ -117,8 +118,8 @@ rule dense_search:
         stage="|".join(BIENCODERS),
     params:
         stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
-        retriever=lambda wc: settings.encoding(config, wc.dataset),
-        depth=lambda wc: settings.search_depth(config, wc.dataset, wc.stage, wc.split),
+        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.get("target")),
+        depth=lambda wc: settings.search_depth(config, wc.dataset, wc.stage, wc.split, wc.get("target")),
     threads: threads_of("dense_search")
     resources:
         **resources_of("dense_search"),

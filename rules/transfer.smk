@@ -3,7 +3,8 @@
 # evaluation queries; the re-ranker re-ranks B's BM25 top `transfer.rerank_depth`; B's qrels and B's evaluation
 # settings score them (the evaluate rule's script). Everything lives under results/{A}/{stage}/transfer/{B}/.
 # First, transfer_leakage refuses B's evaluation queries that A trained on (identical text; B's allow_overlap).
-# The rules reuse the bi-encoder, re-ranker and evaluation rules' scripts with `use rule ... with:`.
+# The rules reuse the bi-encoder, re-ranker and evaluation rules with `use rule ... with:`, changing only files:
+# the reused rules' params and input functions read B's settings from the {target} wildcard themselves.
 
 
 wildcard_constraints:
@@ -39,9 +40,6 @@ use rule encode_corpus as transfer_encode_corpus with:
     output:
         vectors=stage_file("{stage}", "transfer/{target}/embeddings/shard_{shard}.npy"),
         ids=stage_file("{stage}", "transfer/{target}/embeddings/shard_{shard}.ids.parquet"),
-    params:
-        stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
-        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.target),
     log:
         log_file("transfer_encode_corpus_{stage}_{target}_{shard}"),
     benchmark:
@@ -49,13 +47,9 @@ use rule encode_corpus as transfer_encode_corpus with:
 
 
 use rule build_index as transfer_build_index with:
-    input:
-        unpack(transfer_encoded_shards),
     output:
         index=stage_file("{stage}", "transfer/{target}/index.faiss"),
         ids=stage_file("{stage}", "transfer/{target}/index_ids.parquet"),
-    params:
-        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.target),
     log:
         log_file("transfer_build_index_{stage}_{target}"),
     benchmark:
@@ -70,10 +64,6 @@ use rule dense_search as transfer_dense_search with:
         queries=data_file("queries_{split}.parquet", "{target}"),
     output:
         stage_file("{stage}", "transfer/{target}/run_{split}.trec"),
-    params:
-        stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
-        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.target),
-        depth=lambda wc: settings.search_depth(config, wc.dataset, wc.stage, wc.split, wc.target),
     log:
         log_file("transfer_dense_search_{stage}_{target}_{split}"),
     benchmark:
@@ -89,8 +79,6 @@ use rule rerank as transfer_rerank with:
         leakage=TRANSFER_LEAKAGE,
     output:
         stage_file("reranker", "transfer/{target}/run_{split}.trec"),
-    params:
-        reranker=lambda wc: settings.reranker(config, wc.dataset, wc.target),
     log:
         log_file("transfer_rerank_{target}_{split}"),
     benchmark:

@@ -54,12 +54,13 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     if not texts:
         return vectors
     flat, offsets = _tokenize(tokenizer, texts, max_length)
+    lengths = np.diff(offsets)
     logger.info("%d of %d texts reach max_length %d tokens (those longer are truncated); %s on %s",
-                int((np.diff(offsets) >= max_length).sum()), len(texts), max_length,
+                int((lengths >= max_length).sum()), len(texts), max_length,
                 "bf16 autocast" if devices.uses_bf16(device, bf16) else "float32", device)
     with torch.inference_mode(), devices.autocast(device, bf16), \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
-        for rows in _token_budget_batches(np.diff(offsets), batch_size * max_length):
+        for rows in _token_budget_batches(lengths, batch_size * max_length):
             batch = tokenizer.pad({"input_ids": [flat[offsets[i]:offsets[i + 1]] for i in rows]},
                                   return_tensors="pt", return_attention_mask=True)
             vectors[rows] = encoder(batch["input_ids"].to(device), batch["attention_mask"].to(device)).cpu().numpy()
