@@ -15,9 +15,10 @@ sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 import dpr_pipeline.stage_settings as settings
 from dpr_pipeline.cluster import GPU_INFERENCE_RULES, GPU_TRAINING_RULES, job_resources, scaled
-from dpr_pipeline.config import check_config_values, check_moved_settings, check_stage_overrides, train_split_of
+from dpr_pipeline.config import add_dev_splits, check_config_values, check_moved_settings, check_stage_overrides, train_split_of
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  stage_file)
+from dpr_pipeline.data.dev_split import carve_of, source_split
 from dpr_pipeline.data.readers import raw_files
 
 
@@ -26,6 +27,7 @@ check_moved_settings(config)
 validate(config, "../schemas/config.schema.yaml")
 check_stage_overrides(config, SCHEMA)
 check_config_values(config)
+add_dev_splits(config)  # evaluated by every stage like the eval_splits
 
 # Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec. `start` is
 # the bi-encoders' starting model (retriever.plm, untrained), the row every trained stage is read against.
@@ -61,9 +63,14 @@ def eval_splits(wildcards):
     return dataset_config(wildcards)["eval_splits"]
 
 
+def raw_split(wildcards):
+    """The split whose raw files the job's {split} is read from: the train split for a carved dev split."""
+    return source_split(dataset_config(wildcards), wildcards.split)
+
+
 def split_files(wildcards):
     """The split's raw file names when the dataset's `split_files` renames them (msmarco), else None."""
-    return dataset_config(wildcards).get("split_files", {}).get(wildcards.split)
+    return dataset_config(wildcards).get("split_files", {}).get(raw_split(wildcards))
 
 
 def threads_of(rule_name):

@@ -27,7 +27,7 @@ rule ingest_corpus:
 rule ingest_split:
     input:
         unpack(leakage_inputs),
-        raw=lambda wc: raw_inputs(dataset_config(wc), wc.split, split_files(wc)),
+        raw=lambda wc: raw_inputs(dataset_config(wc), raw_split(wc), split_files(wc)),
         corpus=data_file("corpus.parquet"),
     output:
         queries=data_file("queries_{split}.parquet"),
@@ -43,6 +43,8 @@ rule ingest_split:
         and wc.split != dataset_config(wc).get("train_split"),
         allow_overlap=lambda wc: dataset_config(wc)["allow_overlap"],
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+        raw_split=raw_split,
+        carve=lambda wc: carve_of(dataset_config(wc), wc.split),
     threads: threads_of("ingest_split")
     resources:
         **resources_of("ingest_split"),

@@ -635,10 +635,11 @@ def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(path="data/scifact/README.md"))
 
 
-@case("config-warmup-not-below-train-steps", ConfigError, "config key datasets.scifact.stages.pretrain.warmup_steps: "
-      "40 warm-up steps >= the 40 training steps", "Fix: set warmup_steps below train_steps (e.g. 4")
+@case("config-warmup-most-of-train-steps", ConfigError, "config key datasets.scifact.stages.pretrain.warmup_steps: "
+      "21 warm-up steps are more than half of the 40 training steps", "Fix: set warmup_ratio (e.g. 0.1) or "
+      "warmup_steps at most 20")
 def _(tmp, bert):
-    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["pretrain"].update(warmup_steps=40))
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["pretrain"].update(warmup_steps=21))
 
 
 @case("config-setting-moved", ConfigError, "config key datasets.scifact.stages.reranker.mined_negatives_per_query "
@@ -649,9 +650,9 @@ def _(tmp, bert):
         mined_negatives_per_query=15))
 
 
-@case("training-warmup-longer-than-run", ConfigError, "retriever: stages.retriever.warmup_steps 10 >= the 9 "
-      "training step(s) of this run (150 training examples in batches of 16, 1 epoch(s))",
-      "Fix: set the dataset's stages.retriever.warmup_steps below 9")
+@case("training-warmup-most-of-run", ConfigError, "retriever: stages.retriever.warmup_steps 10 is more than half of "
+      "the 9 training step(s) of this run (150 training examples in batches of 16, 1 epoch(s))",
+      "Fix: set the dataset's stages.retriever.warmup_ratio (e.g. 0.1, a tenth of any run) or warmup_steps at most 4")
 def _(tmp, bert):
     import torch
 

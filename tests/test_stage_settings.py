@@ -137,3 +137,19 @@ def test_no_setting_has_its_default_in_two_places():
         keys = defaulted(block)
         assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
     assert "keep" in defaulted(defs["mining"]["properties"]["bm25"])
+
+
+def test_the_student_may_continue_from_a_retriever_of_its_own_dataset():
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["distill"]["plm"] = "retriever2"
+    config = validate_config(config)
+    assert settings.initialisation(config, "a", "distill") == "results/a/retriever2/model"
+    assert settings.initialisation(config, "a", "retriever2") == "results/a/pretrain/simlm/model"
+
+
+@pytest.mark.parametrize("plm", ["retriever1", "retriever2"])
+def test_a_retriever_cannot_start_from_a_model_its_own_block_trains(plm):
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["retriever"]["plm"] = plm
+    with pytest.raises(ConfigError, match=f"stages.retriever.plm: '{plm}' is a model this block trains"):
+        validate_config(config)

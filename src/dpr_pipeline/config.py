@@ -12,6 +12,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from .data.dev_split import dev_split_of
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
@@ -143,6 +145,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
 
     dataset = config["datasets"][name]
     dataset_folder(dataset["path"])
+    check_dev_split(dataset, name)
     train = dataset.get("train_split")
     if train is None:  # evaluation-only: nothing is trained on it
         return
@@ -155,11 +158,18 @@ def check_dataset_plan(config: dict, name: str) -> None:
         return
     for stage in ("pretrain", "retriever", "reranker", "distill"):
         params = stage_params(config, name, stage)
-        if params.get("train_steps") is not None and params["warmup_steps"] >= params["train_steps"]:
+        if params.get("train_steps") is not None and params.get("warmup_ratio") is None \
+                and 2 * params["warmup_steps"] > params["train_steps"]:
             raise ConfigError(f"config key datasets.{name}.stages.{stage}.warmup_steps: {params['warmup_steps']} "
-                              f"warm-up steps >= the {params['train_steps']} training steps (train_steps), so the "
-                              "learning rate would never reach its peak. Fix: set warmup_steps below train_steps "
-                              f"(e.g. {params['train_steps'] // 10}, a tenth) or raise train_steps")
+                              f"warm-up steps are more than half of the {params['train_steps']} training steps "
+                              "(train_steps), so most of the run would train below the peak learning rate. Fix: "
+                              f"set warmup_ratio (e.g. 0.1) or warmup_steps at most {params['train_steps'] // 2}, "
+                              "or raise train_steps")
+    plm = stage_params(config, name, "retriever")["plm"]
+    if plm in ("retriever1", "retriever2"):
+        raise ConfigError(f"config key datasets.{name}.stages.retriever.plm: {plm!r} is a model this block trains "
+                          "(Retriever1 and Retriever2 share it), so the stage would start from itself. Fix: start "
+                          "from `pretrain`, a Hub name or a folder; only distill.plm may name retriever1/retriever2")
     rerank, search = stage_params(config, name, "reranker")["rerank_depth"], \
         stage_params(config, name, "retriever")["search_depth"]
     if rerank > search:
@@ -167,6 +177,47 @@ def check_dataset_plan(config: dict, name: str) -> None:
                           f"{search} hits per query that Retriever2 searches (retriever.search_depth), so the "
                           f"re-ranker would silently re-rank only {search}. Fix: set reranker.rerank_depth <= "
                           f"{search} or raise retriever.search_depth")
+
+
+def check_dev_split(dataset: dict, name: str) -> None:
+    """A dev split must be evaluable and apart from the train split: a carved one needs a train split to carve
+    from, a layout whose splits have query ids (not DPR's positions), and a name no other split has."""
+    dev = dev_split_of(dataset)
+    if dev is None:
+        return
+    key = f"config key config.datasets.{name}.dev_split"
+    if dev.name == dataset.get("train_split"):
+        raise ConfigError(f"{key}: {dev.name!r} is the train split, so settings would be chosen on the queries "
+                          "the models train on. Fix: name another split, or carve one: dev_split: {fraction: 0.1}")
+    if not dev.carved:
+        if dataset.get("train_split") is None and dev.name not in dataset["eval_splits"]:
+            raise ConfigError(f"{key}: {dev.name!r} is not one of the eval_splits {dataset['eval_splits']} of this "
+                              "evaluation-only dataset. Fix: add it to eval_splits")
+        return
+    if dataset.get("train_split") is None:
+        raise ConfigError(f"{key}: a carved dev split is taken from the train split, and the dataset has none. "
+                          f"Fix: set datasets.{name}.train_split, or name an existing split (dev_split: <split>)")
+    if dataset["format"] == "dpr":
+        raise ConfigError(f"{key}: DPR question files identify questions by their position, so a carve could "
+                          "not be told apart from the train split by id. Fix: name an existing split of the "
+                          "collection (dev_split: <split>) with its own question file")
+    if dev.name in dataset["eval_splits"]:
+        raise ConfigError(f"{key}: the carved split is named {dev.name!r}, which is already one of the "
+                          f"eval_splits {dataset['eval_splits']} (a split of the collection). Fix: give the carve "
+                          "another name (dev_split: {name: heldout, ...}) or use that split (dev_split: "
+                          f"{dev.name})")
+
+
+def add_dev_splits(config: dict) -> dict:
+    """Every dataset's dev split evaluated like its eval_splits: put first in ``eval_splits`` (summaries show it
+    first). Called once, after :func:`check_config_values` (which refuses a carve named like an eval split)."""
+    for dataset in config["datasets"].values():
+        dev = dev_split_of(dataset)
+        if dev is None:
+            continue
+        if dev.name not in dataset["eval_splits"]:
+            dataset["eval_splits"] = [dev.name] + list(dataset["eval_splits"])
+    return config
 
 
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
@@ -187,7 +238,7 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
         raise ConfigError(f"config key {_path(cause, 'config')}: {cause.message}") from None
     check_stage_overrides(config, yaml.safe_load(Path(schema_path).read_text()))
     check_config_values(config)
-    return config
+    return add_dev_splits(config)
 
 
 def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict:

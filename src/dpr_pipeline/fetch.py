@@ -24,6 +24,8 @@ import os
 import re
 from pathlib import Path
 
+from .data.dev_split import dev_split_of
+
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +39,12 @@ def raw_layout(dataset: dict) -> str:
 
 
 def dataset_splits(dataset: dict) -> list[str]:
-    """The train split (if any) and the evaluation splits, each once, in that order."""
+    """The train split (if any) and the evaluation splits, each once, in that order; a dev split carved from the
+    train split is not a split of the collection (its queries are in the train split's files)."""
     train = [dataset["train_split"]] if dataset.get("train_split") else []
-    return list(dict.fromkeys(train + list(dataset["eval_splits"])))
+    dev = dev_split_of(dataset)
+    carved = [dev.name] if dev is not None and dev.carved else []
+    return [s for s in dict.fromkeys(train + list(dataset["eval_splits"])) if s not in carved]
 
 
 def ir_datasets_ids(dataset: dict) -> dict[str, str]:

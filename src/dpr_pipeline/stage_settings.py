@@ -36,15 +36,24 @@ def biencoder_block(stage: str) -> str:
     return "distill" if stage == "distill" else "retriever"
 
 
+#: The trained stages whose model the distilled retriever may start from (``distill.plm: retriever2``).
+STUDENT_STARTS = ("retriever1", "retriever2")
+
+
 def initialisation(config: dict, dataset: str, stage: str) -> str:
     """The model a bi-encoder stage starts from: its block's ``plm``, where ``pretrain`` means this dataset's
-    ``pretrain.method`` output; ``ablation/{method}`` starts from that method's output (``none``: the plm that
+    ``pretrain.method`` output and, for the distilled retriever, ``retriever1``/``retriever2`` that stage's
+    model on this dataset; ``ablation/{method}`` starts from that method's output (``none``: the plm that
     pre-training starts from)."""
     if stage.startswith("ablation/"):
         method = stage.split("/", 1)[1]
         return pretrain(config, dataset)["plm"] if method == "none" else pretrained_model(dataset, method)
     plm = stage_params(config, dataset, biencoder_block(stage))["plm"]
-    return pretrained_model(dataset, pretrain(config, dataset)["method"]) if plm == "pretrain" else plm
+    if plm == "pretrain":
+        return pretrained_model(dataset, pretrain(config, dataset)["method"])
+    if stage == "distill" and plm in STUDENT_STARTS:
+        return stage_file(plm, "model", dataset)
+    return plm
 
 
 def biencoder(config: dict, dataset: str, stage: str) -> dict:

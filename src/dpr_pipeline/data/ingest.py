@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from ..errors import DataError
 from ..ids import ID_FIX, id_problem
 from ..io import atomic_output, atomic_outputs
+from .dev_split import DevSplit, carved_query_ids
 from .dpr_files import read_answers
 from .readers import read_documents, read_judgements, read_official_negatives, read_queries
 from .records import Document
@@ -122,7 +123,7 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
                  qrels_out: str | Path, unknown_qrels_ids: str = "error", files: dict | None = None, *,
                  evaluation: bool = False, train_queries: str | Path | None = None,
                  allow_overlap: bool | list[str] = False,
-                 min_relevance: int = 1) -> tuple[int, int]:
+                 min_relevance: int = 1, carve: dict | None = None) -> tuple[int, int]:
     """Write ``queries_<split>.parquet`` and ``qrels_<split>.parquet``; return (queries, judgements).
 
     ``files``: the split's raw file names when they differ from the layout's (``split_files``, msmarco).
@@ -138,6 +139,11 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
     files and the count, unless ``allow_overlap`` (true, or the list of the shared evaluation query ids). The log
     reports the queries dropped and why, and those kept without a grade >= ``min_relevance`` (they are not trained
     on or, below 1, not scored).
+
+    ``carve``: this split is one side (``carve["side"]``: ``dev`` or ``train``) of a dev split carved from the
+    train split's raw files (:func:`dev_split.carve_of`); ``split`` names the raw split read. The carve is drawn
+    among the judged queries that exist, before judgements naming unknown documents are dropped, so both sides
+    draw from the same queries; the counts record it.
     """
     if unknown_qrels_ids not in UNKNOWN_ID_POLICIES:
         raise ValueError(f"unknown_qrels_ids must be one of {UNKNOWN_ID_POLICIES}, got {unknown_qrels_ids!r}")
@@ -150,6 +156,9 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
 
     judged_before = list(dict.fromkeys(j.query_id for j in judgements.values()))
     kept = _drop_unknown(list(judgements.values()), "query_id", queries, "queries file", unknown_qrels_ids)
+    written = carve["name"] if carve is not None and carve["side"] == "dev" else split  # the split this job writes
+    if carve is not None:
+        kept, judged_before = _carve_side(kept, queries, carve, split)
     after_queries = {j.query_id for j in kept}
     if evaluation:
         unknown_documents = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_qrels_ids, keep=True)
@@ -168,13 +177,28 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
         first_line = {}
         for j in judgements.values():
             first_line.setdefault(j.query_id, j.where)
-        check_overlap(split_queries, first_line, train_queries, split, allow_overlap, compare_ids=True)
+        check_overlap(split_queries, first_line, train_queries, written, allow_overlap, compare_ids=True)
     dropped = {"not in the queries file": [q for q in judged_before if q not in after_queries],
                "every judgement names a document not in the corpus": [q for q in judged_before
                                                                       if q in after_queries and q not in judged]}
-    counts = report_split(split, split_queries, qrels, dropped, min_relevance, evaluation, unknown_documents)
+    counts = report_split(written, split_queries, qrels, dropped, min_relevance, evaluation, unknown_documents)
+    if carve is not None:
+        counts["dev_split"] = carve
     _write_split(split_queries, qrels, queries_out, qrels_out, counts)
     return len(split_queries), len(qrels)
+
+
+def _carve_side(judgements: list, queries: dict, carve: dict, split: str) -> tuple[list, list[str]]:
+    """The judgements of ``carve``'s side of the dev split carved from ``split``, and that side's query ids."""
+    judged = list(dict.fromkeys(j.query_id for j in judgements))
+    dev = DevSplit(name=carve["name"], source=split, fraction=carve["fraction"], count=carve["count"],
+                   seed=carve["seed"])
+    carved = carved_query_ids(judged, [queries[q].text for q in judged], dev)
+    side = [q for q in judged if (q in carved) == (carve["side"] == "dev")]
+    log.info("dev split %r: %d of the %d judged queries of split %r carved off (seed %d); this job writes the %s "
+             "side, %d queries", dev.name, len(carved), len(judged), split, dev.seed, carve["side"], len(side))
+    wanted = set(side)
+    return [j for j in judgements if j.query_id in wanted], side
 
 
 def _write_split(queries: pd.DataFrame, qrels: pd.DataFrame, queries_out, qrels_out, counts: dict) -> None:

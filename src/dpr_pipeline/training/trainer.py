@@ -66,6 +66,11 @@ class TrainingSettings:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     head_learning_rate: float | None = None  # the task head's (parameters outside the base model), if not learning_rate
+    warmup_ratio: float | None = None  # warm-up as a fraction of the run; replaces warmup_steps when set
+
+    def warmup(self, steps: int) -> int:
+        """Warm-up steps of a run of ``steps``: ``warmup_ratio`` of it when set, else ``warmup_steps``."""
+        return round(self.warmup_ratio * steps) if self.warmup_ratio is not None else self.warmup_steps
 
     @classmethod
     def from_params(cls, params: dict) -> "TrainingSettings":
@@ -85,23 +90,31 @@ def total_steps(num_examples: int, settings: TrainingSettings) -> int:
 
 
 _STAGE_KEYS = {"retriever": "retriever", "distilled retriever": "distill", "re-ranker": "reranker"}
+#: Fewer optimizer steps than this: a stage that barely trains, said in the job's log.
+FEW_STEPS = 20
 
 
 def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, description: str = "training") -> None:
-    """A warm-up at least as long as the whole run never reaches the peak learning rate (150 train queries in
-    batches of 16 make 9 steps, all inside a 10-step warm-up): a ConfigError naming the stage's setting, the
-    step count and what made it, before any training."""
+    """A warm-up longer than half the run spends most of it below the peak learning rate (the bundled 10 steps
+    of a 150-query collection in batches of 16: 9 steps, all inside it): a ConfigError naming the stage's
+    setting, the step count and what made it, before any training. A run of fewer than :data:`FEW_STEPS`
+    steps is logged as a warning."""
     from ..config import ConfigError
 
-    if settings.warmup_steps < steps:
-        return
     stage = _STAGE_KEYS.get(description, "pretrain" if description.startswith("pre-training") else "<stage>")
     made_of = (f"train_steps {settings.train_steps}" if settings.train_steps is not None else
                f"{num_examples} training examples in batches of {settings.batch_size}, {settings.epochs:g} epoch(s)")
-    raise ConfigError(f"{description}: stages.{stage}.warmup_steps {settings.warmup_steps} >= the {steps} training "
-                      f"step(s) of this run ({made_of}), so the learning rate would never reach its peak "
-                      f"{settings.learning_rate:g}. Fix: set the dataset's stages.{stage}.warmup_steps below {steps} "
-                      f"(e.g. {steps // 10}, a tenth of the run) or train longer (epochs or train_steps)")
+    if steps < FEW_STEPS:
+        log.warning("%s: only %d optimizer step(s) (%s); raise stages.%s.epochs or train_steps to train more",
+                    description, steps, made_of, stage)
+    warmup = settings.warmup(steps)
+    if 2 * warmup <= steps:
+        return
+    raise ConfigError(f"{description}: stages.{stage}.warmup_steps {settings.warmup_steps} is more than half of the "
+                      f"{steps} training step(s) of this run ({made_of}), so most of the run would train below the "
+                      f"peak learning rate {settings.learning_rate:g}. Fix: set the dataset's "
+                      f"stages.{stage}.warmup_ratio (e.g. 0.1, a tenth of any run) or warmup_steps at most "
+                      f"{steps // 2}, or train longer (epochs or train_steps)")
 
 
 def batch_indices(num_examples: int, batch_size: int, seed: int, step: int) -> tuple[int, list[int]]:
@@ -303,7 +316,7 @@ def _prepare(model: torch.nn.Module, settings: TrainingSettings, device: torch.d
     model.train()
     optimizer = torch.optim.AdamW(parameter_groups(model, settings), lr=settings.learning_rate,
                                   weight_decay=settings.weight_decay)
-    return optimizer, get_linear_schedule_with_warmup(optimizer, settings.warmup_steps, steps)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, settings.warmup(steps), steps)
 
 
 def _resume(checkpoint_dir: Path, settings: TrainingSettings, model, optimizer, scheduler, dist: Distributed,

@@ -1,0 +1,135 @@
+"""How much a trained stage's metrics move with its seed alone: the spread that a difference must exceed.
+
+For a stage S and seeds n₁ … n_k, each rerun is a Snakemake run of this checkout's workflow in a folder of its own
+(``results/{dataset}/seeds/{S}/seed_{n}/``) that holds the finished run's results as hard links, less S's own
+outputs and checkpoints, and the config with S's block's ``seed`` set to n: Snakemake rebuilds S alone (its
+training, runs and metrics) on the very inputs the finished run trained S on. The stage's configured seed is the
+finished run itself. :func:`spread` then gives, per split and metric, the mean and the sample standard deviation
+over the seeds, and :func:`margin` the mean difference of two stages over the seeds both have with its spread.
+
+The seed changes what the stage's config ``seed`` drives: batch order, negative draws, weights new to the model
+(the re-ranker's head) and dropout. It leaves its inputs (the stage before it, the teacher) as they are, so the
+spread is the stage's own, not the chain's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from .layout import checkpoint_dir, dataset_dir, stage_file
+from .stage_settings import biencoder_block
+
+#: Stages a seed can be varied for, and the config block holding their seed.
+SEEDED_STAGES = {"retriever1": "retriever", "retriever2": "retriever", "reranker": "reranker",
+                 "distill": biencoder_block("distill")}
+#: The stage each one is read against: the one it improves on in the chain (SimLM Table 6).
+STAGE_BELOW = {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2", "distill": "retriever2"}
+
+
+def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) -> Path:
+    """The folder of one rerun, made (once) as the module docstring says; returns it."""
+    if stage not in SEEDED_STAGES:
+        raise ValueError(f"stage {stage!r}: a seed spread is for one of {sorted(SEEDED_STAGES)}")
+    finished = repo / dataset_dir(dataset)
+    if not (finished / stage / "metrics.json").is_file():
+        raise FileNotFoundError(f"{finished / stage / 'metrics.json'}: run the workflow for {stage} first "
+                                f"(snakemake {stage_file(stage, 'metrics.json', dataset)})")
+    workdir = finished / "seeds" / stage / f"seed_{seed}"
+    if not (workdir / dataset_dir(dataset)).is_dir():
+        copy_of = workdir / dataset_dir(dataset)
+        shutil.copytree(finished, copy_of, copy_function=os.link,
+                        ignore=lambda folder, names: ["seeds"] if Path(folder) == finished else [])
+        for own in (copy_of / stage, workdir / checkpoint_dir(stage, dataset)):
+            shutil.rmtree(own, ignore_errors=True)
+    seeded = copy.deepcopy(config)
+    block = seeded["datasets"][dataset].setdefault("stages", {}).setdefault(SEEDED_STAGES[stage], {})
+    block["seed"] = seed
+    (workdir / "config.yaml").write_text(yaml.safe_dump(seeded, sort_keys=False), encoding="utf-8")
+    for shared in ("data",):  # the raw collections, relative to the working directory as in config.yaml
+        if not (workdir / shared).exists():
+            (workdir / shared).symlink_to((repo / shared).resolve(), target_is_directory=True)
+    return workdir
+
+
+def rerun(repo: Path, workdir: Path, dataset: str, stage: str, cores: int) -> Path:
+    """Snakemake builds ``stage``'s metrics in ``workdir``; returns that metrics.json."""
+    target = stage_file(stage, "metrics.json", dataset)
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"), "--directory",
+               str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", str(cores), target]
+    subprocess.run(command, check=True, cwd=workdir)
+    return workdir / target
+
+
+def spread(runs: dict[int, dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{split: {metric: {"mean", "sd", "min", "max", "n"}}}`` over the seeds' ``{split: {metric: value}}``
+    (``sd``: the sample standard deviation, 0 for one seed)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    splits = next(iter(runs.values())).keys() if runs else []
+    for split in splits:
+        for metric in runs[next(iter(runs))][split]:
+            if metric == "num_queries":
+                continue
+            values = [run[split][metric] for run in runs.values()]
+            out.setdefault(split, {})[metric] = {
+                "mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                "min": min(values), "max": max(values), "n": len(values)}
+    return out
+
+
+def margin(upper: dict[int, dict], lower: dict[str, dict[str, float]], split: str,
+           metric: str) -> dict[str, float]:
+    """``upper``'s seeds against one run of the stage below (``lower``): the mean difference, the differences'
+    sample sd, and whether every seed is above (``all_above``)."""
+    differences = [run[split][metric] - lower[split][metric] for run in upper.values()]
+    return {"mean": statistics.fmean(differences),
+            "sd": statistics.stdev(differences) if len(differences) > 1 else 0.0,
+            "min": min(differences), "n": len(differences), "all_above": all(d > 0 for d in differences)}
+
+
+def render(stage: str, below: str | None, runs: dict[int, dict], summary: dict, margins: dict) -> str:
+    """The Markdown report: per split, each metric's mean ± sd over the seeds, the seeds' values, and the margin
+    over the stage below."""
+    seeds = ", ".join(map(str, runs))
+    lines = [f"# Seed spread of {stage} (seeds {seeds})", ""]
+    for split, metrics in summary.items():
+        lines += [f"## {split}", "", "| metric | mean ± sd | min | max | " + " | ".join(f"seed {s}" for s in runs)
+                  + " |", "| --- | ---: | ---: | ---: |" + " ---: |" * len(runs)]
+        for metric, s in metrics.items():
+            values = " | ".join(f"{run[split][metric]:.4f}" for run in runs.values())
+            lines.append(f"| {metric} | {s['mean']:.4f} ± {s['sd']:.4f} | {s['min']:.4f} | {s['max']:.4f} | "
+                         f"{values} |")
+        if below is not None and split in margins:
+            lines.append("")
+            for metric, m in margins[split].items():
+                verdict = ("above on every seed" if m["all_above"] else "not above on every seed")
+                lines.append(f"- {metric} − {below}: {m['mean']:+.4f} ± {m['sd']:.4f} (min {m['min']:+.4f}, "
+                             f"{m['n']} seeds; {verdict})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(output_stem: Path, stage: str, below: str | None, runs: dict[int, dict],
+                 lower: dict | None) -> dict:
+    """``<output_stem>.json`` and ``.md`` for ``stage``'s seeds, with margins over ``below``'s metrics."""
+    summary = spread(runs)
+    margins = {}
+    if lower is not None:
+        for split, metrics in summary.items():
+            if split in lower:
+                margins[split] = {m: margin(runs, lower, split, m) for m in metrics if m in lower[split]}
+    report = {"stage": stage, "below": below, "seeds": {str(s): r for s, r in runs.items()}, "spread": summary,
+              "margin_over_below": margins}
+    output_stem.parent.mkdir(parents=True, exist_ok=True)
+    output_stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    output_stem.with_suffix(".md").write_text(render(stage, below, runs, summary, margins), encoding="utf-8")
+    return report
+
