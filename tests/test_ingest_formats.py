@@ -70,3 +70,31 @@ def test_raw_files_names_the_inputs(beir, msmarco):
     assert [p.name for p in raw_files("beir", beir)] == ["corpus.jsonl"]
     assert [p.name for p in raw_files("beir", beir, "test")] == ["queries.jsonl", "test.tsv"]
     assert [p.name for p in raw_files("msmarco", msmarco)] == ["collection.tsv", "titles.tsv"]
+
+
+def test_ingestion_logs_the_file_it_read(tmp_path, caplog):
+    """No silent input choice: each job's log names the raw file it read (plain or .gz)."""
+    root = write_beir(tmp_path / "raw", gz=True)
+    with caplog.at_level("INFO", logger="dpr_pipeline"):
+        ingest_all("beir", root, tmp_path)
+    assert f"BEIR corpus: reading {root / 'corpus.jsonl.gz'}" in caplog.text
+    assert f"BEIR queries: reading {root / 'queries.jsonl'}" in caplog.text
+    assert f"BEIR qrels for split 'test': reading {root / 'qrels' / 'test.tsv'}" in caplog.text
+
+
+def test_parquet_per_split_queries_win_over_the_shared_file_and_the_log_says_so(tmp_path, beir, caplog):
+    """The parquet layout's documented order: ``queries_<split>.parquet``, else ``queries.parquet``."""
+    root = tmp_path / "pq"
+    ingest_all("beir", beir, tmp_path)
+    root.mkdir()
+    pd.read_parquet(tmp_path / "corpus.parquet").to_parquet(root / "corpus.parquet")
+    for split in ("train", "test"):
+        pd.read_parquet(tmp_path / f"qrels_{split}.parquet").to_parquet(root / f"qrels_{split}.parquet")
+    pd.DataFrame({"query_id": ["q3"], "text": ["the shared file's text"]}).to_parquet(root / "queries.parquet")
+    pd.DataFrame({"query_id": ["q3"], "text": ["the test file's text"]}).to_parquet(root / "queries_test.parquet")
+    with caplog.at_level("INFO", logger="dpr_pipeline"):
+        ingest_split("parquet", root, "test", tmp_path / "corpus.parquet", tmp_path / "q.parquet",
+                     tmp_path / "r.parquet")
+    assert read_artifact(tmp_path / "q.parquet", "queries")["text"].tolist() == ["the test file's text"]
+    assert f"reading {root / 'queries_test.parquet'}" in caplog.text
+    assert f"reading {root / 'queries.parquet'}" not in caplog.text

@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import zlib
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import DataError
 
+log = logging.getLogger(__name__)
+
 
 def resolve_file(path: str | Path, what: str) -> Path:
-    """``path`` itself or, failing that, ``path.gz``; a clear error when neither exists."""
+    """``path`` itself or ``path.gz``, whichever exists (logged); a clear error when neither does, and when both
+    do (the pipeline does not choose between two copies: one may be partial)."""
     path = Path(path)
-    for candidate in (path, path.with_name(path.name + ".gz")):
-        if candidate.is_file():
-            return candidate
+    found = [c for c in (path, path.with_name(path.name + ".gz")) if c.is_file()]
+    if len(found) > 1:
+        raise ambiguous_files(what, found)
+    if found:
+        log.info("%s: reading %s", what, found[0])
+        return found[0]
     raise DataError(path, f"{what} file not found (looked for {path.name} and {path.name}.gz)",
                     "check the dataset's `path` in config.yaml and that the file is there")
+
+
+def ambiguous_files(what: str, found: list[Path]) -> DataError:
+    """Two (or more) files that could each be ``what``: one error naming them all."""
+    names = " and ".join(str(f) for f in found)
+    others = "others" if len(found) > 2 else "other"
+    return DataError(found[0], f"{len(found)} candidate {what} files, {names}; the pipeline does not choose one",
+                     f"keep only the one to read in {found[0].parent} (delete or move the {others} out of the "
+                     "dataset folder)")
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
