@@ -256,6 +256,31 @@ def _(tmp, bert):
     return split_call("dpr", root, tmp)
 
 
+@case("beir-corpus-bom-inside", DataError, "corpus.jsonl, line 3", "a byte-order mark (BOM, U+FEFF) starts this "
+      "line, inside the file", "Fix: remove the BOM from the line")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    lines = (root / "corpus.jsonl").read_bytes().splitlines(keepends=True)
+    (root / "corpus.jsonl").write_bytes(b"\xef\xbb\xbf" + b"".join(lines[:2]) + b"\xef\xbb\xbf" + b"".join(lines[2:]))
+    return corpus_call("beir", root, tmp)
+
+
+@case("msmarco-queries-bom-inside", DataError, "queries.train.tsv, line 2", "a byte-order mark (BOM, U+FEFF)")
+def _(tmp, bert):
+    root = write_msmarco(tmp / "raw")
+    (root / "queries.train.tsv").write_bytes("q1\twhy do cats purr\n\ufeffq2\tdogs barking\n".encode())
+    return split_call("msmarco", root, tmp)
+
+
+@case("dpr-passages-bom-inside", DataError, "psgs_w100.tsv, line 3", "a byte-order mark (BOM, U+FEFF)")
+def _(tmp, bert):
+    root = tmp / "raw"
+    shutil.copytree(REPO / "tests" / "data" / "nq", root)
+    lines = (root / "psgs_w100.tsv").read_bytes().splitlines(keepends=True)
+    (root / "psgs_w100.tsv").write_bytes(b"".join(lines[:2]) + b"\xef\xbb\xbf" + b"".join(lines[2:]))
+    return corpus_call("dpr", root, tmp)
+
+
 def official_negatives_call(tmp, text: str):
     root = write_msmarco(tmp / "raw")
     corpus, queries, qrels = tmp / "corpus.parquet", tmp / "queries.parquet", tmp / "qrels.parquet"

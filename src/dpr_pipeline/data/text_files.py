@@ -1,4 +1,8 @@
-"""Line-by-line reading of plain or gzipped text files with strict UTF-8 and line numbers for errors."""
+"""Line-by-line reading of plain or gzipped text files with strict UTF-8 and line numbers for errors.
+
+A UTF-8 byte-order mark (BOM, ``EF BB BF``, which Windows editors and Excel write) at the start of a file is
+accepted and stripped in every text input (JSON lines, TSV, DPR's csv-style TSV and JSON), so it never ends up
+in the first id or breaks the first JSON line."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Iterator
 from ..errors import DataError
 
 log = logging.getLogger(__name__)
+BOM = "\ufeff"
 
 
 def resolve_file(path: str | Path, what: str) -> Path:
@@ -38,7 +43,8 @@ def ambiguous_files(what: str, found: list[Path]) -> DataError:
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` without the line ending; skips blank lines.
+    """Yield ``(line_number, line)`` without the line ending (and without a BOM at the file's start); skips
+    blank lines.
 
     A ``.gz`` file that is not gzip, truncated or corrupt raises a DataError naming the line it broke at."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -58,9 +64,21 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                 raise DataError(path, f"bytes that are not UTF-8 ({err.reason} at byte {err.start})",
                                 "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`",
                                 line=number) from None
+            if line.startswith(BOM):
+                if number > 1:
+                    raise bom_inside(path, number)
+                line = line[len(BOM):]
             line = line.rstrip("\r\n")
             if line.strip():
                 yield number, line
+
+
+def bom_inside(path: Path, line: int) -> DataError:
+    """A BOM that starts a later line: files joined with ``cat``, each saved with a BOM."""
+    return DataError(path, "a byte-order mark (BOM, U+FEFF) starts this line, inside the file (files saved with a "
+                     "BOM and then joined, e.g. with `cat`?)", "remove the BOM from the line, e.g. "
+                     "`sed -i '1!s/^\\xEF\\xBB\\xBF//' FILE` (one at the very start of a file is accepted)",
+                     line=line)
 
 
 def _gzip_error(path: Path, err: Exception, line: int) -> DataError:
@@ -117,10 +135,11 @@ def iter_tsv(path: Path, columns: tuple[str, ...], *, header: bool = False,
 
 
 def open_text(path: Path):
-    """A text handle (strict UTF-8, newlines untranslated as the csv module wants) on a plain or gzipped file."""
+    """A text handle (strict UTF-8, a BOM at the start skipped, newlines untranslated as the csv module wants) on a
+    plain or gzipped file."""
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, "r", encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, "r", encoding="utf-8-sig", newline="")
 
 
 def iter_csv_rows(path: Path, columns: tuple[str, ...], *, header: tuple[str, ...] | None = None
@@ -144,6 +163,8 @@ def iter_csv_rows(path: Path, columns: tuple[str, ...], *, header: tuple[str, ..
             for fields in reader:
                 if not fields or (len(fields) == 1 and not fields[0].strip()):
                     continue
+                if fields[0].startswith(BOM):
+                    raise bom_inside(path, reader.line_num)
                 if len(fields) != len(columns):
                     raise DataError(path, f"{len(fields)} tab-separated columns, expected {len(columns)} "
                                     f"({', '.join(columns)})",
