@@ -135,3 +135,29 @@ def test_snakemake_reports_a_bad_config_in_the_projects_form(tmp_path, where, ed
     assert done.returncode != 0
     assert expected in output, output[-3000:]
     assert "ValidationError" not in output and "$defs" not in output and output.count("config key") == 1
+
+
+@pytest.mark.slow
+def test_the_readme_own_collection_example_plans(tmp_path):
+    """README "Your own collection": its my.yaml and its command (`-n`, `--configfile my.yaml -- target`) plan the
+    chain up to distillation on a tiny BEIR collection."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import write_beir
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### Your own collection"):]
+    my_yaml = re.search(r"```yaml\n# my.yaml\n(.*?)```", section, re.S).group(1)
+    command = re.search(r"\.venv/bin/snakemake (-n --configfile my.yaml -- \S+)", section).group(1).split()
+    shutil.copy(REPO / "config.yaml", tmp_path / "config.yaml")
+    (tmp_path / "my.yaml").write_text(my_yaml)
+    write_beir(tmp_path / "data" / "mine")
+    validate_config(yaml.safe_load(my_yaml))     # my.yaml alone is a valid config too
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+                           "--directory", str(tmp_path), "--cores", "1", *command], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "train_distill" in done.stdout and "results/mine/distill/metrics.json" in done.stdout
