@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import yaml
-from snakemake.utils import validate
 
 SRC = str(Path(workflow.basedir) / "src")
 # first on the path even when already present further back: an installed dpr_pipeline must not shadow this
@@ -15,19 +14,18 @@ sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 import dpr_pipeline.stage_settings as settings
 from dpr_pipeline.cluster import GPU_INFERENCE_RULES, GPU_TRAINING_RULES, job_resources, scaled
-from dpr_pipeline.config import add_dev_splits, check_config_values, check_moved_settings, check_stage_overrides, train_split_of
+from dpr_pipeline.config import train_split_of, validate_config
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
 from dpr_pipeline.data.readers import raw_files
 
 
-SCHEMA = yaml.safe_load(Path(workflow.basedir, "schemas", "config.schema.yaml").read_text())
-check_moved_settings(config)
-validate(config, "../schemas/config.schema.yaml")
-check_stage_overrides(config, SCHEMA)
-check_config_values(config)
-add_dev_splits(config)  # evaluated by every stage like the eval_splits
+SCHEMA_FILE = Path(workflow.basedir, "schemas", "config.schema.yaml")
+SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())
+# the one validation route (the tests' too): defaults filled in, moved settings named, `config key …: … Fix: …`
+# for the top-level blocks and a dataset's overrides alike, dataset names checked
+validate_config(config, SCHEMA_FILE)
 
 # Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec. `start` is
 # the bi-encoders' starting model (retriever.plm, untrained), the row every trained stage is read against.

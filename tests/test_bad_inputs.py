@@ -207,6 +207,80 @@ def _(tmp, bert):
     return split_call("msmarco", root, tmp)
 
 
+def gzip_copy(path: Path, keep_lines: int | None = None) -> None:
+    """``path.gz`` next to ``path``; with ``keep_lines`` the plain file becomes a partial copy of its first lines."""
+    data = path.read_bytes()
+    path.with_name(path.name + ".gz").write_bytes(gzip.compress(data))
+    if keep_lines is not None:
+        path.write_bytes(b"".join(data.splitlines(keepends=True)[:keep_lines]))
+
+
+# Two candidate files for one input (a plain file and its .gz; DPR's <split>.json and <split>.qa.csv): one error
+# naming both, whichever the reader would have taken first (it used to read the plain file without a word).
+TWO_FILES = {  # case id -> (format, file under the dataset folder, what, corpus or split)
+    "beir-corpus-two-files": ("beir", "corpus.jsonl", "BEIR corpus", None),
+    "beir-queries-two-files": ("beir", "queries.jsonl", "BEIR queries", "train"),
+    "beir-qrels-two-files": ("beir", "qrels/train.tsv", "BEIR qrels for split 'train'", "train"),
+    "msmarco-collection-two-files": ("msmarco", "collection.tsv", "MS MARCO collection", None),
+    "msmarco-titles-two-files": ("msmarco", "titles.tsv", "MS MARCO titles", None),
+    "msmarco-queries-two-files": ("msmarco", "queries.train.tsv", "MS MARCO queries for split 'train'", "train"),
+    "msmarco-qrels-two-files": ("msmarco", "qrels.train.tsv", "MS MARCO qrels for split 'train'", "train"),
+    "dpr-passages-two-files": ("dpr", "psgs_w100.tsv", "DPR passages", None),
+}
+
+
+def two_files_case(case_id: str, fmt: str, name: str, what: str, split: str | None):
+    @case(case_id, DataError, f"2 candidate {what} files, ", f"{name} and ", f"{name}.gz; the pipeline does not "
+          "choose one", "Fix: keep only the one to read in")
+    def _(tmp, bert):
+        if fmt == "dpr":
+            root = tmp / "raw"
+            shutil.copytree(REPO / "tests" / "data" / "nq", root)
+        else:
+            root = (write_beir if fmt == "beir" else write_msmarco)(tmp / "raw")
+        gzip_copy(root / name, keep_lines=2)   # the plain file: a partial copy
+        return corpus_call(fmt, root, tmp) if split is None else split_call(fmt, root, tmp, split)
+
+
+for _id, _spec in TWO_FILES.items():
+    two_files_case(_id, *_spec)
+
+
+@case("dpr-questions-two-files", DataError, "2 candidate DPR questions for split 'train' files, ", "train.json and ",
+      "train.qa.csv; the pipeline does not choose one")
+def _(tmp, bert):
+    root = tmp / "raw"
+    shutil.copytree(REPO / "tests" / "data" / "nq", root)
+    shutil.copy(root / "biencoder-nq-train.json", root / "train.json")
+    shutil.copy(root / "nq-test.qa.csv", root / "train.qa.csv")
+    return split_call("dpr", root, tmp)
+
+
+@case("beir-corpus-bom-inside", DataError, "corpus.jsonl, line 3", "a byte-order mark (BOM, U+FEFF) starts this "
+      "line, inside the file", "Fix: remove the BOM from the line")
+def _(tmp, bert):
+    root = write_beir(tmp / "raw")
+    lines = (root / "corpus.jsonl").read_bytes().splitlines(keepends=True)
+    (root / "corpus.jsonl").write_bytes(b"\xef\xbb\xbf" + b"".join(lines[:2]) + b"\xef\xbb\xbf" + b"".join(lines[2:]))
+    return corpus_call("beir", root, tmp)
+
+
+@case("msmarco-queries-bom-inside", DataError, "queries.train.tsv, line 2", "a byte-order mark (BOM, U+FEFF)")
+def _(tmp, bert):
+    root = write_msmarco(tmp / "raw")
+    (root / "queries.train.tsv").write_bytes("q1\twhy do cats purr\n\ufeffq2\tdogs barking\n".encode())
+    return split_call("msmarco", root, tmp)
+
+
+@case("dpr-passages-bom-inside", DataError, "psgs_w100.tsv, line 3", "a byte-order mark (BOM, U+FEFF)")
+def _(tmp, bert):
+    root = tmp / "raw"
+    shutil.copytree(REPO / "tests" / "data" / "nq", root)
+    lines = (root / "psgs_w100.tsv").read_bytes().splitlines(keepends=True)
+    (root / "psgs_w100.tsv").write_bytes(b"".join(lines[:2]) + b"\xef\xbb\xbf" + b"".join(lines[2:]))
+    return corpus_call("dpr", root, tmp)
+
+
 def official_negatives_call(tmp, text: str):
     root = write_msmarco(tmp / "raw")
     corpus, queries, qrels = tmp / "corpus.parquet", tmp / "queries.parquet", tmp / "qrels.parquet"

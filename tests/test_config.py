@@ -70,3 +70,94 @@ def test_bad_values_name_their_key():
     config["run_datasets"] = ["nope"]
     with pytest.raises(ConfigError, match="run_datasets names undeclared dataset"):
         validate_config(config)
+
+
+@pytest.mark.parametrize("name", ["sci/fact", "../escape", "-dash", ".hidden", "sci fact", "ünï"])
+def test_dataset_names_are_one_safe_path_segment(name):
+    config = copy.deepcopy(CONFIG)
+    config["datasets"][name] = config["datasets"].pop("scifact")
+    config["run_datasets"] = [name]
+    with pytest.raises(ConfigError) as err:
+        validate_config(config)
+    message = str(err.value)
+    assert message.startswith(f"config key datasets.{name}: the dataset name {name!r} is not a safe folder name")
+    assert "Fix: rename the dataset to match ^[A-Za-z0-9][A-Za-z0-9._-]*$" in message
+
+
+def test_safe_dataset_names_pass():
+    config = copy.deepcopy(CONFIG)
+    config["datasets"]["sci-fact_v1.2"] = config["datasets"].pop("scifact")
+    config["run_datasets"] = ["sci-fact_v1.2"]
+    validate_config(config)
+
+
+def test_top_level_and_dataset_blocks_give_the_same_form():
+    """The same misspelt key at the top level and in a dataset's override: `config key …: … Fix: …` both."""
+    top, per_dataset = copy.deepcopy(CONFIG), copy.deepcopy(CONFIG)
+    top["stages"]["bm25"]["kk"] = 3
+    per_dataset["datasets"]["scifact"]["stages"]["bm25"] = {"kk": 3}
+    messages = []
+    for config in (top, per_dataset):
+        with pytest.raises(ConfigError) as err:
+            validate_config(config)
+        messages.append(str(err.value))
+    assert messages[0] == ("config key config.stages.bm25: Additional properties are not allowed ('kk' was "
+                           "unexpected). Fix: correct or remove the key; the keys allowed here are ['b', 'depth', "
+                           "'fields', 'java_heap', 'k1', 'threads']")
+    assert messages[1] == messages[0].replace("config key config.stages.bm25", "config key datasets.scifact.stages.bm25")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, edit, expected", [
+    ("top-level", lambda c: c["stages"]["retriever"].update(batch_size="64"),
+     "config key config.stages.retriever.batch_size: '64' is not of type 'integer'. Fix: write it as integer"),
+    ("top-level", lambda c: c["stages"]["bm25"].update(kk=3),
+     "config key config.stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: correct or "
+     "remove the key"),
+    ("dataset", lambda c: c["datasets"]["scifact"]["stages"].update(bm25={"kk": 3}),
+     "config key datasets.scifact.stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: "
+     "correct or remove the key"),
+    ("name", lambda c: c["datasets"].update({"sci/fact": c["datasets"]["scifact"]}),
+     "config key datasets.sci/fact: the dataset name 'sci/fact' is not a safe folder name (it names "
+     "results/sci/fact/). Fix: rename the dataset to match ^[A-Za-z0-9][A-Za-z0-9._-]*$"),
+])
+def test_snakemake_reports_a_bad_config_in_the_projects_form(tmp_path, where, edit, expected):
+    """`snakemake -n` on a bad config: the workflow validates through config.validate_config, so the user sees the
+    one-line `config key …: … Fix: …`, not Snakemake's `ValidationError` and a dump of the schema."""
+    from conftest import run_snakemake
+
+    config = copy.deepcopy(CONFIG)
+    config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
+    edit(config)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    done = run_snakemake(tmp_path, "-n")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert expected in output, output[-3000:]
+    assert "ValidationError" not in output and "$defs" not in output and output.count("config key") == 1
+
+
+@pytest.mark.slow
+def test_the_readme_own_collection_example_plans(tmp_path):
+    """README "Your own collection": its my.yaml and its command (`-n`, `--configfile my.yaml -- target`) plan the
+    chain up to distillation on a tiny BEIR collection."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import write_beir
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### Your own collection"):]
+    my_yaml = re.search(r"```yaml\n# my.yaml\n(.*?)```", section, re.S).group(1)
+    command = re.search(r"\.venv/bin/snakemake (-n --configfile my.yaml -- \S+)", section).group(1).split()
+    shutil.copy(REPO / "config.yaml", tmp_path / "config.yaml")
+    (tmp_path / "my.yaml").write_text(my_yaml)
+    write_beir(tmp_path / "data" / "mine")
+    validate_config(yaml.safe_load(my_yaml))     # my.yaml alone is a valid config too
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+                           "--directory", str(tmp_path), "--cores", "1", *command], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "train_distill" in done.stdout and "results/mine/distill/metrics.json" in done.stdout

@@ -77,22 +77,13 @@ def test_a_plain_hugging_face_folder_pools_cls(tmp_path: Path):
         resolve_pooling(str(tmp_path), "max")
 
 
-def test_an_unsupported_recorded_pooling_is_one_clear_error(tmp_path: Path):
-    save_text_encoder(TextEncoder(tiny_bert(), "mean"), models.load_tokenizer(MINILM), tmp_path, max_length=32)
-    config_file = tmp_path / "1_Pooling" / "config.json"
-    config = json.loads(config_file.read_text())
-    config.update(pooling_mode_mean_tokens=False, pooling_mode_max_tokens=True)
-    config_file.write_text(json.dumps(config))
-    with pytest.raises(DataError, match="pooling_mode_max_tokens") as err:
-        resolve_pooling(str(tmp_path), "auto")
-    assert err.value.path == str(config_file) and "set the stage's `pooling`" in str(err.value)
-    assert resolve_pooling(str(tmp_path), "cls") == "cls"      # an explicit setting overrides the folder
-
-
 def test_starting_model_records_its_resolved_pooling(tmp_path: Path):
-    save_starting_model(MINILM, "auto", tmp_path / "start", max_length=64)
+    from sentence_transformers import SentenceTransformer
+
+    save_starting_model(MINILM, "auto", tmp_path / "start", max_length=64, query_max_length=16)
     assert recorded_pooling(str(tmp_path / "start")) == "mean"
-    assert json.loads((tmp_path / "start" / "sentence_bert_config.json").read_text())["max_seq_length"] == 64
+    st = SentenceTransformer(str(tmp_path / "start"), device="cpu")
+    assert st.max_seq_length == 64 and st[0].query_length == 16
     shipped, saved = models.load_encoder(MINILM).state_dict(), models.load_encoder(str(tmp_path / "start")).state_dict()
     assert shipped.keys() == saved.keys() and all(torch.equal(shipped[k], saved[k]) for k in shipped)
     save_starting_model(MINILM, "cls", tmp_path / "forced", max_length=64)
@@ -104,3 +95,174 @@ def test_attention_dropout_override(tmp_path: Path):
     assert models.load_encoder(MINILM).config.attention_probs_dropout_prob == 0.1
     assert models.load_cross_encoder(MINILM, attention_dropout=0.0).config.attention_probs_dropout_prob == 0.0
     assert models.dropout_overrides(MINILM, None) == {}
+
+
+# --- folders written by sentence-transformers itself, in every format it has used -------------------------------
+
+VECTOR_TOLERANCE = 1e-5     # float32 on the CPU: the pipeline's and sentence-transformers' vectors, absolute
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory) -> Path:
+    """A tiny random BERT saved by transformers alone (no sentence-transformers files)."""
+    path = tmp_path_factory.mktemp("hf") / "bert"
+    tiny_bert().save_pretrained(path)
+    models.load_tokenizer(MINILM).save_pretrained(path)
+    return path
+
+
+def st_modules():
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    return Transformer, Pooling, Normalize
+
+
+def save_with_sentence_transformers(hf_folder: Path, path: Path, pooling_mode, *extra) -> Path:
+    """``SentenceTransformer.save`` of the tiny BERT with ``pooling_mode``, as a user's fine-tuned model is saved."""
+    from sentence_transformers import SentenceTransformer
+
+    Transformer, Pooling, Normalize = st_modules()
+    transformer = Transformer(str(hf_folder), max_seq_length=48)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling_mode), *extra,
+               Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(path))
+    return path
+
+
+def every_pooling_mode():
+    return st_modules()[1].POOLING_MODES
+
+
+def test_the_installed_sentence_transformers_saves_the_current_format(hf_folder: Path, tmp_path: Path):
+    """What the issue measured: today's format has `pooling_mode` and new module paths; the pipeline read it as
+    [CLS] (cosine 0.57-0.67 to sentence-transformers' vectors)."""
+    folder = save_with_sentence_transformers(hf_folder, tmp_path / "st", "mean")
+    assert json.loads((folder / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "mean"
+    assert not json.loads((folder / "modules.json").read_text())[1]["type"].endswith("models.Pooling")
+    assert recorded_pooling(str(folder)) == "mean"
+
+
+@pytest.mark.parametrize("mode", every_pooling_mode())
+def test_every_pooling_mode_sentence_transformers_saves(hf_folder: Path, tmp_path: Path, mode: str):
+    """Each pooling mode the installed sentence-transformers offers: cls and mean give exactly
+    SentenceTransformer(folder).encode; every other mode is one DataError naming the folder's pooling file."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = save_with_sentence_transformers(hf_folder, tmp_path / mode, mode)
+    if mode in ("cls", "mean"):
+        assert recorded_pooling(str(folder)) == mode
+        tokenizer = models.load_tokenizer(str(folder))
+        ours = encode_texts(load_text_encoder(str(folder)), tokenizer, TEXTS, max_length=48, batch_size=2)
+        theirs = SentenceTransformer(str(folder), device="cpu").encode(TEXTS, batch_size=2)
+        np.testing.assert_allclose(ours, theirs, atol=VECTOR_TOLERANCE)
+    else:
+        with pytest.raises(DataError) as err:
+            load_text_encoder(str(folder))
+        assert err.value.path == str(folder / "1_Pooling" / "config.json")
+        assert repr(mode) in err.value.problem and "does not implement" in err.value.problem
+        assert "set the stage's `pooling` to cls or mean" in err.value.fix
+        assert load_text_encoder(str(folder), "mean").pooling == "mean"   # an explicit setting overrides it
+
+
+def test_concatenated_poolings_are_an_error(hf_folder: Path, tmp_path: Path):
+    folder = save_with_sentence_transformers(hf_folder, tmp_path / "both", ("cls", "mean"))
+    with pytest.raises(DataError, match=r"\('cls', 'mean'\).*does not implement"):
+        recorded_pooling(str(folder))
+
+
+def test_a_module_the_pipeline_does_not_apply_is_an_error(hf_folder: Path, tmp_path: Path):
+    from sentence_transformers.base.modules import Dense
+
+    folder = save_with_sentence_transformers(hf_folder, tmp_path / "dense", "mean", Dense(32, 16))
+    with pytest.raises(DataError, match="Dense.*does not apply it") as err:
+        recorded_pooling(str(folder))
+    assert err.value.path == str(folder / "modules.json")
+
+
+OLD_MODULES = [  # modules.json as sentence-transformers 2.x wrote it (and this pipeline did until issue 24)
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+]
+
+
+def write_old_format(hf_folder: Path, path: Path, **flags) -> Path:
+    """A folder in the older format: `pooling_mode_*_tokens` flags, `sentence_transformers.models.*` types."""
+    import shutil
+
+    shutil.copytree(hf_folder, path)
+    (path / "modules.json").write_text(json.dumps(OLD_MODULES))
+    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
+    (path / "1_Pooling").mkdir()
+    config = {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False,
+              "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False, **flags}
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    (path / "2_Normalize").mkdir()
+    return path
+
+
+@pytest.mark.parametrize("mode, key", [("cls", "pooling_mode_cls_token"), ("mean", "pooling_mode_mean_tokens")])
+def test_the_older_key_format_reads_right(hf_folder: Path, tmp_path: Path, mode: str, key: str):
+    from sentence_transformers import SentenceTransformer
+
+    folder = write_old_format(hf_folder, tmp_path / "old", **{key: True})
+    assert recorded_pooling(str(folder)) == mode
+    ours = encode_texts(load_text_encoder(str(folder)), models.load_tokenizer(str(folder)), TEXTS, max_length=48,
+                        batch_size=2)
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(TEXTS, batch_size=2)
+    np.testing.assert_allclose(ours, theirs, atol=VECTOR_TOLERANCE)
+
+
+def test_an_unsupported_pooling_in_the_older_format_is_an_error(hf_folder: Path, tmp_path: Path):
+    folder = write_old_format(hf_folder, tmp_path / "old", pooling_mode_max_tokens=True)
+    with pytest.raises(DataError, match="pools with 'max'") as err:
+        resolve_pooling(str(folder), "auto")
+    assert err.value.path == str(folder / "1_Pooling" / "config.json")
+    assert resolve_pooling(str(folder), "cls") == "cls"      # an explicit setting overrides the folder
+
+
+def test_a_current_mean_pooled_model_through_the_start_row(hf_folder: Path, tmp_path: Path):
+    """The start row: a model saved by today's sentence-transformers, saved as the stage's starting model, then
+    its corpus and queries encoded by the pipeline's encode functions, equal SentenceTransformer's vectors."""
+    import pandas as pd
+    from sentence_transformers import SentenceTransformer
+
+    from dpr_pipeline.data.schemas import write_artifact
+    from dpr_pipeline.encode import encode_corpus_shard, encode_queries
+
+    folder = save_with_sentence_transformers(hf_folder, tmp_path / "user_model", "mean")
+    save_starting_model(str(folder), "auto", tmp_path / "start", max_length=48, query_max_length=48)
+    passages = TEXTS
+    write_artifact(pd.DataFrame({"doc_id": [f"d{i}" for i in range(len(passages))], "title": "",
+                                 "text": passages}), tmp_path / "corpus.parquet", "corpus")
+    write_artifact(pd.DataFrame({"query_id": ["q1", "q2"], "text": TEXTS[:2]}), tmp_path / "queries.parquet",
+                   "queries")
+    encode_corpus_shard(str(tmp_path / "start"), tmp_path / "corpus.parquet", tmp_path / "v.npy",
+                        tmp_path / "ids.parquet", shard=0, num_shards=1, max_length=48, batch_size=2,
+                        dtype="float32")
+    _, query_vectors = encode_queries(str(tmp_path / "start"), tmp_path / "queries.parquet", max_length=48,
+                                      batch_size=2)
+    user = SentenceTransformer(str(folder), device="cpu")
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), user.encode(passages), atol=VECTOR_TOLERANCE)
+    np.testing.assert_allclose(query_vectors, user.encode(TEXTS[:2]), atol=VECTOR_TOLERANCE)
+
+
+def test_queries_longer_than_query_max_length(tmp_path: Path):
+    """Decided: the pipeline cuts queries at `query_max_length` (as training did) and passages at
+    `passage_max_length`; the saved folder records both, so `encode_query` / `encode_document` give the
+    pipeline's vectors. Plain `encode` cuts every text at `max_seq_length` (the passage length)."""
+    from sentence_transformers import SentenceTransformer
+
+    tokenizer = models.load_tokenizer(MINILM)
+    save_text_encoder(TextEncoder(tiny_bert(), "mean"), tokenizer, tmp_path, max_length=48, query_max_length=8)
+    query = ["what is the quick brown fox that jumps over the lazy dog doing in this very long question"]
+    assert len(tokenizer(query[0])["input_ids"]) > 8
+    encoder = load_text_encoder(str(tmp_path))
+    ours = encode_texts(encoder, tokenizer, query, max_length=8, batch_size=1)           # dense_search's cut
+    st = SentenceTransformer(str(tmp_path), device="cpu")
+    assert st.max_seq_length == 48
+    np.testing.assert_allclose(ours, st.encode_query(query), atol=VECTOR_TOLERANCE)
+    assert not np.allclose(ours, st.encode(query), atol=1e-3)      # plain encode keeps 48 tokens of the query
+    np.testing.assert_allclose(encode_texts(encoder, tokenizer, TEXTS, max_length=48, batch_size=2),
+                               st.encode_document(TEXTS), atol=VECTOR_TOLERANCE)

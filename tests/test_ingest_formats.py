@@ -70,3 +70,83 @@ def test_raw_files_names_the_inputs(beir, msmarco):
     assert [p.name for p in raw_files("beir", beir)] == ["corpus.jsonl"]
     assert [p.name for p in raw_files("beir", beir, "test")] == ["queries.jsonl", "test.tsv"]
     assert [p.name for p in raw_files("msmarco", msmarco)] == ["collection.tsv", "titles.tsv"]
+
+
+def test_ingestion_logs_the_file_it_read(tmp_path, caplog):
+    """No silent input choice: each job's log names the raw file it read (plain or .gz)."""
+    root = write_beir(tmp_path / "raw", gz=True)
+    with caplog.at_level("INFO", logger="dpr_pipeline"):
+        ingest_all("beir", root, tmp_path)
+    assert f"BEIR corpus: reading {root / 'corpus.jsonl.gz'}" in caplog.text
+    assert f"BEIR queries: reading {root / 'queries.jsonl'}" in caplog.text
+    assert f"BEIR qrels for split 'test': reading {root / 'qrels' / 'test.tsv'}" in caplog.text
+
+
+def test_parquet_per_split_queries_win_over_the_shared_file_and_the_log_says_so(tmp_path, beir, caplog):
+    """The parquet layout's documented order: ``queries_<split>.parquet``, else ``queries.parquet``."""
+    root = tmp_path / "pq"
+    ingest_all("beir", beir, tmp_path)
+    root.mkdir()
+    pd.read_parquet(tmp_path / "corpus.parquet").to_parquet(root / "corpus.parquet")
+    for split in ("train", "test"):
+        pd.read_parquet(tmp_path / f"qrels_{split}.parquet").to_parquet(root / f"qrels_{split}.parquet")
+    pd.DataFrame({"query_id": ["q3"], "text": ["the shared file's text"]}).to_parquet(root / "queries.parquet")
+    pd.DataFrame({"query_id": ["q3"], "text": ["the test file's text"]}).to_parquet(root / "queries_test.parquet")
+    with caplog.at_level("INFO", logger="dpr_pipeline"):
+        ingest_split("parquet", root, "test", tmp_path / "corpus.parquet", tmp_path / "q.parquet",
+                     tmp_path / "r.parquet")
+    assert read_artifact(tmp_path / "q.parquet", "queries")["text"].tolist() == ["the test file's text"]
+    assert f"reading {root / 'queries_test.parquet'}" in caplog.text
+    assert f"reading {root / 'queries.parquet'}" not in caplog.text
+
+
+BOM = b"\xef\xbb\xbf"
+NQ_FILES = {"train": {"queries": "biencoder-nq-train.json"}, "test": {"queries": "nq-test.qa.csv"}}
+
+
+def with_bom(root):
+    """Every text file under ``root`` saved with a UTF-8 BOM in front (as Windows editors and Excel write)."""
+    import gzip
+
+    changed = 0
+    for path in root.rglob("*"):
+        if path.suffix == ".gz":
+            path.write_bytes(gzip.compress(BOM + gzip.decompress(path.read_bytes())))
+        elif path.is_file() and path.suffix in (".jsonl", ".tsv", ".json", ".csv"):
+            path.write_bytes(BOM + path.read_bytes())
+        else:
+            continue
+        changed += 1
+    assert changed >= 3
+    return root
+
+
+@pytest.mark.parametrize("fmt, gz", [("beir", False), ("beir", True), ("msmarco", False), ("dpr", False)])
+def test_a_bom_at_the_start_of_any_text_input_is_stripped(tmp_path, fmt, gz):
+    """Every text input (corpus, queries, qrels, titles, DPR's TSV, JSON and QA files, gzipped or not) ingests
+    with a BOM exactly as without: no BOM in the first id, no JSON error on the first line, no lost header."""
+    import shutil
+
+    from conftest import REPO, write_msmarco
+
+    def raw(name):
+        if fmt == "beir":
+            return write_beir(tmp_path / name, gz=gz)
+        if fmt == "msmarco":
+            return write_msmarco(tmp_path / name)
+        return shutil.copytree(REPO / "tests" / "data" / "nq", tmp_path / name)
+
+    files = NQ_FILES if fmt == "dpr" else {}
+    outputs = {}
+    for name, root in (("plain", raw("plain")), ("bom", with_bom(raw("bom")))):
+        out = tmp_path / f"out_{name}"
+        out.mkdir()
+        ingest_corpus(fmt, root, out / "corpus.parquet")
+        for split in ("train", "test"):
+            ingest_split(fmt, root, split, out / "corpus.parquet", out / f"queries_{split}.parquet",
+                         out / f"qrels_{split}.parquet", files=files.get(split))
+        outputs[name] = out
+    for name, kind in [("corpus", "corpus"), ("queries_train", "queries"), ("qrels_train", "qrels"),
+                       ("queries_test", "queries"), ("qrels_test", "qrels")]:
+        pd.testing.assert_frame_equal(read_artifact(outputs["plain"] / f"{name}.parquet", kind),
+                                      read_artifact(outputs["bom"] / f"{name}.parquet", kind))

@@ -7,6 +7,7 @@ same stage schema, so a mistyped key in an override is rejected by name too.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jsonschema
@@ -21,8 +22,30 @@ class ConfigError(ValueError):
     """The configuration breaks the schema; the message names the key."""
 
 
+# A dataset name is a folder under results/ (and data/): one safe path segment.
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def _path(error: jsonschema.ValidationError, prefix: str = "") -> str:
     return prefix + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+
+
+def _schema_error(error: jsonschema.ValidationError, key: str) -> ConfigError:
+    """``config key <key>: <problem>. Fix: <fix>`` for a schema violation, the same for every block."""
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        fix = (f"correct or remove the key; the keys allowed here are {allowed}" if allowed else
+               "correct or remove the key")
+    elif error.validator == "enum":
+        fix = f"use one of {error.validator_value}"
+    elif error.validator == "type":
+        types = error.validator_value
+        fix = f"write it as {types if isinstance(types, str) else ' or '.join(types)}"
+    elif error.validator == "required":
+        fix = "add the missing key"
+    else:
+        fix = "see the key's description in schemas/config.schema.yaml"
+    return ConfigError(f"config key {key}: {error.message}. Fix: {fix}")
 
 
 def stage_params(config: dict, dataset: str, stage: str) -> dict:
@@ -72,7 +95,7 @@ def check_stage_overrides(config: dict, schema: dict) -> None:
             # the stage's block with the shared fragments it refers to (#/$defs/training, ...)
             validator = jsonschema.Draft202012Validator({**schema["$defs"][stage], "$defs": schema["$defs"]})
             for error in validator.iter_errors(stage_params(config, name, stage)):
-                raise ConfigError(f"config key datasets.{name}.stages.{stage}{_path(error)}: {error.message}")
+                raise _schema_error(error, f"datasets.{name}.stages.{stage}{_path(error)}")
     missing = [d for d in config.get("run_datasets", []) if d not in config["datasets"]]
     if missing:
         raise ConfigError(f"config key run_datasets names undeclared dataset(s) {missing}; declare them under "
@@ -126,6 +149,7 @@ def check_config_values(config: dict) -> None:
             parse_metric(name)
         except ValueError as err:
             raise ConfigError(f"config key config.evaluation.metrics[{position}]: {err}") from None
+    check_dataset_names(config)
     for name, dataset in config["datasets"].items():
         if dataset.get("relevance") == "answers" and dataset["format"] != "dpr":
             raise ConfigError(f"config key config.datasets.{name}.relevance: `answers` needs format `dpr` (the "
@@ -135,6 +159,18 @@ def check_config_values(config: dict) -> None:
                               f"split files, the dataset's format is {dataset['format']!r}; remove split_files "
                               "or put the files under the layout's names (README, Dataset layouts)")
         check_dataset_plan(config, name)
+
+
+def check_dataset_names(config: dict) -> None:
+    """Every dataset name is one safe path segment: it names the folder ``results/<name>/``, so a ``/`` would nest
+    folders (``results/sci/fact/``) and ``..`` or a leading ``-`` or ``.`` would escape or hide them."""
+    for name in config["datasets"]:
+        if not DATASET_NAME.fullmatch(str(name)):
+            raise ConfigError(f"config key datasets.{name}: the dataset name {str(name)!r} is not a safe folder name "
+                              f"(it names results/{name}/). Fix: rename the dataset to match "
+                              f"^{DATASET_NAME.pattern}$ (letters, digits, '.', '_' and '-', starting with a letter "
+                              "or digit), e.g. "
+                              f"{re.sub(r'[^A-Za-z0-9._-]+', '_', str(name)).lstrip('._-') or 'mydata'!r}")
 
 
 def check_dataset_plan(config: dict, name: str) -> None:
@@ -235,7 +271,7 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
         cause = err.__context__
         if not isinstance(cause, jsonschema.ValidationError):
             raise
-        raise ConfigError(f"config key {_path(cause, 'config')}: {cause.message}") from None
+        raise _schema_error(cause, _path(cause, "config")) from None
     check_stage_overrides(config, yaml.safe_load(Path(schema_path).read_text()))
     check_config_values(config)
     return add_dev_splits(config)

@@ -1,22 +1,35 @@
 """How a bi-encoder turns a text into one vector: the transformer's last layer, pooled, then L2-normalised.
 
 Pooling is a property of the model, recorded in the model folder the way sentence-transformers records it
-(``modules.json`` → ``1_Pooling/config.json``):
+(``modules.json`` → the ``Pooling`` module's ``config.json``):
 
 * ``cls``: the last-layer [CLS] vector (SimLM's representation; what pre-training's bottleneck trains);
 * ``mean``: the mean of the last-layer token vectors over the attention mask (all-MiniLM-L6-v2, most
   sentence-transformers models).
 
-A stage's ``pooling`` setting is ``auto`` (the model's own recorded pooling, [CLS] when it records none),
-``cls`` or ``mean``. :class:`TextEncoder` is the one object that training, corpus and query encoding, transfer
-and the benchmarks embed through; :func:`save_text_encoder` writes the model with ``save_pretrained``
-(safetensors) plus the sentence-transformers files for its pooling, so ``SentenceTransformer(folder).encode``
-gives the pipeline's vectors and the next stage reads the pooling back with ``auto``.
+sentence-transformers itself reads a folder's pooling (:func:`recorded_pooling`): its own module loader resolves
+the module types of every version (``sentence_transformers.models.Pooling`` and the newer
+``sentence_transformers.sentence_transformer.modules.pooling.Pooling``) and its ``Pooling`` module reads both
+the current ``{"pooling_mode": "mean"}`` config and the older ``pooling_mode_*_tokens`` flags. A pooling the
+pipeline does not implement (max, mean_sqrt_len_tokens, weightedmean, lasttoken, several concatenated) or a
+module it does not apply (Dense, LayerNorm, …) is a DataError naming the folder, never a fallback.
+
+A stage's ``pooling`` setting is ``auto`` (the model's own recorded pooling, [CLS] when the folder has no
+sentence-transformers files), ``cls`` or ``mean``. :class:`TextEncoder` is the one object that training, corpus
+and query encoding, transfer and the benchmarks embed through; :func:`save_text_encoder` writes the model with
+``save_pretrained`` (safetensors) plus the sentence-transformers files for its pooling (written by
+sentence-transformers' own modules), so ``SentenceTransformer(folder).encode_document`` / ``encode_query`` give
+the pipeline's passage / query vectors and the next stage reads the pooling back with ``auto``.
+
+Lengths: passages are cut at the folder's ``max_seq_length`` (the stage's ``passage_max_length``), queries at
+``query_max_length``, recorded as the Transformer module's ``query_length`` (sentence-transformers applies it in
+``encode_query``; plain ``encode`` cuts every text at ``max_seq_length``).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -28,38 +41,80 @@ from .models import load_encoder, load_tokenizer, resolve_model_path
 
 POOLING_MODES = ("cls", "mean")
 POOLING_SETTINGS = ("auto",) + POOLING_MODES
-_ST_POOLING_KEYS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens"}
-_ST_OTHER_MODES = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
-                   "pooling_mode_lasttoken")
+_POOLING_FIX = ("set the stage's `pooling` to cls or mean to embed with that pooling instead (the vectors then "
+                "differ from the model's own), or start from a model whose pooling is cls or mean")
+
+
+def _st_modules():
+    """sentence-transformers' Transformer, Pooling and Normalize module classes, by their oldest public names
+    (which every version still resolves)."""
+    from sentence_transformers.util import import_from_string
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tuple(import_from_string(f"sentence_transformers.models.{name}")
+                     for name in ("Transformer", "Pooling", "Normalize"))
+
+
+def _class_path(cls) -> str:
+    """The module type sentence-transformers writes into modules.json for ``cls``."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def recorded_pooling(reference: str) -> str | None:
-    """The pooling a model folder records in its sentence-transformers files, or None when it has none
-    (a plain Hugging Face model, or a Hub name that is not a local folder)."""
+    """The pooling a model folder records in its sentence-transformers files (read by sentence-transformers'
+    own loader), or None when it has none (a plain Hugging Face model, or a Hub name that is not a local folder).
+
+    A pooling other than cls or mean, or a module other than Transformer, Pooling and Normalize, is a DataError.
+    """
     folder = Path(resolve_model_path(reference))
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
         return None
     try:
         modules = json.loads(modules_file.read_text(encoding="utf-8"))
-        pooling_dir = next(m["path"] for m in modules if m.get("type", "").endswith("models.Pooling"))
-    except StopIteration:
-        return None
-    except (json.JSONDecodeError, TypeError, KeyError) as err:
+        entries = [(str(m.get("path", "")), str(m["type"])) for m in modules]
+    except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as err:
         raise DataError(modules_file, f"not a sentence-transformers modules list ({err})",
                         "delete modules.json or save the model again with sentence-transformers") from None
-    config_file = folder / pooling_dir / "config.json"
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise DataError(config_file, f"cannot read the pooling configuration ({err})",
-                        "save the model again with sentence-transformers, or set the stage's `pooling`") from None
-    chosen = [mode for mode, key in _ST_POOLING_KEYS.items() if config.get(key)]
-    others = [key for key in _ST_OTHER_MODES if config.get(key)]
-    if len(chosen) != 1 or others:
-        raise DataError(config_file, f"pooling {chosen + others} is not one of {POOLING_MODES}",
-                        "set the stage's `pooling` to cls or mean to override the model's pooling")
-    return chosen[0]
+    from sentence_transformers.util import import_from_string
+
+    transformer_cls, pooling_cls, normalize_cls = _st_modules()
+    pooling = None
+    for path, type_name in entries:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                module_cls = import_from_string(type_name)
+        except ImportError as err:
+            raise DataError(modules_file, f"module type {type_name!r} is not one the installed "
+                            f"sentence-transformers knows ({err})",
+                            "save the model again with the installed sentence-transformers") from None
+        if not isinstance(module_cls, type):
+            raise DataError(modules_file, f"module type {type_name!r} is not a class",
+                            "save the model again with the installed sentence-transformers")
+        if issubclass(module_cls, pooling_cls):
+            config_file = folder / path / "config.json"
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    config = module_cls.load_config(str(folder), subfolder=path, local_files_only=True)
+                    module = module_cls(**config)
+            except (OSError, ValueError, TypeError) as err:
+                raise DataError(config_file, f"sentence-transformers cannot read the pooling configuration ({err})",
+                                "save the model again with sentence-transformers, or set the stage's "
+                                "`pooling`") from None
+            mode = module.pooling_mode
+            if mode not in POOLING_MODES:
+                raise DataError(config_file, f"the model pools with {mode!r}, which the pipeline does not "
+                                f"implement (it pools with one of {POOLING_MODES})", _POOLING_FIX)
+            pooling = mode
+        elif not issubclass(module_cls, (transformer_cls, normalize_cls)):
+            raise DataError(modules_file, f"module {type_name!r} ({path or 'root'}) changes the vectors and the "
+                            "pipeline does not apply it (it embeds with transformer, pooling and normalisation "
+                            "only)", "start from a model without that module, or delete modules.json and set the "
+                            "stage's `pooling` to embed with the transformer alone")
+    return pooling
 
 
 def resolve_pooling(reference: str, setting: str = "auto") -> str:
@@ -111,31 +166,35 @@ def load_text_encoder(reference: str, pooling: str = "auto", attention_dropout: 
     return TextEncoder(load_encoder(reference, attention_dropout), resolve_pooling(reference, pooling))
 
 
-def save_text_encoder(encoder: TextEncoder, tokenizer, path: str | Path, max_length: int) -> None:
-    """``save_pretrained`` (safetensors) plus the sentence-transformers files: the encoder's pooling, then
-    normalisation; ``max_seq_length`` is ``max_length`` (the passages' length)."""
+def save_text_encoder(encoder: TextEncoder, tokenizer, path: str | Path, max_length: int,
+                      query_max_length: int | None = None) -> None:
+    """``save_pretrained`` (safetensors) plus the sentence-transformers files, written by its own modules: the
+    encoder's pooling, then normalisation. ``max_seq_length`` is ``max_length`` (the passages' length); with
+    ``query_max_length``, ``encode_query`` cuts queries there, as the pipeline does."""
     path = Path(path)
     encoder.transformer.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
+    transformer_cls, pooling_cls, normalize_cls = _st_modules()
     modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        {"idx": 0, "name": "0", "path": "", "type": _class_path(transformer_cls)},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": _class_path(pooling_cls)},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": _class_path(normalize_cls)},
     ]
     (path / "modules.json").write_text(json.dumps(modules, indent=2))
-    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_length,
-                                                                 "do_lower_case": False}, indent=2))
-    (path / "1_Pooling").mkdir(exist_ok=True)
-    pooling_config = {"word_embedding_dimension": encoder.config.hidden_size,
-                      **{key: mode == encoder.pooling for mode, key in _ST_POOLING_KEYS.items()},
-                      "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}
-    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config, indent=2))
-    (path / "2_Normalize").mkdir(exist_ok=True)
+    transformer_config = {"max_seq_length": max_length, "do_lower_case": False}
+    if query_max_length is not None:
+        transformer_config.update(query_length=query_max_length, document_length=max_length)
+    (path / "sentence_bert_config.json").write_text(json.dumps(transformer_config, indent=2))
+    for folder, module in (("1_Pooling", pooling_cls(encoder.config.hidden_size, pooling_mode=encoder.pooling)),
+                           ("2_Normalize", normalize_cls())):
+        (path / folder).mkdir(exist_ok=True)
+        module.save(str(path / folder))
 
 
-def save_starting_model(reference: str, pooling: str, output_dir: str | Path, max_length: int) -> None:
+def save_starting_model(reference: str, pooling: str, output_dir: str | Path, max_length: int,
+                        query_max_length: int | None = None) -> None:
     """The model a bi-encoder stage starts from, untrained, saved as a stage's model folder (its pooling
     resolved and recorded), so the same encode/search/evaluate rules score it."""
     encoder = load_text_encoder(reference, pooling)
     with atomic_output(output_dir) as tmp:
-        save_text_encoder(encoder, load_tokenizer(reference), tmp, max_length)
+        save_text_encoder(encoder, load_tokenizer(reference), tmp, max_length, query_max_length)

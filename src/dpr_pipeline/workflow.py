@@ -12,12 +12,14 @@ from typing import Iterator
 
 @contextlib.contextmanager
 def logged(log_file: str | Path, threads: int | None = None) -> Iterator[logging.Logger]:
-    """Log INFO and above to ``log_file`` and stderr; write any exception's traceback there, then re-raise.
+    """Log INFO and above to ``log_file`` and stderr; write any exception's traceback to ``log_file``, then
+    re-raise (Python prints it on stderr: once, not twice).
 
     ``threads``: the job's CPU threads (Snakemake's ``threads``), given to PyTorch's intra-op pool.
     """
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-    handlers = [logging.FileHandler(log_file, mode="w", encoding="utf-8"), logging.StreamHandler(sys.stderr)]
+    console = logging.StreamHandler(sys.stderr)
+    handlers = [logging.FileHandler(log_file, mode="w", encoding="utf-8"), console]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=handlers, force=True)
     logging.getLogger("faiss").setLevel(logging.WARNING)
@@ -29,6 +31,9 @@ def logged(log_file: str | Path, threads: int | None = None) -> Iterator[logging
     try:
         yield logger
     except BaseException:
+        # the log file gets the traceback; stderr gets it from the uncaught re-raise (logging it there too
+        # showed every failing job's traceback twice before Snakemake's error)
+        logging.getLogger().removeHandler(console)
         logger.error("failed:\n%s", traceback.format_exc())
         raise
 

@@ -13,7 +13,7 @@ from typing import Iterator
 
 from ..errors import DataError
 from .records import Document, Location, Question, as_text, check_unicode
-from .text_files import dataset_folder, iter_csv_rows, iter_json_array, resolve_file
+from .text_files import ambiguous_files, dataset_folder, iter_csv_rows, iter_json_array, resolve_file
 
 
 DPR_PASSAGES = "psgs_w100.tsv"
@@ -94,6 +94,11 @@ def read_dpr_questions(path: str | Path) -> Iterator[Question]:
 
 def dpr_questions(root: Path, split: str, files: dict | None) -> Iterator[Question]:
     name = dpr_split_name(root, split, files)
+    if not (files and files.get("queries")):
+        found = [root / n for base in (f"{split}.json", f"{split}.qa.csv") for n in (base, base + ".gz")
+                 if (root / n).is_file()]
+        if len(found) > 1:
+            raise ambiguous_files(f"DPR questions for split {split!r}", found)
     return read_dpr_questions(resolve_file(root / name, f"DPR questions for split {split!r}"))
 
 

@@ -14,7 +14,7 @@ Layouts (``path`` is the dataset folder from config.yaml; any text file may also
   and optionally the official BM25 negatives: ``qid<TAB>pid,pid,...`` (Tevatron/RocketQA
   ``train.negatives.tsv``) or ``qid<TAB>positive pid<TAB>negative pid`` (``qidpidtriples.train.full.2.tsv``).
 * ``parquet``: ``corpus.parquet`` (``doc_id``, ``text``, optional ``title``), ``queries_<split>.parquet``
-  or ``queries.parquet`` (``query_id``, ``text``), ``qrels_<split>.parquet`` (``query_id``, ``doc_id``,
+  or (when there is none) ``queries.parquet`` (``query_id``, ``text``), ``qrels_<split>.parquet`` (``query_id``, ``doc_id``,
   ``relevance``).
 * ``dpr`` (DPR's open-domain QA releases: Natural Questions, TriviaQA, ...): ``psgs_w100.tsv`` (header
   ``id<TAB>text<TAB>title``, read like DPR with ``csv`` and a tab delimiter), and per split either a DPR
@@ -29,6 +29,7 @@ Layouts (``path`` is the dataset folder from config.yaml; any text file may also
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Iterator
 
@@ -40,12 +41,14 @@ from .records import Document, Judgement, Location, NegativeList, Query, as_rele
 from .text_files import dataset_folder, iter_json_lines, iter_lines, iter_tsv, resolve_file
 
 FORMATS = ("beir", "msmarco", "parquet", "dpr")
+log = logging.getLogger(__name__)
 
 
 def _parquet_rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> Iterator[
         tuple[Location, dict]]:
     if not path.is_file():
         raise DataError(path, "Parquet file not found", "check the dataset's `path` in config.yaml")
+    log.info("reading %s", path)
     try:
         parquet = pq.ParquetFile(path)
     except Exception as err:  # pyarrow raises several types for a corrupt file

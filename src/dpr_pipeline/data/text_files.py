@@ -1,28 +1,50 @@
-"""Line-by-line reading of plain or gzipped text files with strict UTF-8 and line numbers for errors."""
+"""Line-by-line reading of plain or gzipped text files with strict UTF-8 and line numbers for errors.
+
+A UTF-8 byte-order mark (BOM, ``EF BB BF``, which Windows editors and Excel write) at the start of a file is
+accepted and stripped in every text input (JSON lines, TSV, DPR's csv-style TSV and JSON), so it never ends up
+in the first id or breaks the first JSON line."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
 import zlib
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import DataError
 
+log = logging.getLogger(__name__)
+BOM = "\ufeff"
+
 
 def resolve_file(path: str | Path, what: str) -> Path:
-    """``path`` itself or, failing that, ``path.gz``; a clear error when neither exists."""
+    """``path`` itself or ``path.gz``, whichever exists (logged); a clear error when neither does, and when both
+    do (the pipeline does not choose between two copies: one may be partial)."""
     path = Path(path)
-    for candidate in (path, path.with_name(path.name + ".gz")):
-        if candidate.is_file():
-            return candidate
+    found = [c for c in (path, path.with_name(path.name + ".gz")) if c.is_file()]
+    if len(found) > 1:
+        raise ambiguous_files(what, found)
+    if found:
+        log.info("%s: reading %s", what, found[0])
+        return found[0]
     raise DataError(path, f"{what} file not found (looked for {path.name} and {path.name}.gz)",
                     "check the dataset's `path` in config.yaml and that the file is there")
 
 
+def ambiguous_files(what: str, found: list[Path]) -> DataError:
+    """Two (or more) files that could each be ``what``: one error naming them all."""
+    names = " and ".join(str(f) for f in found)
+    others = "others" if len(found) > 2 else "other"
+    return DataError(found[0], f"{len(found)} candidate {what} files, {names}; the pipeline does not choose one",
+                     f"keep only the one to read in {found[0].parent} (delete or move the {others} out of the "
+                     "dataset folder)")
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` without the line ending; skips blank lines.
+    """Yield ``(line_number, line)`` without the line ending (and without a BOM at the file's start); skips
+    blank lines.
 
     A ``.gz`` file that is not gzip, truncated or corrupt raises a DataError naming the line it broke at."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -42,9 +64,21 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                 raise DataError(path, f"bytes that are not UTF-8 ({err.reason} at byte {err.start})",
                                 "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`",
                                 line=number) from None
+            if line.startswith(BOM):
+                if number > 1:
+                    raise bom_inside(path, number)
+                line = line[len(BOM):]
             line = line.rstrip("\r\n")
             if line.strip():
                 yield number, line
+
+
+def bom_inside(path: Path, line: int) -> DataError:
+    """A BOM that starts a later line: files joined with ``cat``, each saved with a BOM."""
+    return DataError(path, "a byte-order mark (BOM, U+FEFF) starts this line, inside the file (files saved with a "
+                     "BOM and then joined, e.g. with `cat`?)", "remove the BOM from the line, e.g. "
+                     "`sed -i '1!s/^\\xEF\\xBB\\xBF//' FILE` (one at the very start of a file is accepted)",
+                     line=line)
 
 
 def _gzip_error(path: Path, err: Exception, line: int) -> DataError:
@@ -101,10 +135,11 @@ def iter_tsv(path: Path, columns: tuple[str, ...], *, header: bool = False,
 
 
 def open_text(path: Path):
-    """A text handle (strict UTF-8, newlines untranslated as the csv module wants) on a plain or gzipped file."""
+    """A text handle (strict UTF-8, a BOM at the start skipped, newlines untranslated as the csv module wants) on a
+    plain or gzipped file."""
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, "r", encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, "r", encoding="utf-8-sig", newline="")
 
 
 def iter_csv_rows(path: Path, columns: tuple[str, ...], *, header: tuple[str, ...] | None = None
@@ -128,6 +163,8 @@ def iter_csv_rows(path: Path, columns: tuple[str, ...], *, header: tuple[str, ..
             for fields in reader:
                 if not fields or (len(fields) == 1 and not fields[0].strip()):
                     continue
+                if fields[0].startswith(BOM):
+                    raise bom_inside(path, reader.line_num)
                 if len(fields) != len(columns):
                     raise DataError(path, f"{len(fields)} tab-separated columns, expected {len(columns)} "
                                     f"({', '.join(columns)})",

@@ -123,6 +123,7 @@ def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries
           dist=dist, description="distilled retriever" if distill else "retriever")
     if dist.is_main:
         with atomic_output(output_dir) as tmp:
-            save_text_encoder(model.encoder.cpu(), tokenizer, tmp, params["passage_max_length"])
+            save_text_encoder(model.encoder.cpu(), tokenizer, tmp, params["passage_max_length"],
+                              params["query_max_length"])
         log.info("saved %s", output_dir)
     finish(checkpoint_dir, dist)
