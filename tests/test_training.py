@@ -19,7 +19,8 @@ from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.embedding import load_text_encoder
 from dpr_pipeline.models import load_encoder, load_tokenizer
 from dpr_pipeline.training.biencoder import train_biencoder
-from dpr_pipeline.training.launch import run_training
+from dpr_pipeline.config import ConfigError
+from dpr_pipeline.training.launch import check_processes, run_training, visible_gpus
 from dpr_pipeline.training.trainer import batch_indices, total_steps, TrainingSettings
 
 SCRIPT = REPO / "tests" / "scripts" / "train_tiny_retriever.py"
@@ -107,9 +108,28 @@ def test_killed_training_resumes_to_the_same_weights(tmp_path):
     assert losses(tmp_path / "resumed.pt") == losses(tmp_path / "straight.pt")
 
 
+def test_processes_beyond_the_visible_gpus_is_an_error_naming_the_setting():
+    """Issue 23: ``processes: 2`` on a one-GPU node died in rank 1's ``torch.cuda.set_device(1)`` (CUDA's
+    ``invalid device ordinal``). The check, a pure function of the counts, runs before torchrun starts."""
+    for processes, gpus in ((1, 0), (1, 1), (2, 0), (4, 0), (2, 2), (4, 8)):
+        check_processes(processes, gpus, "retriever1")   # fits, or trains on the CPU (gloo) without a GPU
+    with pytest.raises(ConfigError) as error:
+        check_processes(2, 1, "retriever2")
+    message = str(error.value)
+    assert "retriever2 training" in message and "stages.retriever.processes is 2" in message
+    assert "only 1 GPU is visible" in message and "to 1 or less" in message
+    with pytest.raises(ConfigError, match="pretrain training: stages.pretrain.processes is 8 .* only 4 GPUs are"):
+        check_processes(8, 4, "pretrain")
+    with pytest.raises(ConfigError, match=r"training: processes \(torchrun's --nproc_per_node\) is 3"):
+        check_processes(3, 2, "training")
+
+
 @pytest.mark.slow
 def test_two_gloo_processes_match_one_process_over_the_joint_batch(tmp_path):
     """run_training with 2 processes (torchrun, gloo, cross-device negatives) = 1 process over the joint batch."""
+    if visible_gpus() == 1:
+        pytest.skip("one GPU visible: two processes are a ConfigError there (test_processes_beyond_the_visible_gpus"
+                    "_is_an_error_naming_the_setting); this compares gloo on CPUs, or NCCL on 2+ GPUs")
     data = write_training_data(tmp_path / "data")
     plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)   # no dropout: both runs see identical forward passes
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 2, "seed": 3,
