@@ -61,9 +61,13 @@ def test_batches_are_a_seeded_permutation_per_epoch():
 
 
 @pytest.mark.slow
-def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, tiny_bert):
+def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path):
     from sentence_transformers import SentenceTransformer
 
+    # without dropout: its masks come from the device's own RNG (CUDA's stream is not the CPU's), and with them
+    # the trajectory: on a GPU the loss fell 3.70 -> 1.99 with dropout, not below half as on the CPU. Without
+    # it both devices compute the same float32 steps, up to rounding.
+    tiny_bert = make_tiny_bert(tmp_path / "bert", dropout=0.0)
     data = write_training_data(tmp_path / "data")
     params = {"plm": str(tiny_bert), "learning_rate": 1e-2, "warmup_steps": 2, "batch_size": 4, "epochs": 20,
               "seed": 1, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
@@ -73,7 +77,8 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, tiny_ber
                     checkpoints, log, params)
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, 41))
-    assert np.mean([s["loss"] for s in steps[-4:]]) < 0.5 * np.mean([s["loss"] for s in steps[:4]])
+    first, last = np.mean([s["loss"] for s in steps[:4]]), np.mean([s["loss"] for s in steps[-4:]])
+    assert last < 0.5 * first, (first, last)
     assert not checkpoints.exists()                    # removed once the model is saved
     assert (out / "model.safetensors").is_file()
     tokenizer = load_tokenizer(str(out))
