@@ -2,7 +2,8 @@
 
 Part 1 (throughput): both encoders load the same model folder (written by ``embedding.save_starting_model``: the
 model's own pooling, or ``--pooling``, then normalisation) and encode the same passages with the same
-``max_length`` and batch size, both in float32.
+``max_length`` and batch size, on the same device (``--device``: the GPU when there is one) and in the same
+precision (float32, or with ``--bf16`` both under the pipeline's bf16 autocast, ``devices.autocast``).
 Runs alternate (ours first, then theirs first, ...) so that a change in machine load hits both; the report
 gives the median passages/s of each, the median of the paired ratios, and how far the vectors differ.
 
@@ -32,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from dpr_pipeline import models
+from dpr_pipeline import devices, models
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.embedding import load_text_encoder, save_starting_model
 from dpr_pipeline.encode import encode_corpus_shard, encode_texts
@@ -53,6 +54,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each encoder")
     parser.add_argument("--skip-memory", action="store_true", help="only measure throughput")
+    parser.add_argument("--device", default=None, help="cpu, cuda … for both encoders (default: the GPU if any)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="both encoders under bf16 autocast (where the device runs it natively)")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     parser.add_argument("--measure-shard", nargs=4, metavar=("MODEL_DIR", "CORPUS", "NUM_SHARDS", "OUT_DIR"),
                         help=argparse.SUPPRESS)  # the memory part's child process
@@ -78,14 +82,20 @@ def timed(function) -> tuple[object, float, float]:
 def throughput(args: argparse.Namespace, model_dir: Path, passages: list[str]) -> dict:
     from sentence_transformers import SentenceTransformer
 
+    device = torch.device(args.device) if args.device else devices.default_device()
     encoder, tokenizer = load_text_encoder(str(model_dir)), models.load_tokenizer(str(model_dir))
-    baseline = SentenceTransformer(str(model_dir), device="cpu")
+    baseline = SentenceTransformer(str(model_dir), device=str(device))
     baseline.max_seq_length = args.max_length
+
+    def theirs(texts):
+        with devices.autocast(device, args.bf16):  # the precision ours runs in
+            return baseline.encode(texts, batch_size=args.batch_size, convert_to_numpy=True,
+                                   show_progress_bar=False)
+
     runners = {
         "encode_texts": lambda texts: encode_texts(encoder, tokenizer, texts, max_length=args.max_length,
-                                                   batch_size=args.batch_size),
-        "sentence_transformers": lambda texts: baseline.encode(texts, batch_size=args.batch_size,
-                                                               convert_to_numpy=True, show_progress_bar=False),
+                                                   batch_size=args.batch_size, device=device, bf16=args.bf16),
+        "sentence_transformers": theirs,
     }
     for run in runners.values():  # warm-up: first-call allocations, lazy initialisation
         run(passages[:args.batch_size * 2])
@@ -103,6 +113,7 @@ def throughput(args: argparse.Namespace, model_dir: Path, passages: list[str]) -
     lengths = np.array([len(ids) for ids in tokenizer(passages, truncation=True, max_length=args.max_length)
                         ["input_ids"]])
     return {
+        "device": str(device), "bf16": devices.uses_bf16(device, args.bf16),
         "passages_per_s": {name: len(passages) / statistics.median(s) for name, s in seconds.items()},
         "passages_per_cpu_s": {name: len(passages) / statistics.median(s) for name, s in cpu_seconds.items()},
         "runs_s": seconds,

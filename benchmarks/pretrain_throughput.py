@@ -8,6 +8,10 @@ under bf16 autocast and the script also reports model FLOP utilisation: FLOPs of
 ``torch.utils.flop_counter`` divided by the step time and the GPU's peak dense bf16 rate (``--peak-tflops``).
 
     .venv/bin/python benchmarks/pretrain_throughput.py --output benchmarks/runs/pretrain_throughput.json
+
+``--src`` imports the pipeline from another checkout's ``src/`` (a before/after comparison: both runs measure
+against the same plain Hugging Face step, so their ratios compare); ``--device`` and ``--no-bf16`` choose where
+and in which precision.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+_SRC = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--src"), str(REPO / "src"))
+sys.path.insert(0, _SRC)
 
 from dpr_pipeline import devices, models  # noqa: E402
 from dpr_pipeline.data.ingest import ingest_corpus  # noqa: E402
@@ -48,6 +53,10 @@ def parse_args():
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak dense bf16 (H100/H200: 989)")
     parser.add_argument("--workdir", type=Path, default=REPO / "benchmarks" / "runs" / "pretrain_data")
     parser.add_argument("--output", type=Path)
+    parser.add_argument("--src", default=str(REPO / "src"), help="the src/ folder to import the pipeline from")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: the GPU when there is one)")
+    parser.add_argument("--no-bf16", dest="bf16", action="store_false",
+                        help="float32 (default: bf16 autocast where the device runs it natively)")
     return parser.parse_args()
 
 
@@ -119,8 +128,8 @@ def pretraining_step(method: str, params: dict, tokenizer, special, corpus, coun
 
 def main() -> None:
     args = parse_args()
-    device = devices.default_device()
-    autocast = devices.autocast(device, bf16=True)  # bf16 on a GPU or a CPU with AMX/AVX512-BF16 (both methods)
+    device = torch.device(args.device) if args.device else devices.default_device()
+    autocast = devices.autocast(device, bf16=args.bf16)  # bf16 on a GPU or a CPU with AMX/AVX512-BF16 (both methods)
     tokenizer = models.load_tokenizer(args.plm)
     special = SpecialTokens.of(tokenizer)
     corpus, counts = corpus_tokens(args, tokenizer)
@@ -133,7 +142,8 @@ def main() -> None:
 
     baseline_step = bert_mlm_step(args.plm, tokenizer, special, device, autocast)
 
-    results = {"device": str(device), "torch_threads": torch.get_num_threads(), "plm": args.plm,
+    results = {"device": str(device), "bf16": devices.uses_bf16(device, args.bf16), "src": str(devices.__file__),
+               "torch_threads": torch.get_num_threads(), "plm": args.plm,
                "batch_size": args.batch_size, "max_length": args.max_length, "methods": {}}
     plain = PassageData(corpus, span_pairs=False, seed=0)
     plain_batch = {k: v.to(device) for k, v in PretrainingCollator(special, counts)(

@@ -16,7 +16,7 @@ from dpr_pipeline.dense_index import build_index
 from dpr_pipeline.dense_search import dense_search, search_index
 from dpr_pipeline.encode import encode_corpus_shard
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.runs import read_trec_run
+from dpr_pipeline.runs import read_trec_run, write_trec_run
 
 DIM = 16
 
@@ -70,6 +70,39 @@ def test_depth_beyond_the_index_returns_every_vector_once(tmp_path):
     vectors = _unit_vectors(5, seed=2)
     results = _search(_index(tmp_path, vectors, [5]), _unit_vectors(3, seed=3), depth=10)
     assert all(sorted(doc_id for doc_id, _ in hits) == [f"doc{i}" for i in range(5)] for hits in results.values())
+
+
+def test_exact_ties_are_ranked_by_doc_id_also_across_the_depth_cut(tmp_path):
+    """Five copies of one vector (exact ties), indexed in an order unlike their ids and split over shards: the
+    run orders them by doc id, and a depth that cuts through the tie keeps the smallest ids, whatever order
+    faiss (or a GPU) returns equal scores in (issue 23: the GPU ranked a tie differently from the CPU)."""
+    vectors = _unit_vectors(12, seed=9)
+    duplicate = _unit_vectors(1, seed=10)[0]
+    tied = ["t9", "t3", "t7", "t1", "t5"]
+    ids = [f"doc{i}" for i in range(12)] + tied
+    all_vectors = np.concatenate([vectors, np.tile(duplicate, (len(tied), 1))])
+    order = np.random.default_rng(0).permutation(len(ids))  # no relation between index row and id
+    vector_files, id_files = _write_shards(tmp_path, all_vectors[order], [ids[i] for i in order], [6, 0, 11])
+    build_index(vector_files, id_files, tmp_path / "index.faiss", tmp_path / "ids.parquet")
+    paths = tmp_path / "index.faiss", tmp_path / "ids.parquet"
+    query = duplicate[None]  # the ties are the top 5
+    for depth in (1, 2, 3, 5, 7):
+        hits = _search(paths, query, depth=depth)["q0"]
+        assert [d for d, _ in hits][:min(depth, 5)] == sorted(tied)[:depth]
+        assert len({s for _, s in hits[:5]}) == 1 and len(hits) == depth
+    # a tie lower in the ranking (two copies of an ordinary vector) is ordered by id too
+    query = (vectors[4] + 1e-3 * vectors[5])[None]
+    query /= np.linalg.norm(query)
+    hits = _search(paths, query.astype(np.float32), depth=len(ids))["q0"]
+    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    for (a, score_a), (b, score_b) in zip(hits, hits[1:]):
+        assert score_a > score_b or a < b
+
+
+def test_every_written_run_orders_equal_scores_by_doc_id(tmp_path):
+    write_trec_run([("q1", [("b", 1.0), ("c", 2.0), ("a", 1.0), ("z", 2.0)])], tmp_path / "run.trec", "x")
+    assert [line.split()[2:4] for line in (tmp_path / "run.trec").read_text().splitlines()] == [
+        ["c", "1"], ["z", "2"], ["a", "3"], ["b", "4"]]
 
 
 def _recall(results, expected) -> float:

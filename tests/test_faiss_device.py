@@ -32,6 +32,7 @@ def test_cpu_search_without_a_gpu(index):
         list(search_index(*index, depth=20, use_gpu=True))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not gpus_available(), reason="needs faiss-gpu and a visible GPU (envs/torch-gpu.yaml on a GPU node)")
 def test_gpu_search_equals_cpu_search(index):
     cpu = list(search_index(*index, depth=100, use_gpu=False))

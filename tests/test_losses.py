@@ -5,8 +5,10 @@ import math
 import pytest
 import torch
 
-from dpr_pipeline.losses import (contrastive_loss, distillation_loss, kl_distillation_loss, listwise_loss,
-                                 span_contrastive_loss)
+import torch.nn.functional as F
+
+from dpr_pipeline.losses import (at_least_float32, contrastive_loss, distillation_loss, kl_distillation_loss,
+                                 linear_cross_entropy_sum, listwise_loss, span_contrastive_loss)
 
 E = math.e
 # Two queries, each with [d⁺, n]: q1 = d1⁺ = n2 = (1, 0); q2 = d2⁺ = n1 = (0, 1).
@@ -84,3 +86,61 @@ def test_span_contrastive_loss_by_hand():
     assert span_contrastive_loss(spans).item() == pytest.approx(expected, rel=1e-6)
     with pytest.raises(ValueError, match="two per document"):
         span_contrastive_loss(spans[:3])
+
+
+def test_linear_cross_entropy_by_hand():
+    # h = [(1, 0), (0, 1)], W = rows (1, 0), (0, 1), (0, 0) over a 3-word vocabulary, b = (0, 0, 1):
+    # row 1 logits (1, 0, 1), target 0: -log(e / (2e + 1)) = log(2 + 1/e); row 2 logits (0, 1, 1), target 2: the same.
+    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]], requires_grad=True)
+    bias = torch.tensor([0.0, 0.0, 1.0], requires_grad=True)
+    loss = linear_cross_entropy_sum(hidden, weight, bias, torch.tensor([0, 2]), chunk_rows=1)
+    assert loss.item() == pytest.approx(2 * math.log(2 + 1 / E), rel=1e-6)
+    loss.backward()
+    # d/db = Σ rows (softmax − one-hot): row 1 (e, 1, e)/(2e+1) − (1, 0, 0), row 2 (1, e, e)/(2e+1) − (0, 0, 1)
+    z = 2 * E + 1
+    expected_bias = [(E + 1) / z - 1, (1 + E) / z, 2 * E / z - 1]
+    torch.testing.assert_close(bias.grad, torch.tensor(expected_bias), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 64, 1000])
+def test_linear_cross_entropy_equals_the_whole_logits_computation_in_float32(chunk_rows):
+    """The chunked loss and gradients equal ``F.cross_entropy`` over the full [N, V] logits. Tolerance: the same
+    float32 products and sums, in other groupings (per chunk; the weight's gradient summed chunk by chunk), so
+    agreement to float32 rounding of the sums: 1e-6 relative for the loss, 1e-5 for the gradients."""
+    g = torch.Generator().manual_seed(0)
+    rows, width, vocab = 150, 16, 301
+    hidden = torch.randn(rows, width, generator=g, dtype=torch.float32)
+    weight = torch.randn(vocab, width, generator=g) * 0.5
+    bias = torch.randn(vocab, generator=g) * 0.1
+    targets = torch.randint(vocab, (rows,), generator=g)
+    results = []
+    for chunked in (True, False):
+        h, w, b = (x.clone().requires_grad_() for x in (hidden, weight, bias))
+        loss = (linear_cross_entropy_sum(h, w, b, targets, chunk_rows=chunk_rows) if chunked
+                else F.cross_entropy(h @ w.T + b, targets, reduction="sum"))
+        (0.37 * loss).backward()                      # an upstream gradient other than 1 reaches every input
+        results.append((loss.detach(), h.grad, w.grad, b.grad))
+    (loss, *grads), (expected, *expected_grads) = results
+    assert loss.dtype == torch.float32 and loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_cross_entropy_under_bf16_autocast_matches_autocast_logits():
+    """Under autocast the projection runs in bf16 (as ``nn.Linear`` would) and the rest in float32: equal to
+    cross-entropy of autocast's own bf16 logits, up to the GEMMs' accumulation order (bf16 outputs: 1e-3)."""
+    g = torch.Generator().manual_seed(1)
+    hidden, weight, bias = torch.randn(40, 32, generator=g), torch.randn(97, 32, generator=g), torch.zeros(97)
+    targets = torch.randint(97, (40,), generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = linear_cross_entropy_sum(hidden, weight, bias, targets, chunk_rows=16)
+        logits = F.linear(hidden, weight, bias)
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    assert loss.item() == pytest.approx(F.cross_entropy(logits.float(), targets, reduction="sum").item(), rel=1e-3)
+
+
+def test_at_least_float32_widens_only_narrow_floats():
+    assert at_least_float32(torch.ones(2, dtype=torch.bfloat16)).dtype == torch.float32
+    wide = torch.ones(2, dtype=torch.float64)
+    assert at_least_float32(wide) is wide

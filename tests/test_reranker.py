@@ -112,6 +112,23 @@ def test_rerank_run_sorts_top_depth_by_score_and_keeps_the_tail(tiny_cross_encod
     assert set(output.read_text().split()[5::6]) == {"reranker"}
 
 
+def test_rerank_run_orders_equal_scores_by_doc_id(tiny_cross_encoder: Path, tmp_path: Path):
+    """Two copies of one passage score the same θ: the re-ranked run lists the smaller doc id first, whatever
+    order the first stage had them in."""
+    corpus, queries = tmp_path / "corpus.parquet", tmp_path / "queries.parquet"
+    write_artifact(pd.DataFrame([("z_copy", "", "Birds sing at dawn."), ("a_copy", "", "Birds sing at dawn."),
+                                 ("other", "", "Trains run late.")], columns=["doc_id", "title", "text"]),
+                   corpus, "corpus")
+    write_artifact(pd.DataFrame([("q1", "birds")], columns=["query_id", "text"]), queries, "queries")
+    write_trec_run([("q1", [("z_copy", 3.0), ("other", 2.0), ("a_copy", 1.0)])], tmp_path / "run.trec", "bm25")
+    rerank_run(tiny_cross_encoder, tmp_path / "run.trec", corpus, queries, tmp_path / "out.trec", depth=3,
+               max_length=MAX_LENGTH, batch_size=1, tag="reranker")
+    ranked = read_trec_run(tmp_path / "out.trec")
+    copies = ranked[ranked["doc_id"].str.endswith("_copy")]
+    assert copies["score"].nunique() == 1
+    assert list(copies["doc_id"]) == ["a_copy", "z_copy"] and copies["rank"].diff().iloc[1] == 1
+
+
 def test_append_tail_by_hand():
     assert append_tail([("a", 2.5), ("b", -1.0)], ["c", "d"]) == [("a", 2.5), ("b", -1.0), ("c", -2.0), ("d", -3.0)]
     assert append_tail([("a", 0.5)], []) == [("a", 0.5)]

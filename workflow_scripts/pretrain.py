@@ -7,7 +7,7 @@ from dpr_pipeline.workflow import logged, write_job_manifest
 with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.pretrain
     processes = processes_for(snakemake.resources.gpu)
-    run_training(pretrain, processes, token_shards=list(snakemake.input.tokens),
+    run_training(pretrain, processes, stage="pretrain", token_shards=list(snakemake.input.tokens),
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,
                  loss_log=snakemake.output.loss_log, params=params,
                  ngram_counts=snakemake.input.ngram_counts[0] if snakemake.input.ngram_counts else None)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .devices import autocast, default_device
+from .devices import autocast, default_device, model_device, to_device
 from .models import load_cross_encoder, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -85,14 +85,14 @@ def score_pairs(model: torch.nn.Module, tokenizer, queries: list[str], passages:
         return scores
     pairs = tokenize_pairs(tokenizer, queries, passages, max_length=max_length)
     order = np.argsort(-pairs.lengths, kind="stable")
-    device = next(model.parameters()).device
+    device = model_device(model)
     model.eval()
     with torch.inference_mode(), autocast(device, bf16):
         for start in tqdm(range(0, len(order), batch_size), desc=description, mininterval=5,
                           total=-(-len(order) // batch_size)):
             indices = order[start:start + batch_size]
             batch = pairs.padded_batch(indices, tokenizer.pad_token_id, tokenizer.padding_side)
-            logits = model(**{key: value.to(device) for key, value in batch.items()}).logits
+            logits = model(**to_device(batch, device)).logits
             scores[indices] = logits[:, 0].float().cpu().numpy()
     return scores
 

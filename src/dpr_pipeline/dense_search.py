@@ -17,7 +17,7 @@ import numpy as np
 from .dense_index import read_index_ids
 from .encode import encode_queries
 from .errors import DataError
-from .runs import write_trec_run
+from .runs import rank_order, write_trec_run
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,8 @@ def search_index(index_path: str | Path, ids_path: str | Path, query_ids: Sequen
                  query_vectors: np.ndarray, *, depth: int, batch_size: int = 1024,
                  hnsw_ef_search: int | None = None, ivf_nprobe: int | None = None,
                  use_gpu: bool | None = None) -> Iterator[tuple[str, list[tuple[str, float]]]]:
-    """Yield ``(query_id, [(doc_id, score), ...])`` for each query, hits in rank order (best first).
+    """Yield ``(query_id, [(doc_id, score), ...])`` for each query, hits in rank order (best first; equal scores
+    by doc id, :func:`~dpr_pipeline.runs.rank_order`, also where a tie straddles ``depth``: :func:`_search_past_ties`).
 
     A query gets fewer than ``depth`` hits only when the index holds fewer vectors (or an approximate
     index finds fewer). ``hnsw_ef_search`` / ``ivf_nprobe`` tune the approximate kinds. ``use_gpu``: None
@@ -50,10 +51,30 @@ def search_index(index_path: str | Path, ids_path: str | Path, query_ids: Sequen
     index = _search_device(index, use_gpu)
     for start in range(0, len(query_ids), batch_size):
         batch = np.ascontiguousarray(query_vectors[start:start + batch_size], dtype=np.float32)
-        scores, rows = index.search(batch, depth)
+        scores, rows = _search_past_ties(index, batch, depth)
         for query_id, query_scores, query_rows in zip(query_ids[start:start + batch_size], scores, rows):
             found = query_rows >= 0
-            yield query_id, list(zip(doc_ids[query_rows[found]].tolist(), query_scores[found].tolist()))
+            hits = rank_order(zip(doc_ids[query_rows[found]].tolist(), query_scores[found].tolist()))
+            yield query_id, hits[:depth]
+
+
+def _search_past_ties(index: faiss.Index, batch: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search`` deep enough that every hit scoring exactly the ``depth``-th score is among the results.
+
+    Which of several equal-scored vectors faiss returns at the cut is its own (device-dependent) choice; searching
+    one hit deeper shows whether a tie crosses the cut, and the search goes deeper (doubling) until no returned
+    query's last hit still equals its ``depth``-th score. The caller orders the ties by doc id and cuts at
+    ``depth``. Exact ties are rare outside duplicate passages, so this usually costs one extra hit per query.
+    """
+    k = min(depth + 1, index.ntotal) if index.ntotal else depth
+    while True:
+        scores, rows = index.search(batch, k)
+        if k <= depth or k >= index.ntotal:
+            return scores, rows
+        straddles = (rows[:, -1] >= 0) & (scores[:, -1] == scores[:, depth - 1])
+        if not straddles.any():
+            return scores, rows
+        k = min(2 * k, index.ntotal)
 
 
 def gpus_available() -> int:

@@ -10,6 +10,18 @@ from pathlib import Path
 import torch
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s parameters: where every tensor fed to it must be."""
+    return next(model.parameters()).device
+
+
+def to_device(batch: dict, device: torch.device, non_blocking: bool = False) -> dict:
+    """``batch`` with every tensor moved to ``device`` (other values as they are): a model on a GPU takes no CPU
+    index (``Expected all tensors to be on the same device``), so every batch goes through here on its way in."""
+    return {key: value.to(device, non_blocking=non_blocking) if torch.is_tensor(value) else value
+            for key, value in batch.items()}
+
+
 def default_device() -> torch.device:
     """Where inference runs: the GPU when there is one."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -6,8 +6,10 @@
 * ``kl_distillation_loss`` — Eq. 5: KL(p_ranker ‖ p_ret) over one query's positive and negatives.
 * ``distillation_loss`` — L = L_kl + α·L_cont.
 * ``span_contrastive_loss`` — coCondenser's corpus-level loss (cocondenser.md Eq. 6) over span pairs.
+* ``linear_cross_entropy_sum`` — the pre-training LM losses: Σ −log softmax(h Wᵀ + b)[target] over the rows,
+  without the [rows, vocabulary] logits of the whole batch in memory.
 
-Every loss is a mean over queries (spans for Eq. 6).
+Every loss is a mean over queries (spans for Eq. 6); ``linear_cross_entropy_sum`` is a sum over its rows.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def contrastive_loss(queries: torch.Tensor, passages: torch.Tensor, temperature:
     return F.cross_entropy(logits, positive_index)
 
 
+def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in float32 when it is in a lower precision (bf16/fp16 under autocast), as it is otherwise
+    (float32, or float64 in the precision tests): a loss is accumulated in float32 or wider, never narrowed."""
+    return tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
+
+
 def listwise_loss(scores: torch.Tensor) -> torch.Tensor:
     """Eq. 4: ``scores`` [B, n] are θ(q, d) with the positive in column 0 and n−1 negatives after it."""
     return F.cross_entropy(scores, torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device))
@@ -74,7 +82,76 @@ def span_contrastive_loss(spans: torch.Tensor) -> torch.Tensor:
     batch; the score is the plain inner product ⟨h_ij, h_kl⟩ (no temperature), a span never scores itself."""
     if spans.shape[0] % 2:
         raise ValueError(f"{spans.shape[0]} span vectors: need two per document")
-    scores = spans.float() @ spans.float().T
+    spans = at_least_float32(spans)
+    scores = spans @ spans.T
     scores = scores.masked_fill(torch.eye(len(spans), dtype=torch.bool, device=spans.device), float("-inf"))
     siblings = torch.arange(len(spans), device=spans.device) ^ 1
     return F.cross_entropy(scores, siblings)
+
+
+#: Rows of ``linear_cross_entropy_sum`` per chunk: 2,048 × 30,522 words is 250 MB of float32 logits at a time.
+LM_CHUNK_ROWS = 2048
+
+
+def linear_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                             targets: torch.Tensor, chunk_rows: int = LM_CHUNK_ROWS) -> torch.Tensor:
+    """Σᵢ −log softmax(hᵢ Wᵀ + b)[targetᵢ] over the rows of ``hidden`` [N, H] (``weight`` [V, H], ``bias`` [V],
+    ``targets`` [N]): the value ``F.cross_entropy(hidden @ weight.T + bias, targets, reduction="sum")``.
+
+    The logits are made ``chunk_rows`` rows at a time and their gradient (softmax − one-hot) is taken in the
+    same pass, so neither the [N, V] logits nor their float32 copy nor a saved softmax ever exist for the whole
+    batch. Under autocast the two matrix products per chunk run in the autocast dtype (bf16: fp32 accumulation
+    inside the GEMM); the log-sum-exp, the loss and the weight/bias gradients are accumulated in float32 (or in
+    the inputs' own dtype when that is float32 or wider).
+    """
+    device_type = hidden.device.type
+    compute = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
+               else torch.promote_types(hidden.dtype, weight.dtype))
+    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, max(1, chunk_rows), compute)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Forward computes the loss and, when needed, the gradients; backward scales them by the incoming one."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk_rows, compute):
+        accumulate = torch.promote_types(compute, torch.float32)
+        wants = ctx.needs_input_grad
+        total = torch.zeros((), dtype=accumulate, device=hidden.device)
+        grad_hidden = torch.empty_like(hidden) if wants[0] else None
+        grad_weight = torch.zeros(weight.shape, dtype=accumulate, device=weight.device) if wants[1] else None
+        grad_bias = torch.zeros(bias.shape, dtype=accumulate, device=bias.device) \
+            if bias is not None and wants[2] else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(compute)
+            b = bias.to(compute) if bias is not None else None
+            for start in range(0, hidden.shape[0], chunk_rows):
+                rows = slice(start, start + chunk_rows)
+                h, t = hidden[rows].to(compute), targets[rows]
+                logits = (h @ w.T if b is None else torch.addmm(b, h, w.T)).to(accumulate)
+                log_z = torch.logsumexp(logits, dim=-1)
+                total += (log_z - logits.gather(1, t[:, None]).squeeze(1)).sum()
+                if not any(wants[:3]):
+                    continue
+                grad = logits.sub_(log_z[:, None]).exp_()          # softmax, in place of the logits
+                grad[torch.arange(len(t), device=t.device), t] -= 1
+                if grad_bias is not None:
+                    grad_bias += grad.sum(dim=0)
+                grad = grad.to(compute)
+                if grad_hidden is not None:
+                    grad_hidden[rows] = (grad @ w).to(hidden.dtype)
+                if grad_weight is not None:
+                    grad_weight += (grad.T @ h).to(accumulate)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.dtypes = weight.dtype, None if bias is None else bias.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        weight_dtype, bias_dtype = ctx.dtypes
+        scale = grad_output
+        return (None if grad_hidden is None else grad_hidden * scale.to(grad_hidden.dtype),
+                None if grad_weight is None else (grad_weight * scale).to(weight_dtype),
+                None if grad_bias is None else (grad_bias * scale).to(bias_dtype),
+                None, None, None)

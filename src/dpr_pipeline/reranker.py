@@ -20,7 +20,7 @@ from .cross_encoder_scoring import encode_pairs, load_scorer
 from .data.schemas import read_artifact
 from .io import atomic_output
 from .losses import listwise_loss
-from .devices import autocast
+from .devices import autocast, model_device, to_device
 from .models import load_cross_encoder, load_tokenizer
 from .training.distributed import Distributed
 from .training.groups import Group, QueryGroups, read_texts
@@ -58,15 +58,22 @@ def listwise_loss_of(model_dir: str | Path, negatives_path: str | Path, corpus_p
     groups = QueryGroups(read_artifact(negatives_path, "negatives"), *read_texts(corpus_path, queries_path),
                          negatives_per_query, seed, source=str(negatives_path))
     model, tokenizer = load_scorer(model_dir)
-    collate = make_collate(tokenizer, max_length)
-    device = next(model.parameters()).device
-    total = 0.0
+    return mean_listwise_loss(model, make_collate(tokenizer, max_length), groups, batch_size=batch_size, bf16=bf16)
+
+
+def mean_listwise_loss(model: torch.nn.Module, collate: Callable[[list[Group]], dict], groups: QueryGroups, *,
+                       batch_size: int, bf16: bool = False) -> float:
+    """The mean Eq. 4 loss of ``model`` over every group of ``groups`` (epoch 0's draw), in inference mode on
+    the model's device (its batches are moved there)."""
+    device = model_device(model)
+    total = torch.zeros((), dtype=torch.float64, device=device)  # summed on the device: no sync per batch
     model.eval()
     with torch.inference_mode(), autocast(device, bf16):
         for start in range(0, len(groups), batch_size):
             examples = [groups.example(i, 0) for i in range(start, min(start + batch_size, len(groups)))]
-            total += float(listwise_batch_loss(model, collate(examples), Distributed())) * len(examples)
-    return total / len(groups)
+            batch = to_device(collate(examples), device)
+            total += listwise_batch_loss(model, batch, Distributed()).double() * len(examples)
+    return float(total) / len(groups)
 
 
 def save_reranker(model: torch.nn.Module, tokenizer, output_dir: str | Path, max_length: int) -> None:

@@ -38,8 +38,8 @@ def rerank_run(model_dir: str | Path, run_path: str | Path, corpus_path: str | P
     """Re-score each query's top ``depth`` hits of a TREC run with θ(q, d), sorted by θ, followed by the
     query's remaining hits (:func:`append_tail`).
 
-    Every query of the run must be in the queries artifact and every document in the corpus. Ties keep the
-    run's order.
+    Every query of the run must be in the queries artifact and every document in the corpus. Equal θ are
+    ordered by doc id (:func:`~dpr_pipeline.runs.rank_order`), as every run the pipeline writes.
     """
     passages, queries = read_texts(corpus_path, queries_path)
     run = read_trec_run(run_path)
@@ -52,7 +52,8 @@ def rerank_run(model_dir: str | Path, run_path: str | Path, corpus_path: str | P
     scores = score_pairs(model, tokenizer, [queries[q] for q in top["query_id"]],
                          [passages[d] for d in top["doc_id"]], max_length=max_length, batch_size=batch_size,
                          description="re-ranking", bf16=bf16)
-    reranked = top.assign(score=scores).sort_values(["query_id", "score"], ascending=[True, False], kind="stable")
+    reranked = top.assign(score=scores).sort_values(["query_id", "score", "doc_id"], ascending=[True, False, True],
+                                                    kind="stable")
     tails = {qid: hits["doc_id"].tolist() for qid, hits in ranked[ranked["rank"] >= depth].groupby("query_id")}
     write_trec_run(((qid, append_tail(list(zip(hits["doc_id"], hits["score"].astype(float))), tails.get(qid, [])))
                     for qid, hits in reranked.groupby("query_id", sort=False)), output_run, tag)

@@ -15,8 +15,18 @@ from .io import atomic_output
 RUN_COLUMNS = ("query_id", "Q0", "doc_id", "rank", "score", "tag")
 
 
+def rank_order(hits: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
+    """``(doc_id, score)`` hits in rank order: score descending, equal scores by doc id (ascending).
+
+    A searcher's own order of tied hits is an accident of its device (faiss on a GPU returns them in another
+    order than on a CPU) or of its index layout; ordering ties by doc id makes a run the same wherever it is
+    computed. Every run the pipeline writes (BM25, dense, re-ranked) goes through here."""
+    return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
+
+
 def write_trec_run(results: Iterable[tuple[str, list[tuple[str, float]]]], path: str | Path, tag: str) -> None:
-    """Write ``(query_id, [(doc_id, score), ...])`` pairs, each list already in rank order, atomically.
+    """Write ``(query_id, [(doc_id, score), ...])`` pairs atomically, each query's hits in :func:`rank_order`
+    (score descending, ties by doc id), ranked 1, 2, … in that order.
 
     An id or tag that is empty or holds whitespace or a control character would make a corrupt line: it is a
     DataError naming the run and the line it would have been, and nothing is written."""
@@ -25,7 +35,7 @@ def write_trec_run(results: Iterable[tuple[str, list[tuple[str, float]]]], path:
     with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
         for query_id, hits in results:
             _check_field(query_id, "query id", path, line + 1)
-            for rank, (doc_id, score) in enumerate(hits, start=1):
+            for rank, (doc_id, score) in enumerate(rank_order(hits), start=1):
                 line += 1
                 _check_field(doc_id, f"document id (query {query_id!r})", path, line)
                 out.write(f"{query_id} Q0 {doc_id} {rank} {score:.6f} {tag}\n")

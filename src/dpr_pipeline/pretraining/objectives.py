@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.bert.modeling_bert import BertLayer
 
-from ..losses import span_contrastive_loss
+from ..losses import at_least_float32, linear_cross_entropy_sum, span_contrastive_loss
 from .masking import bert_corrupt, nested_mask, random_mask
 from .token_importance import importance_aware_mask
 
@@ -99,6 +99,26 @@ def masked_lm_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     raise ValueError(f"{type(model).__name__}: pre-training needs a BERT or ELECTRA masked-LM model")
 
 
+def lm_head_parts(head: nn.Module) -> tuple[nn.Module, nn.Linear]:
+    """(transform, vocabulary projection) of a masked-LM head from :func:`masked_lm_parts`: BERT's
+    ``cls.predictions`` (dense + GELU + LayerNorm, then the decoder tied to the word embeddings) or ELECTRA's
+    generator head (``generator_predictions``, then ``generator_lm_head``)."""
+    if hasattr(head, "predictions"):
+        return head.predictions.transform, head.predictions.decoder
+    if isinstance(head, nn.Sequential) and len(head) == 2:
+        return head[0], head[1]
+    raise ValueError(f"{type(head).__name__}: not a BERT or ELECTRA masked-LM head")
+
+
+def lm_loss_sum(head: nn.Module, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Σ cross-entropy of ``head``'s prediction from each row of ``states`` [N, H] against ``targets`` [N]:
+    the value of ``F.cross_entropy(head(states).float(), targets, reduction="sum")``, computed without the
+    [N, vocabulary] logits (:func:`~dpr_pipeline.losses.linear_cross_entropy_sum`). Pass only the rows that
+    are predicted: the head runs on those alone."""
+    transform, projection = lm_head_parts(head)
+    return linear_cross_entropy_sum(transform(states), projection.weight, projection.bias, targets)
+
+
 def attention_bias(allowed: torch.Tensor, config) -> torch.Tensor:
     """``allowed`` [B, 1, Lq, Lk] (True = may attend) in the form the layers' attention implementation takes."""
     if config._attn_implementation == "eager":
@@ -147,19 +167,19 @@ class TokenGenerator(nn.Module):
         with context:
             hidden = self.backbone(input_ids=input_ids.masked_fill(mask, mask_token_id),
                                    attention_mask=attention_mask).last_hidden_state
-            logits = self.head(hidden[mask])
+            logits = at_least_float32(self.head(hidden[mask]))  # masked rows only; sampled and scored once
         sampled = sample_tokens(logits.detach())
         replaced = input_ids.clone()
         replaced[mask] = sampled
-        loss = F.cross_entropy(logits.float(), input_ids[mask]) if self.trainable and mask.any() else None
+        loss = F.cross_entropy(logits, input_ids[mask]) if self.trainable and mask.any() else None
         return replaced, loss
 
 
-def _masked_mean_ce(logits: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Mean token cross-entropy over ``positions`` (0 when there are none, keeping the graph)."""
-    if not positions.any():
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits[positions].float(), targets[positions])
+def _masked_mean_lm(head: nn.Module, states: torch.Tensor, targets: torch.Tensor,
+                    positions: torch.Tensor) -> torch.Tensor:
+    """Mean token cross-entropy of ``head`` over ``positions`` [B, L] of ``states`` [B, L, H] (0 when there are
+    none, with zero gradients for the head): the head runs on those positions only."""
+    return lm_loss_sum(head, states[positions], targets[positions]) / positions.sum().clamp(min=1)
 
 
 class PretrainingModel(nn.Module):
@@ -271,15 +291,15 @@ class PretrainingModel(nn.Module):
     def _simlm(self, input_ids, attention_mask, content, importance):
         x_enc, x_dec, _, _, losses = self._generator_inputs(input_ids, attention_mask, content)
         encoded, decoded = self._encoder_decoder(x_enc, x_dec, attention_mask)
-        losses["encoder"] = _masked_mean_ce(self.lm_head(encoded), input_ids, content)
-        losses["decoder"] = _masked_mean_ce(self.lm_head(decoded), input_ids, content)
+        losses["encoder"] = _masked_mean_lm(self.lm_head, encoded, input_ids, content)
+        losses["decoder"] = _masked_mean_lm(self.lm_head, decoded, input_ids, content)
         return self._total(losses)
 
     def _enc_dec_rtd(self, input_ids, attention_mask, content, importance):
         x_enc, x_dec, _, _, losses = self._generator_inputs(input_ids, attention_mask, content)
         encoded, decoded = self._encoder_decoder(x_enc, x_dec, attention_mask)
         for name, states, corrupted in (("encoder", encoded, x_enc), ("decoder", decoded, x_dec)):
-            logits = self.rtd_head(states[content]).squeeze(-1).float()
+            logits = at_least_float32(self.rtd_head(states[content]).squeeze(-1))
             losses[name] = F.binary_cross_entropy_with_logits(logits, (corrupted != input_ids)[content].float())
         return self._total(losses)
 
@@ -289,18 +309,18 @@ class PretrainingModel(nn.Module):
         dec_mask = nested_mask(enc_mask, content, s.encoder_replace_rate, s.decoder_replace_rate)
         encoded, decoded = self._encoder_decoder(self._bert_mask(input_ids, enc_mask),
                                                  self._bert_mask(input_ids, dec_mask), attention_mask)
-        return self._total({"encoder": _masked_mean_ce(self.lm_head(encoded), input_ids, enc_mask),
-                            "decoder": _masked_mean_ce(self.lm_head(decoded), input_ids, dec_mask)})
+        return self._total({"encoder": _masked_mean_lm(self.lm_head, encoded, input_ids, enc_mask),
+                            "decoder": _masked_mean_lm(self.lm_head, decoded, input_ids, dec_mask)})
 
     def _autoencoder(self, input_ids, attention_mask, content, importance):
         blank = input_ids.masked_fill(content, self.special.mask)
         _, decoded = self._encoder_decoder(input_ids, blank, attention_mask)
-        return self._total({"decoder": _masked_mean_ce(self.lm_head(decoded), input_ids, content)})
+        return self._total({"decoder": _masked_mean_lm(self.lm_head, decoded, input_ids, content)})
 
     def _mlm(self, input_ids, attention_mask, content, importance):
         mask = random_mask(content, self.settings.encoder_replace_rate)
         encoded = self._encode(self._bert_mask(input_ids, mask), attention_mask).last_hidden_state
-        return self._total({"encoder": _masked_mean_ce(self.lm_head(encoded), input_ids, mask)})
+        return self._total({"encoder": _masked_mean_lm(self.lm_head, encoded, input_ids, mask)})
 
     def condenser_states(self, input_ids, attention_mask, content):
         """Condenser on an MLM-masked input: (late [CLS] vectors, head-loss sum, number of masked tokens)."""
@@ -309,8 +329,7 @@ class PretrainingModel(nn.Module):
         late_cls = out.last_hidden_state[:, 0]
         early = out.hidden_states[self.settings.condenser_skip_layer]
         head = self.decode(late_cls, early, self._key_padding(attention_mask))
-        logits = self.lm_head(head[mask]).float()
-        return late_cls, F.cross_entropy(logits, input_ids[mask], reduction="sum"), mask.sum()
+        return late_cls, lm_loss_sum(self.lm_head, head[mask], input_ids[mask]), mask.sum()
 
     def _condenser(self, input_ids, attention_mask, content, importance):
         _, loss_sum, count = self.condenser_states(input_ids, attention_mask, content)
@@ -329,8 +348,8 @@ class PretrainingModel(nn.Module):
         bottleneck = self.projection(encoded[:, 0])
         decoded = self.decode(bottleneck, self._decoder_embeddings(self._bert_mask(input_ids, dec_mask)),
                               self._key_padding(attention_mask))
-        return self._total({"encoder": _masked_mean_ce(self.lm_head(encoded), input_ids, enc_mask),
-                            "decoder": _masked_mean_ce(self.lm_head(decoded), input_ids, dec_mask)})
+        return self._total({"encoder": _masked_mean_lm(self.lm_head, encoded, input_ids, enc_mask),
+                            "decoder": _masked_mean_lm(self.lm_head, decoded, input_ids, dec_mask)})
 
     def _seed_encoder(self, input_ids, attention_mask, content, importance):
         mask = random_mask(content, self.settings.encoder_replace_rate)
@@ -340,9 +359,9 @@ class PretrainingModel(nn.Module):
         decoded = self.decode(encoded[:, 0], self._decoder_embeddings(input_ids),
                               allowed & self._key_padding(attention_mask))
         # position j predicts token j + 1 from [CLS] and tokens j−k+1 … j
-        logits = self.lm_head(decoded[:, :-1])
-        return self._total({"encoder": _masked_mean_ce(self.lm_head(encoded), input_ids, mask),
-                            "decoder": _masked_mean_ce(logits, input_ids[:, 1:], content[:, 1:])})
+        return self._total({"encoder": _masked_mean_lm(self.lm_head, encoded, input_ids, mask),
+                            "decoder": _masked_mean_lm(self.lm_head, decoded[:, :-1], input_ids[:, 1:],
+                                                       content[:, 1:])})
 
 
 def _no_sync(model: nn.Module, last: bool):
@@ -378,7 +397,7 @@ def cocondenser_step(chunk_size: int):
                 out = model(*(x[part] for x in inputs))
                 vectors.append(out["cls"])
                 masked += int(out["masked"])
-        cached = torch.cat(vectors).float().requires_grad_()
+        cached = at_least_float32(torch.cat(vectors)).requires_grad_()
         contrastive = span_contrastive_loss(dist.gather(cached))
         contrastive.backward()
         masked = max(masked, 1)
@@ -389,7 +408,7 @@ def cocondenser_step(chunk_size: int):
                 torch.cuda.set_rng_state(cuda_state, devices[0])
             with _no_sync(model, last=index == len(chunks) - 1):
                 out = model(*(x[part] for x in inputs))
-                (scale * (out["cls"].float() * cached.grad[part]).sum() + out["mlm_sum"] / masked).backward()
+                (scale * (at_least_float32(out["cls"]) * cached.grad[part]).sum() + out["mlm_sum"] / masked).backward()
             mlm += out["mlm_sum"].item() / masked
         return (contrastive + mlm).detach()
 

@@ -13,6 +13,10 @@ import torch
 import torch.distributed as dist
 
 
+#: The training job's stage, which ``run_training`` passes to its torchrun processes (for error messages).
+STAGE_VARIABLE = "DPR_PIPELINE_STAGE"
+
+
 @dataclass(frozen=True)
 class Distributed:
     rank: int = 0
@@ -42,6 +46,12 @@ class Distributed:
         context = cls(rank=int(os.environ["RANK"]), world_size=world_size,
                       local_rank=int(os.environ.get("LOCAL_RANK", "0")))
         if not dist.is_initialized():
+            from .launch import check_processes, visible_gpus
+
+            # a torchrun started by hand with more processes than GPUs: the setting's error, not CUDA's
+            on_this_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+            check_processes(max(on_this_node, context.local_rank + 1), visible_gpus(),
+                            os.environ.get(STAGE_VARIABLE, "training"))
             if torch.cuda.is_available():
                 torch.cuda.set_device(context.local_rank)
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")

@@ -16,9 +16,45 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from .distributed import STAGE_VARIABLE
 
-def run_training(function: Callable, processes: int, **kwargs) -> None:
-    """``function(**kwargs)`` here, or in ``processes`` torchrun processes (kwargs must be JSON values)."""
+#: The config block of a training job's stage (its wildcard), where its ``processes`` setting lives.
+_SETTINGS_BLOCK = {"retriever1": "retriever", "retriever2": "retriever", "reranker": "reranker",
+                   "distill": "distill", "pretrain": "pretrain"}
+
+
+def visible_gpus() -> int:
+    """The CUDA devices this process may use (``CUDA_VISIBLE_DEVICES`` applied); 0 without CUDA."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_processes(processes: int, gpus: int, stage: str) -> None:
+    """``processes`` training processes need one GPU each where there are GPUs: more processes than the ``gpus``
+    visible is a ConfigError naming the setting, the stage and both counts (torchrun would otherwise start, and
+    rank ``gpus`` would die in ``torch.cuda.set_device`` with CUDA's ``invalid device ordinal``).
+
+    Without a visible GPU any number of processes trains on the CPU (gloo), as the tests do with two."""
+    if processes <= 1 or gpus == 0 or processes <= gpus:
+        return
+    from ..config import ConfigError
+
+    block = _SETTINGS_BLOCK.get(stage)
+    setting = f"stages.{block}.processes" if block else "processes (torchrun's --nproc_per_node)"
+    raise ConfigError(
+        f"{stage} training: {setting} is {processes} (one process per GPU), but only {gpus} GPU"
+        f"{'' if gpus == 1 else 's'} {'is' if gpus == 1 else 'are'} visible to this job. Fix: set "
+        f"{'the dataset' + chr(39) + 's ' + setting if block else 'processes'} to {gpus} or less, or run the job "
+        f"where {processes} GPUs are visible (CUDA_VISIBLE_DEVICES, the cluster profile's GPUs per job)")
+
+
+def run_training(function: Callable, processes: int, *, stage: str = "training", **kwargs) -> None:
+    """``function(**kwargs)`` here, or in ``processes`` torchrun processes (kwargs must be JSON values).
+
+    ``stage`` (the job's stage: ``retriever1``, ``reranker``, ``pretrain`` …) names the setting in the error
+    when ``processes`` exceeds the visible GPUs (:func:`check_processes`), raised before any process starts."""
+    check_processes(processes, visible_gpus(), stage)
     if processes <= 1:
         function(**kwargs)
         return
@@ -26,7 +62,8 @@ def run_training(function: Callable, processes: int, **kwargs) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as out:
         json.dump(spec, out, default=str)
     src = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+           STAGE_VARIABLE: stage}
     try:
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                         str(processes), "-m", "dpr_pipeline.training.launch", out.name], check=True, env=env)

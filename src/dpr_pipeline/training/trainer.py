@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from ..errors import CheckpointError
-from ..devices import autocast, uses_bf16
+from ..devices import autocast, to_device, uses_bf16
 from .distributed import Distributed
 
 log = logging.getLogger(__name__)
@@ -281,8 +281,8 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         for step in range(start, steps):
             epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
             share = len(indices) // dist.world_size
-            batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in collate(
-                [data.example(i, epoch) for i in indices[dist.rank * share:(dist.rank + 1) * share]]).items()}
+            batch = to_device(collate([data.example(i, epoch)
+                                       for i in indices[dist.rank * share:(dist.rank + 1) * share]]), device)
             with amp:
                 loss = compute_loss(wrapped, batch, dist)
             _optimizer_step(loss * dist.world_size if cross_device_loss else loss, model, optimizer, scheduler,
@@ -314,8 +314,9 @@ def _prepare(model: torch.nn.Module, settings: TrainingSettings, device: torch.d
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
+    # fused AdamW (one kernel for every parameter) on CUDA, where torch has it; the default elsewhere
     optimizer = torch.optim.AdamW(parameter_groups(model, settings), lr=settings.learning_rate,
-                                  weight_decay=settings.weight_decay)
+                                  weight_decay=settings.weight_decay, fused=device.type == "cuda" or None)
     return optimizer, get_linear_schedule_with_warmup(optimizer, settings.warmup(steps), steps)
 
 

