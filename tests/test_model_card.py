@@ -213,3 +213,66 @@ def test_a_card_without_a_hub_base_model_leaves_base_model_out(tmp_path: Path):
 
 def test_the_card_knows_metrics_json_non_split_keys():
     assert tuple(model_card.NOT_SPLITS) == tuple(NOT_SPLITS)
+
+
+def snippet(card: str, heading: str, folder: Path) -> dict:
+    """Run the card's Python block under ``heading`` with the folder's path filled in; its namespace."""
+    section = card[card.index(heading):]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start:section.index("\n```", start)]
+    namespace: dict = {}
+    exec(code.replace("path/to/this/folder", str(folder)), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_the_cards_code_gives_the_pipelines_vectors(tmp_path: Path, pooling: str):
+    torch.manual_seed(0)
+    folder = tmp_path / "model"
+    save_text_encoder(TextEncoder(BertModel(BertConfig(**tiny_bert()), add_pooling_layer=False).eval(), pooling),
+                      load_tokenizer(MINILM), folder, PASSAGE_LENGTH, QUERY_LENGTH)
+    facts = {"stage": "start", "dataset": "scifact", "config": CONFIG, "seed": None, "negatives": None,
+             "inputs": {}, "parameters": {"retriever": biencoder_params()}}
+    card = model_card.write_model_card(folder, facts).read_text()
+    encoder, tokenizer = load_text_encoder(str(folder)), load_tokenizer(str(folder))
+    queries = encode_texts(encoder, tokenizer, [LONG_QUERY], max_length=QUERY_LENGTH, batch_size=1)
+    passages = encode_texts(encoder, tokenizer, PASSAGES, max_length=PASSAGE_LENGTH, batch_size=2)
+    st = snippet(card, "### sentence-transformers", folder)
+    np.testing.assert_allclose(st["model"].encode_query([LONG_QUERY]), queries, atol=1e-5)
+    hf = snippet(card, "### transformers", folder)
+    np.testing.assert_allclose(hf["embed"]([LONG_QUERY], QUERY_LENGTH).numpy(), queries, atol=1e-5)
+    np.testing.assert_allclose(hf["embed"](PASSAGES, PASSAGE_LENGTH).numpy(), passages, atol=1e-5)
+
+
+def test_the_reranker_cards_code_gives_the_pipelines_scores(tmp_path: Path):
+    from dpr_pipeline.cross_encoder_scoring import score_pairs
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    folder = tmp_path / "model"
+    save_reranker(BertForSequenceClassification(BertConfig(**tiny_bert(), num_labels=1)).eval(),
+                  load_tokenizer(MINILM), folder, 16)
+    facts = {"stage": "reranker", "dataset": "scifact", "config": CONFIG, "seed": 1, "inputs": {},
+             "negatives": negatives_per_query([2], 1), "parameters": {"reranker": {"plm": MINILM, "max_length": 16}}}
+    card = model_card.write_model_card(folder, facts).read_text()
+    query, passage = "why do cats purr", PASSAGES[1]  # longer than 16 tokens together: truncated
+    expected = score_pairs(AutoModelForSequenceClassification.from_pretrained(folder), load_tokenizer(str(folder)),
+                           [query], [passage], max_length=16, batch_size=1)
+    st = snippet(card.replace("Cats purr when they are content.", passage), "### sentence-transformers", folder)
+    np.testing.assert_allclose(st["scores"], expected, atol=1e-5)
+    hf = snippet(card.replace("Cats purr when they are content.", passage), "### transformers", folder)
+    np.testing.assert_allclose(hf["scores"].numpy(), expected, atol=1e-5)
+
+
+def test_release_targets_plan_release_model_and_the_default_target_does_not(tmp_path: Path):
+    import yaml
+    from conftest import REPO, planned_jobs, run_snakemake
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    targets = ["results/scifact/start/release", "results/scifact/distill/release", "results/scifact/reranker/release",
+               "results/scifact/ablation/simlm/release"]
+    jobs = planned_jobs(run_snakemake(tmp_path, "-n", *targets, check=True).stdout)
+    assert jobs["release_model"] == 4
+    assert "release_model" not in planned_jobs(run_snakemake(tmp_path, "-n", check=True).stdout)
