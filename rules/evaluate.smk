@@ -48,3 +48,28 @@ rule plot_metrics:
         "../envs/eval.yaml"
     script:
         "../workflow_scripts/plot_metrics.py"
+
+
+rule release_model:
+    # a stage's model folder ready to publish: its files hard-linked, and a model card with the stage's metrics
+    # per split (the model folder's own card has none: metrics come after training). Not in the default target:
+    # `snakemake results/<dataset>/<stage>/release`.
+    input:
+        model=model_dir("{stage}"),
+        manifest=stage_file("{stage}", "manifest.json"),
+        metrics=stage_file("{stage}", "metrics.json"),
+    output:
+        directory(release_dir("{stage}")),
+    wildcard_constraints:
+        stage="|".join(BIENCODERS + ["reranker"]),
+    threads: threads_of("release_model")
+    resources:
+        **resources_of("release_model"),
+    log:
+        log_file("release_model_{stage}"),
+    benchmark:
+        benchmark_file("release_model_{stage}")
+    conda:
+        "../envs/torch.yaml"
+    script:
+        "../workflow_scripts/release_model.py"

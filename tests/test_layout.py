@@ -12,6 +12,8 @@ def test_paths_are_rule_patterns_by_default_and_concrete_files_when_given_values
     assert layout.dataset_file("summary.json", "msmarco") == "results/msmarco/summary.json"
     assert layout.checkpoint_dir("distill") == "results/{dataset}/checkpoints/distill"
     assert layout.dataset_dir() == f"{layout.RESULTS}/{{dataset}}"
+    assert layout.model_dir("{stage}") == "results/{dataset}/{stage}/model"
+    assert layout.release_dir("ablation/simlm", "nq") == "results/nq/ablation/simlm/release"
 
 
 def test_the_rules_name_no_results_path_by_hand():

@@ -6,4 +6,4 @@ with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.retriever
     save_starting_model(params["plm"], params["pooling"], snakemake.output.model, params["passage_max_length"],
                         params["query_max_length"])
-    write_job_manifest(snakemake, "start", seed=None)
+    write_job_manifest(snakemake, "start", seed=None, model_card=True)

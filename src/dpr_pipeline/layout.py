@@ -46,3 +46,14 @@ def checkpoint_dir(stage: str, dataset: str = WILDCARD) -> str:
     """``results/<dataset>/checkpoints/<stage>``: a training job's checkpoints, undeclared on purpose (Snakemake
     keeps the folder when a job fails, so a rerun resumes from it)."""
     return stage_file("checkpoints", stage, dataset)
+
+
+def model_dir(stage: str, dataset: str = WILDCARD) -> str:
+    """``results/<dataset>/<stage>/model``: a stage's model folder (its training rule's output, with its card)."""
+    return stage_file(stage, "model", dataset)
+
+
+def release_dir(stage: str, dataset: str = WILDCARD) -> str:
+    """``results/<dataset>/<stage>/release``: a stage's model folder ready to publish (its files hard-linked and a
+    card with the stage's metrics; rule ``release_model``, not part of the default target)."""
+    return stage_file(stage, "release", dataset)

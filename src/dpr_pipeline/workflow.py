@@ -65,9 +65,12 @@ def group_negatives(snakemake, params: dict, *, in_batch: bool) -> dict:
 
 
 def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: int = 1,
-                       negatives: dict | None = None, report: dict | None = None) -> None:
+                       negatives: dict | None = None, report: dict | None = None, model_card: bool = False) -> None:
     """Write the job's ``manifest`` output (:mod:`dpr_pipeline.manifest`): its inputs and outputs with their
-    hashes, its resolved parameters and the whole resolved config, seed, world size, negatives and software."""
+    hashes, its resolved parameters and the whole resolved config, seed, world size, negatives and software.
+
+    ``model_card``: first write the card (:mod:`dpr_pipeline.model_card`, from the same facts) into the job's
+    ``model`` output, so that the manifest's hash of the folder includes it."""
     from .manifest import build_manifest, write_manifest
 
     from .models import resolve_model_path
@@ -79,6 +82,12 @@ def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: i
     for values in parameters.values():  # the model training starts from, unless already an input
         if isinstance(values, dict) and isinstance(values.get("plm"), str) and values["plm"] not in read:
             inputs["plm"] = resolve_model_path(values["plm"])
+    if model_card:
+        from .model_card import write_model_card
+
+        write_model_card(snakemake.output.model, {"stage": stage, "dataset": snakemake.wildcards.dataset,
+                                                  "parameters": parameters, "config": snakemake.config,
+                                                  "seed": seed, "negatives": negatives, "inputs": inputs})
     manifest = build_manifest(stage=stage, dataset=snakemake.wildcards.dataset, rule=snakemake.rule,
                               inputs=inputs, outputs=outputs, parameters=parameters,
                               config=snakemake.config, seed=seed, world_size=world_size, negatives=negatives,
@@ -88,7 +97,8 @@ def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: i
 
 def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bool, **options) -> None:
     """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) on the rule's negatives, corpus
-    and queries, in one process per GPU the job holds (torchrun when several), then the stage's manifest.
+    and queries, in one process per GPU the job holds (torchrun when several), then the model folder's card and
+    the stage's manifest.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
     from .cluster import processes_for
     from .training.launch import run_training
@@ -99,4 +109,4 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
                  **options)
     write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes,
-                       negatives=group_negatives(snakemake, params, in_batch=in_batch))
+                       negatives=group_negatives(snakemake, params, in_batch=in_batch), model_card=True)
