@@ -22,7 +22,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -57,16 +56,6 @@ def parse_args():
     return parser.parse_args()
 
 
-def timed(step, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    began = time.perf_counter()
-    step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - began
-
-
 def main() -> None:
     args = parse_args()
     device = torch.device(args.device) if args.device else devices.default_device()
@@ -98,7 +87,7 @@ def main() -> None:
 
     with FlopCounterMode(display=False) as flops:
         step()  # also the warm-up
-    seconds = [timed(step, device) for _ in range(args.steps)]
+    seconds = [devices.timed(step, device) for _ in range(args.steps)]
     median = statistics.median(seconds)
     result = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
               else None, "bf16": devices.uses_bf16(device, args.bf16), "torch_threads": torch.get_num_threads(),

@@ -20,7 +20,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -72,16 +71,6 @@ def corpus_tokens(args, tokenizer):
     if not counts.exists():
         write_corpus_ngram_counts([str(shard)], args.plm, counts)
     return read_token_shards([str(shard)], tokenizer), NgramCounts.load(counts)
-
-
-def timed(step, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    began = time.perf_counter()
-    step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - began
 
 
 def bert_mlm_step(plm: str, tokenizer, special, device, autocast):
@@ -157,8 +146,8 @@ def main() -> None:
         baseline_step(plain_batch)
         ours, theirs = [], []
         for _ in range(args.repeats):
-            ours.append(timed(method_step, device))
-            theirs.append(timed(lambda: baseline_step(plain_batch), device))
+            ours.append(devices.timed(method_step, device))
+            theirs.append(devices.timed(lambda: baseline_step(plain_batch), device))
         ratios = [(method_tokens / o) / (tokens / t) for o, t in zip(ours, theirs)]
         entry = {"tokens_per_step": method_tokens, "tokens_per_s": method_tokens / statistics.median(ours),
                  "baseline_tokens_per_s": tokens / statistics.median(theirs),
