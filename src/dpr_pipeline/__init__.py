@@ -3,4 +3,4 @@
 The Snakemake rules in ``rules/`` call these functions through the thin adapters in ``workflow_scripts/``.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
