@@ -52,11 +52,12 @@ def test_lint_is_clean(workdir):
 
 def test_dry_run_plans_every_stage(workdir):
     jobs = planned_jobs(snakemake(workdir, "-n"))
-    assert jobs == {"ingest_corpus": 2, "ingest_split": 3, "bm25_index": 2, "bm25_search": 3, "bm25_negatives": 1,
+    # scifact: train, its carved dev split and test; arguana_mini: test
+    assert jobs == {"ingest_corpus": 2, "ingest_split": 4, "bm25_index": 2, "bm25_search": 4, "bm25_negatives": 1,
                     "starting_model": 1,                # the untrained plm, evaluated like a trained stage
                     "train_retriever": 2, "encode_corpus": 8, "build_index": 4,
-                    "dense_search": 6,           # train + test for Retriever1 and 2, test for start and distill
-                    "mine_hard_negatives": 2, "train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2,
+                    "dense_search": 10,          # train, dev, test for Retriever1 and 2; dev, test for start, distill
+                    "mine_hard_negatives": 2, "train_reranker": 1, "rerank": 2, "teacher_scores_shard": 2,
                      "merge_teacher_scores": 1, "train_distill": 1, "evaluate": 7, "plot_metrics": 6,
                      "summary": 1, "all": 1, "tokenize_corpus": 1, "pretrain": 1,
                      # the report: loss curves of Retriever1-2, re-ranker, distill and SimLM pre-training
@@ -75,7 +76,8 @@ def built(workdir):
 
 def test_bm25_matches_pyserini_regression(built):
     metrics = json.loads((built / "bm25" / "metrics.json").read_text())
-    assert list(metrics) == ["test", "counts", "provenance"]
+    assert list(metrics) == ["dev", "test", "counts", "provenance"]        # the dev split first
+    assert metrics["dev"]["num_queries"] == 81                            # carved from the 809 train claims
     test = metrics["test"]
     assert test["num_queries"] == 300
     assert metrics["counts"]["test"] == {"queries_scored": 300, "queries_without_hits": 0,
@@ -87,7 +89,7 @@ def test_bm25_matches_pyserini_regression(built):
 
 def test_outputs_and_negatives(built):
     negatives = pd.read_parquet(built / "bm25" / "negatives.parquet")
-    assert len(negatives) == 809                          # every train query has a positive
+    assert len(negatives) == 728                          # every train query has a positive (81 are dev)
     sizes = negatives["negative_ids"].map(len)
     assert sizes.max() == 30 and sizes.min() > 0
     for row in negatives.head(50).itertuples():
@@ -200,8 +202,8 @@ def test_deleting_the_reranker_reruns_it_and_what_depends_on_it(built, workdir):
     assert "Nothing to be done" in snakemake(workdir, "-n")
     shutil.rmtree(built / "reranker")
     jobs = planned_jobs(snakemake(workdir, "-n"))
-    assert jobs == {"train_reranker": 1, "rerank": 1, "teacher_scores_shard": 2, "merge_teacher_scores": 1,
-                    "train_distill": 1, "encode_corpus": 2, "build_index": 1, "dense_search": 1, "evaluate": 2,
+    assert jobs == {"train_reranker": 1, "rerank": 2, "teacher_scores_shard": 2, "merge_teacher_scores": 1,
+                    "train_distill": 1, "encode_corpus": 2, "build_index": 1, "dense_search": 2, "evaluate": 2,
                      "plot_metrics": 2, "summary": 1, "all": 1,
                      "plot_training_loss": 2, "metrics_table": 2, "score_distributions": 1, "throughput": 1,
                      "transfer_rerank": 1, "transfer_encode_corpus": 1, "transfer_build_index": 1,
@@ -212,7 +214,7 @@ def test_pretraining_ablation_fine_tunes_retriever1_from_each_method(built, work
     jobs = planned_jobs(snakemake(workdir, "-n", "results/scifact/ablation/summary.json"))
     # SimLM (which the distilled retriever starts from) runs in the main chain; CDMAE needs n-gram statistics
     assert jobs == {"count_ngrams": 1, "pretrain": 1, "train_retriever": 2, "encode_corpus": 4, "build_index": 2,
-                    "dense_search": 2, "evaluate": 2, "ablation_summary": 1}
+                    "dense_search": 4, "evaluate": 2, "ablation_summary": 1}     # dev and test per method
     snakemake(workdir, "results/scifact/ablation/summary.json")
     ablation = built / "ablation"
     summary = json.loads((ablation / "summary.json").read_text())
@@ -249,7 +251,7 @@ def test_report_has_the_plots(built, workdir):
 
     throughput = pd.read_csv(built / "report" / "throughput.tsv", sep="\t")
     counts = throughput.groupby("task").size().to_dict()
-    assert counts == {"corpus encoding": 8, "BM25 search": 2, "dense search": 6, "re-ranking": 1,
+    assert counts == {"corpus encoding": 8, "BM25 search": 3, "dense search": 10, "re-ranking": 2,
                       "teacher scoring": 2, "training": 5}
     assert throughput["seconds"].gt(0).all() and throughput["max_rss_mb"].gt(0).all()
     encoded = throughput[throughput["task"] == "corpus encoding"]
