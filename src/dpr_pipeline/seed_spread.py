@@ -54,9 +54,8 @@ def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) 
     block = seeded["datasets"][dataset].setdefault("stages", {}).setdefault(SEEDED_STAGES[stage], {})
     block["seed"] = seed
     (workdir / "config.yaml").write_text(yaml.safe_dump(seeded, sort_keys=False), encoding="utf-8")
-    for shared in ("data",):  # the raw collections, relative to the working directory as in config.yaml
-        if not (workdir / shared).exists():
-            (workdir / shared).symlink_to((repo / shared).resolve(), target_is_directory=True)
+    if not (workdir / "data").exists():  # the raw collections, relative to the working directory as in config.yaml
+        (workdir / "data").symlink_to((repo / "data").resolve(), target_is_directory=True)
     return workdir
 
 
@@ -69,18 +68,22 @@ def rerun(repo: Path, workdir: Path, dataset: str, stage: str, cores: int) -> Pa
     return workdir / target
 
 
+def _sample_sd(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def spread(runs: dict[int, dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
     """``{split: {metric: {"mean", "sd", "min", "max", "n"}}}`` over the seeds' ``{split: {metric: value}}``
     (``sd``: the sample standard deviation, 0 for one seed)."""
     out: dict[str, dict[str, dict[str, float]]] = {}
-    splits = next(iter(runs.values())).keys() if runs else []
-    for split in splits:
-        for metric in runs[next(iter(runs))][split]:
+    first = next(iter(runs.values()), {})
+    for split, metrics in first.items():
+        for metric in metrics:
             if metric == "num_queries":
                 continue
             values = [run[split][metric] for run in runs.values()]
             out.setdefault(split, {})[metric] = {
-                "mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                "mean": statistics.fmean(values), "sd": _sample_sd(values),
                 "min": min(values), "max": max(values), "n": len(values)}
     return out
 
@@ -91,7 +94,7 @@ def margin(upper: dict[int, dict], lower: dict[str, dict[str, float]], split: st
     sample sd, and whether every seed is above (``all_above``)."""
     differences = [run[split][metric] - lower[split][metric] for run in upper.values()]
     return {"mean": statistics.fmean(differences),
-            "sd": statistics.stdev(differences) if len(differences) > 1 else 0.0,
+            "sd": _sample_sd(differences),
             "min": min(differences), "n": len(differences), "all_above": all(d > 0 for d in differences)}
 
 
