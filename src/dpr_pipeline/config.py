@@ -22,6 +22,10 @@ class ConfigError(ValueError):
     """The configuration breaks the schema; the message names the key."""
 
 
+#: The trained stages whose model the distilled retriever may start from (``distill.plm: retriever2``); the
+#: retriever block trains them itself, so it may not.
+STUDENT_STARTS = ("retriever1", "retriever2")
+
 # A dataset name is a folder under results/ (and data/): one safe path segment.
 DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -202,7 +206,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
                               f"set warmup_ratio (e.g. 0.1) or warmup_steps at most {params['train_steps'] // 2}, "
                               "or raise train_steps")
     plm = stage_params(config, name, "retriever")["plm"]
-    if plm in ("retriever1", "retriever2"):
+    if plm in STUDENT_STARTS:
         raise ConfigError(f"config key datasets.{name}.stages.retriever.plm: {plm!r} is a model this block trains "
                           "(Retriever1 and Retriever2 share it), so the stage would start from itself. Fix: start "
                           "from `pretrain`, a Hub name or a folder; only distill.plm may name retriever1/retriever2")

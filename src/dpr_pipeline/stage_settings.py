@@ -9,7 +9,7 @@ reads the config's stage blocks itself.
 
 from __future__ import annotations
 
-from .config import stage_params
+from .config import STUDENT_STARTS, stage_params
 from .layout import stage_file
 
 
@@ -34,10 +34,6 @@ def biencoder_block(stage: str) -> str:
     """The config block of a bi-encoder stage: `distill` for the distilled retriever, `retriever` for the others
     (start, retriever1, retriever2, ablation/{method})."""
     return "distill" if stage == "distill" else "retriever"
-
-
-#: The trained stages whose model the distilled retriever may start from (``distill.plm: retriever2``).
-STUDENT_STARTS = ("retriever1", "retriever2")
 
 
 def initialisation(config: dict, dataset: str, stage: str) -> str:

@@ -71,7 +71,9 @@ def source_split(dataset: dict, split: str) -> str:
     return dev.source if dev is not None and dev.carved and split == dev.name else split
 
 
-def _normal_text(text: str) -> str:
+def normal_text(text: str) -> str:
+    """A query's text with its whitespace collapsed: what "identical text" means for the carve and for the
+    leakage check (``ingest.check_overlap``), which must agree."""
     return " ".join(text.split())
 
 
@@ -80,7 +82,7 @@ def carved_query_ids(query_ids: Iterable[str], texts: Iterable[str], dev: DevSpl
     collapsed) until the split's size is reached. Independent of the order of the input."""
     groups: dict[str, list[str]] = {}
     for query_id, text in zip(query_ids, texts):
-        groups.setdefault(_normal_text(text), []).append(query_id)
+        groups.setdefault(normal_text(text), []).append(query_id)
     if len(groups) < 2:
         raise ValueError(f"the train split has {len(groups)} distinct queries: too few to carve a dev split from")
     ordered = sorted((sorted(ids) for ids in groups.values()), key=lambda ids: ids[0])

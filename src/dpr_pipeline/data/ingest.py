@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from ..errors import DataError
 from ..ids import ID_FIX, id_problem
 from ..io import atomic_output, atomic_outputs
-from .dev_split import DevSplit, carved_query_ids
+from .dev_split import DevSplit, carved_query_ids, normal_text
 from .dpr_files import read_answers
 from .readers import read_documents, read_judgements, read_official_negatives, read_queries
 from .records import Document
@@ -215,10 +215,6 @@ def read_ingestion_counts(qrels_path) -> dict | None:
     return json.loads(value) if value is not None else None
 
 
-def _normal_text(text: str) -> str:
-    return " ".join(text.split())
-
-
 def check_overlap(split_queries: pd.DataFrame, where: dict, train_queries: str | Path, split: str,
                   allow_overlap: bool | list[str], compare_ids: bool) -> int:
     """Queries of evaluation split ``split`` (``where``: query id -> the raw file location naming it) that the
@@ -230,10 +226,10 @@ def check_overlap(split_queries: pd.DataFrame, where: dict, train_queries: str |
     train_ids = set(train["query_id"]) if compare_ids else set()
     train_texts = {}
     for qid, text in zip(train["query_id"], train["text"]):
-        train_texts.setdefault(_normal_text(text), qid)
+        train_texts.setdefault(normal_text(text), qid)
     by_id = [q for q in split_queries["query_id"] if q in train_ids]
-    by_text = [(q, t, train_texts[_normal_text(t)]) for q, t in zip(split_queries["query_id"], split_queries["text"])
-               if q not in train_ids and _normal_text(t) in train_texts]
+    by_text = [(q, t, train_texts[normal_text(t)]) for q, t in zip(split_queries["query_id"], split_queries["text"])
+               if q not in train_ids and normal_text(t) in train_texts]
     shared = len(by_id) + len(by_text)
     if not shared:
         return 0
