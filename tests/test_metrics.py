@@ -58,7 +58,7 @@ def test_evaluate_splits_writes_one_object_per_split(tmp_path):
     evaluate_splits([str(run_file)], [str(tmp_path / "qrels.parquet")], ["dev"], ["MRR@10", "R@50"],
                     str(tmp_path / "metrics.json"), manifest="results/x/bm25/manifest.json")
     written = json.loads((tmp_path / "metrics.json").read_text())
-    assert list(written) == ["dev", "counts", "provenance"]
+    assert list(written) == ["dev", "counts", "per_query", "provenance"]
     # q4 is judged with grade 0 only; q3 gets no hit; the artifact was not written by ingestion (no metadata)
     assert written["counts"]["dev"] == {"queries_scored": 3, "queries_without_hits": 1,
                                         "judgements_naming_unknown_documents": None,
@@ -69,6 +69,9 @@ def test_evaluate_splits_writes_one_object_per_split(tmp_path):
     assert provenance["qrels"]["dev"]["path"] == str(tmp_path / "qrels.parquet")
     assert written["dev"]["num_queries"] == 3
     assert written["dev"]["R@50"] == pytest.approx(2 / 3)
+    # each judged query's value, what two stages are compared by: q1 1/2 at rank 2, q2 beyond 10, q3 no hit
+    assert written["per_query"]["dev"] == {"MRR@10": {"q1": 0.5, "q2": 0.0, "q3": 0.0},
+                                           "R@50": {"q1": 1.0, "q2": 1.0, "q3": 0.0}}
 
 
 def test_arguana_shaped_split_keeps_every_judged_query_as_trec_eval_and_beir_do(tmp_path):

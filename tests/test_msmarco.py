@@ -95,8 +95,10 @@ def test_whole_msmarco_chain_on_the_stand_in(tmp_path):
     assert len(official) == 60                                      # the official negatives trained Retriever 1
     metrics = json.loads((results / "distill" / "metrics.json").read_text())
     assert metrics.pop("provenance")["manifest"] == "results/msmarco/distill/manifest.json"
-    assert list(metrics) == ["dev", "dl19", "dl20", "counts"]
+    assert list(metrics) == ["dev", "dl19", "dl20", "counts", "per_query"]
     counts = metrics.pop("counts")
+    assert {split: len(values["nDCG@10"]) for split, values in metrics.pop("per_query").items()} == {
+        "dev": 20, "dl19": 10, "dl20": 10}
     assert [metrics[s]["num_queries"] for s in metrics] == [20, 10, 10]
     assert [counts[s]["queries_scored"] for s in metrics] == [20, 10, 10]
     for split in metrics.values():

@@ -154,6 +154,10 @@ def test_evaluation_of_a_hand_built_run_against_the_fixture(ingested, tmp_path):
     assert metrics == {"test": {"num_queries": 10, "R@5": 0.1, "R@20": 0.1, "R@100": 0.2}}
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert list(written.pop("provenance")) == ["manifest", "runs", "answers"]
+    per_query = written.pop("per_query")["test"]      # question 0 answered at rank 2, question 1 at rank 21
+    assert {name: [q for q, v in values.items() if v] for name, values in per_query.items()} == {
+        "R@5": ["0"], "R@20": ["0"], "R@100": ["0", "1"]}
+    assert len(per_query["R@5"]) == 10
     assert written == {**metrics, "counts": {"test": {"queries_scored": 10, "queries_without_hits": 0}}}
 
 
@@ -216,7 +220,7 @@ def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     for stage in ("bm25", "retriever1", "retriever2", "reranker", "distill"):
         metrics = json.loads((results / stage / "metrics.json").read_text())
         test = metrics["test"]
-        assert list(metrics) == ["test", "counts", "provenance"] and test["num_queries"] == 10, stage
+        assert list(metrics) == ["test", "counts", "per_query", "provenance"] and test["num_queries"] == 10, stage
         assert metrics["provenance"]["manifest"] == f"results/nq/{stage}/manifest.json", stage
         assert 0 <= test["R@5"] <= test["R@20"] <= test["R@100"] <= 1, stage
     # BM25's numbers, recomputed here from its run and the raw answers with has_answer

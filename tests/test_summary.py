@@ -62,3 +62,44 @@ def test_missing_metrics_file_is_a_data_error_and_writes_nothing(tmp_path: Path)
     with pytest.raises(DataError, match="metrics file not found"):
         write_summary({"bm25": str(tmp_path / "absent.json")}, *outputs)
     assert not any(path.exists() for path in outputs)
+
+
+def test_each_stage_is_compared_with_the_stage_below_it_query_by_query(tmp_path: Path):
+    """summary.md and summary.json carry the paired difference of each stage from the one it improves on
+    (retriever1 - start, reranker - retriever2, ...), from metrics.json's per_query values."""
+    per_query = {"start": [0.2, 0.4, 0.6, 0.8], "retriever1": [0.3, 0.5, 0.7, 0.9],   # +0.1 on every query
+                 "retriever2": [0.3, 0.5, 0.7, 1.0], "reranker": [0.4, 0.4, 0.8, 0.9]}
+    paths = {}
+    for stage, values in per_query.items():
+        paths[stage] = tmp_path / f"{stage}.json"
+        paths[stage].write_text(json.dumps({
+            "test": {"num_queries": 4, "nDCG@10": sum(values) / 4},
+            "per_query": {"test": {"nDCG@10": {f"q{i}": v for i, v in enumerate(values)}}}}))
+    write_summary(paths, tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png")
+
+    written = json.loads((tmp_path / "s.json").read_text())
+    assert list(written) == ["test", "paired_differences"]
+    compared = written["paired_differences"]["test"]
+    assert list(compared) == ["retriever1", "retriever2", "reranker"]          # start has no stage below
+    assert compared["retriever1"]["below"] == "start"
+    assert compared["retriever1"]["nDCG@10"]["mean"] == pytest.approx(0.1)
+    assert compared["retriever1"]["nDCG@10"]["p_value"] == 0.0                # the same gain on every query
+    reranker = compared["reranker"]
+    assert reranker["below"] == "retriever2" and (reranker["nDCG@10"]["wins"], reranker["nDCG@10"]["losses"]) == (2, 2)
+    assert reranker["nDCG@10"]["mean"] == pytest.approx(0.0)
+
+    markdown = (tmp_path / "s.md").read_text()
+    assert "paired over the 4 queries" in markdown
+    assert "| Retriever₁ | Starting model (untrained) | +0.1000 ± 0.0000 † |" in markdown
+    assert "| Re-ranker | Retriever₂ | +0.0000 ± " in markdown and markdown.count("†") == 2   # legend + retriever1
+
+
+def test_metrics_of_stages_on_different_queries_are_not_compared_silently(tmp_path: Path):
+    paths = {}
+    for stage, queries in (("retriever1", ["q1", "q2"]), ("retriever2", ["q1", "q3"])):
+        paths[stage] = tmp_path / f"{stage}.json"
+        paths[stage].write_text(json.dumps({"test": {"num_queries": 2, "nDCG@10": 0.5},
+                                            "per_query": {"test": {"nDCG@10": dict.fromkeys(queries, 0.5)}}}))
+    with pytest.raises(DataError, match="retriever2.json.*split 'test' against .*retriever1.json.*different queries"):
+        write_summary(paths, tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png")
+    assert not (tmp_path / "s.json").exists()

@@ -76,7 +76,7 @@ def built(workdir):
 
 def test_bm25_matches_pyserini_regression(built):
     metrics = json.loads((built / "bm25" / "metrics.json").read_text())
-    assert list(metrics) == ["dev", "test", "counts", "provenance"]        # the dev split first
+    assert list(metrics) == ["dev", "test", "counts", "per_query", "provenance"]   # the dev split first
     assert metrics["dev"]["num_queries"] == 81                            # carved from the 809 train claims
     test = metrics["test"]
     assert test["num_queries"] == 300
@@ -107,6 +107,9 @@ def test_every_stage_is_evaluated_and_summarised(built):
         assert metrics["num_queries"] == 300, stage
         assert 0 <= metrics["nDCG@10"] <= 1 and 0 <= metrics["MRR@10"] <= 1, stage
     assert "Retriever₂" in (built / "summary.md").read_text()
+    assert "| Re-ranker | Retriever₂ |" in (built / "summary.md").read_text()    # paired over the queries
+    paired = summary["paired_differences"]["test"]["distill"]
+    assert paired["below"] == "retriever2" and paired["nDCG@10"]["queries"] == 300
     assert (built / "summary.png").stat().st_size > 0
     assert not [path for path in (built / "checkpoints").rglob("*") if path.is_file()]  # removed after training
 

@@ -53,8 +53,11 @@ def parse_metric(name: str):
 PROVENANCE = "provenance"
 #: metrics.json's key for what each split's means are taken over (:func:`evaluation_counts`).
 COUNTS = "counts"
+#: metrics.json's key for each query's value, ``{split: {metric: {query_id: value}}}``: what two stages are
+#: compared by, query by query (:mod:`dpr_pipeline.paired_difference`).
+PER_QUERY = "per_query"
 #: metrics.json's keys that are not evaluation splits.
-NOT_SPLITS = (PROVENANCE, COUNTS)
+NOT_SPLITS = (PROVENANCE, COUNTS, PER_QUERY)
 
 GRADED_MEASURES = ("nDCG", "ERR")  # use the graded labels; every other measure is binary at relevance_level
 
@@ -94,8 +97,17 @@ def per_query_metrics(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str]
 def evaluate_run(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str],
                  qrels_source: str = "qrels", relevance_level: int = 1) -> dict[str, float]:
     """Mean of each metric over the judged queries, plus ``num_queries``; errors name ``qrels_source``."""
-    table = per_query_metrics(run, qrels, metrics, qrels_source, relevance_level)
-    return {"num_queries": int(len(table)), **{name: float(table[name].mean()) for name in metrics}}
+    return mean_metrics(per_query_metrics(run, qrels, metrics, qrels_source, relevance_level))
+
+
+def mean_metrics(table: pd.DataFrame) -> dict[str, float]:
+    """``num_queries`` and each column's mean of a per-query table (one row per query)."""
+    return {"num_queries": int(len(table)), **{name: float(table[name].mean()) for name in table.columns}}
+
+
+def per_query_values(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """A per-query table as metrics.json's ``per_query`` entry of one split: ``{metric: {query_id: value}}``."""
+    return {name: {str(query): float(value) for query, value in table[name].items()} for name in table.columns}
 
 
 def unknown_document_judgements(qrels_path) -> int | None:
@@ -146,24 +158,25 @@ def evaluate_splits(runs: list[str], qrels: list[str], splits: list[str], metric
         run = read_trec_run(path)
         return drop_identical_ids(run) if ignore_identical_ids else run
 
-    result, counts = {}, {}
+    result, counts, per_query = {}, {}, {}
     for split, run_path, judged in zip(splits, runs, qrels):
         run, judgements = read_run(run_path), read_artifact(judged, "qrels")
-        result[split] = evaluate_run(run, judgements, metrics, str(judged), int(levels.get(split, 1)))
+        table = per_query_metrics(run, judgements, metrics, str(judged), int(levels.get(split, 1)))
+        result[split], per_query[split] = mean_metrics(table), per_query_values(table)
         counts[split] = evaluation_counts(run, judgements, unknown_document_judgements(judged))
         counts[split]["queries_dropped_at_ingestion"] = (read_ingestion_counts(judged) or {}).get("queries_dropped")
-    write_metrics(output, result, manifest, splits, counts=counts, runs=runs, qrels=qrels)
+    write_metrics(output, result, manifest, splits, counts=counts, per_query=per_query, runs=runs, qrels=qrels)
     return result
 
 
 def write_metrics(output: str, result: dict, manifest: str | None, splits: list[str], counts: dict | None = None,
-                  **evaluated: list[str]) -> None:
-    """Write ``{split: {metric: value}}``, ``counts`` (``{split: {...}}``, :func:`evaluation_counts`) and
-    ``provenance``: the stage's ``manifest`` (path) and, per kind of file evaluated (runs, qrels or answers), each
-    split's file with its SHA-256."""
+                  per_query: dict | None = None, **evaluated: list[str]) -> None:
+    """Write ``{split: {metric: value}}``, ``counts`` (``{split: {...}}``, :func:`evaluation_counts`),
+    ``per_query`` (``{split: {metric: {query_id: value}}}``) and ``provenance``: the stage's ``manifest`` (path)
+    and, per kind of file evaluated (runs, qrels or answers), each split's file with its SHA-256."""
     provenance = {"manifest": str(manifest) if manifest else None,
                   **{kind: describe_files(dict(zip(splits, paths))) for kind, paths in evaluated.items()}}
-    extra = {COUNTS: counts} if counts is not None else {}
+    extra = {key: value for key, value in ((COUNTS, counts), (PER_QUERY, per_query)) if value is not None}
     with atomic_output(output) as tmp:
         tmp.write_text(json.dumps({**result, **extra, PROVENANCE: provenance}, indent=2) + "\n")
 
@@ -182,16 +195,21 @@ def answer_accuracy(run: pd.DataFrame, labels: pd.Series, query_ids, metrics: li
     """Top-k retrieval accuracy (DPR; SimLM's NQ R@k): the fraction of ``query_ids`` with at least one
     answer-containing hit (``labels``, per run row) among their first k hits by rank. A question the run does
     not answer counts as 0. Returns ``num_queries`` and one value per metric name."""
+    return mean_metrics(per_query_answer_accuracy(run, labels, query_ids, metrics))
+
+
+def per_query_answer_accuracy(run: pd.DataFrame, labels: pd.Series, query_ids, metrics: list[str]) -> pd.DataFrame:
+    """One row per question of ``query_ids``, one column per metric: 1.0 where an answer-containing hit is among
+    the question's first k hits (:func:`answer_accuracy`), else 0.0."""
     cutoffs = {name: accuracy_cutoff(name) for name in metrics}
-    query_ids = pd.Index(pd.unique(pd.Series(list(query_ids), dtype=object)))
+    query_ids = pd.Index(pd.unique(pd.Series(list(query_ids), dtype=object)), name="query_id")
     if len(query_ids) == 0:
         raise ValueError("no questions to evaluate")
     hits = run.assign(has_answer=labels.to_numpy(bool)).sort_values(["query_id", "rank"], kind="stable")
     hits["position"] = hits.groupby("query_id", sort=False).cumcount() + 1
     first = hits[hits["has_answer"]].groupby("query_id")["position"].min()
     first = first.reindex(query_ids)  # NaN: no answer-containing hit (or not in the run)
-    return {"num_queries": int(len(query_ids)),
-            **{name: float((first <= k).sum() / len(query_ids)) for name, k in cutoffs.items()}}
+    return pd.DataFrame({name: (first <= k).astype(float) for name, k in cutoffs.items()}, index=query_ids)
 
 
 def evaluate_answer_splits(runs: list[str], answers: list[str], corpus: str, splits: list[str], metrics: list[str],
@@ -204,16 +222,17 @@ def evaluate_answer_splits(runs: list[str], answers: list[str], corpus: str, spl
         raise ValueError("runs, answers and splits must be parallel lists")
     for name in metrics:
         accuracy_cutoff(name)
-    result, counts = {}, {}
+    result, counts, per_query = {}, {}, {}
     for split, run_path, answers_path in zip(splits, runs, answers):
         run = read_trec_run(run_path)
         if len(run):
             run = run[run["rank"] <= max(accuracy_cutoff(name) for name in metrics)]
         questions = read_artifact(answers_path, "answers")
         labels = label_hits(run, questions, read_passage_texts(corpus, run["doc_id"]))
-        result[split] = answer_accuracy(run, labels, questions["query_id"], metrics)
+        table = per_query_answer_accuracy(run, labels, questions["query_id"], metrics)
+        result[split], per_query[split] = mean_metrics(table), per_query_values(table)
         answered = set(run["query_id"])
         counts[split] = {"queries_scored": result[split]["num_queries"],
                          "queries_without_hits": int(sum(q not in answered for q in set(questions["query_id"])))}
-    write_metrics(output, result, manifest, splits, counts=counts, runs=runs, answers=answers)
+    write_metrics(output, result, manifest, splits, counts=counts, per_query=per_query, runs=runs, answers=answers)
     return result

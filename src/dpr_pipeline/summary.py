@@ -3,9 +3,12 @@
 Inputs are the stages' ``metrics.json`` files (``{split: {metric: value, "num_queries": n}}``) in pipeline
 order. Outputs, written together atomically:
 
-* ``summary.json``: ``{split: {stage: {metric: value}}}``;
+* ``summary.json``: ``{split: {stage: {metric: value}}}`` and, under ``paired_differences``,
+  ``{split: {stage: {"below": stage, metric: {queries, mean, ci95, p_value, wins, losses}}}}``;
 * a Markdown file with one table per split (rows = stages under their display labels, columns = metrics,
-  values with 4 decimals);
+  values with 4 decimals), and under it each stage's difference from the stage below it in the chain
+  (``STAGE_BELOW``), paired over the split's queries (:mod:`dpr_pipeline.paired_difference`): the mean ± the
+  half-width of its 95 % confidence interval, marked where the paired t-test rejects no difference;
 * a PNG with one grouped bar chart per split (one group per metric, one bar per stage).
 """
 
@@ -17,20 +20,37 @@ from pathlib import Path
 
 from .errors import DataError
 from .io import atomic_outputs
-from .metrics import NOT_SPLITS
+from .metrics import NOT_SPLITS, PER_QUERY
+from .paired_difference import CONFIDENCE, paired_difference
 
 log = logging.getLogger(__name__)
 
 STAGE_LABELS = {"bm25": "BM25", "start": "Starting model (untrained)", "retriever1": "Retriever₁",
                 "retriever2": "Retriever₂", "reranker": "Re-ranker", "distill": "Retriever_distill"}
+#: The stage each one is read against: the one it improves on in the chain (SimLM Table 6).
+STAGE_BELOW = {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2", "distill": "retriever2"}
+#: summary.json's key for the paired differences (not a split).
+PAIRED_DIFFERENCES = "paired_differences"
 QUERY_COUNT = "num_queries"
 MISSING = "–"
 
 Summary = dict[str, dict[str, dict[str, float]]]
+PerQuery = dict[str, dict[str, dict[str, float]]]  # {split: {metric: {query_id: value}}}
 
 
 def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
-    """A stage's metrics.json as ``{split: {metric: value}}`` (its ``counts`` and ``provenance`` left out)."""
+    """A stage's metrics.json as ``{split: {metric: value}}`` (its ``counts``, ``per_query`` and ``provenance``
+    left out)."""
+    return {split: values for split, values in _read_metrics_file(path).items() if split not in NOT_SPLITS}
+
+
+def read_per_query(path: str | Path) -> PerQuery:
+    """A stage's per-query values, ``{split: {metric: {query_id: value}}}`` (empty for a metrics.json written
+    before they were recorded)."""
+    return _read_metrics_file(path).get(PER_QUERY, {})
+
+
+def _read_metrics_file(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "metrics file not found", "run the stage's evaluate rule")
@@ -40,7 +60,7 @@ def read_metrics(path: str | Path) -> dict[str, dict[str, float]]:
         raise DataError(path, f"not valid JSON ({err})", "delete it and rerun the stage's evaluate rule") from None
     if not isinstance(metrics, dict) or not all(isinstance(v, dict) for v in metrics.values()):
         raise DataError(path, "not a {split: {metric: value}} object", "delete it and rerun the evaluate rule")
-    return {split: values for split, values in metrics.items() if split not in NOT_SPLITS}
+    return metrics
 
 
 def collect_summary(metrics_paths: dict[str, str | Path]) -> Summary:
@@ -50,6 +70,47 @@ def collect_summary(metrics_paths: dict[str, str | Path]) -> Summary:
         for split, values in read_metrics(path).items():
             summary.setdefault(split, {})[stage] = values
     return summary
+
+
+def paired_differences(metrics_paths: dict[str, str | Path]) -> dict[str, dict[str, dict]]:
+    """``{split: {stage: {"below": stage below, metric: PairedDifference}}}`` for each stage of ``metrics_paths``
+    whose stage below (``STAGE_BELOW``) is there too, over the splits and metrics both have per-query values of."""
+    per_query = {stage: read_per_query(path) for stage, path in metrics_paths.items()}
+    differences: dict[str, dict[str, dict]] = {}
+    for stage, by_split in per_query.items():
+        below = STAGE_BELOW.get(stage)
+        if below not in per_query:
+            continue
+        for split, by_metric in by_split.items():
+            lower = per_query[below].get(split, {})
+            try:
+                compared = {metric: paired_difference(values, lower[metric])
+                            for metric, values in by_metric.items() if metric in lower}
+            except ValueError as err:
+                raise DataError(metrics_paths[stage], f"split {split!r} against {metrics_paths[below]}: {err}",
+                                "evaluate both stages on the same split's qrels (rerun their evaluate rules)") from None
+            if compared:
+                differences.setdefault(split, {})[stage] = {"below": below, **compared}
+    return differences
+
+
+def differences_table(by_stage: dict[str, dict], labels: dict[str, str]) -> str:
+    """The paired differences of one split as Markdown: a row per stage, a column per metric."""
+    names = list(dict.fromkeys(name for compared in by_stage.values() for name in compared if name != "below"))
+    queries = {difference.queries for compared in by_stage.values() for name, difference in compared.items()
+               if name != "below"}
+    over = f"the {queries.pop()} queries" if len(queries) == 1 else "each split's queries"
+    lines = [f"Difference from the stage below, paired over {over}: mean ± half-width of the 95 % confidence "
+             f"interval; † where the paired t-test gives p < {1 - CONFIDENCE:.2f}. A difference inside its interval "
+             "is not a result.", "",
+             "| stage | − stage below | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
+    for stage, compared in by_stage.items():
+        cells = [MISSING if name not in compared else
+                 f"{compared[name].mean:+.4f} ± {compared[name].ci95:.4f}{' †' if compared[name].significant else ''}"
+                 for name in names]
+        lines.append(f"| {labels.get(stage, stage)} | {labels.get(compared['below'], compared['below'])} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def metric_names(by_stage: dict[str, dict[str, float]]) -> list[str]:
@@ -79,10 +140,13 @@ def markdown_table(by_stage: dict[str, dict[str, float]], labels: dict[str, str]
     return "\n".join(lines)
 
 
-def render_markdown(summary: Summary, labels: dict[str, str], title: str = "Retrieval quality by stage") -> str:
+def render_markdown(summary: Summary, labels: dict[str, str], title: str = "Retrieval quality by stage",
+                    differences: dict[str, dict[str, dict]] | None = None) -> str:
     sections = [f"# {title}"]
     for split, by_stage in summary.items():
         sections.append(f"## {split}{_query_count_note(by_stage, labels)}\n\n{markdown_table(by_stage, labels)}")
+        if (differences or {}).get(split):
+            sections.append(differences_table(differences[split], labels))
     return "\n\n".join(sections) + "\n"
 
 
@@ -125,9 +189,13 @@ def write_summary(metrics_paths: dict[str, str | Path], output_json: str | Path,
     """
     display = {stage: {**STAGE_LABELS, **(labels or {})}.get(stage, stage) for stage in metrics_paths}
     summary = collect_summary(metrics_paths)
+    differences = paired_differences(metrics_paths)
+    as_json = {split: {stage: {key: value if key == "below" else value.as_dict() for key, value in compared.items()}
+                       for stage, compared in by_stage.items()} for split, by_stage in differences.items()}
     with atomic_outputs(output_json, output_markdown, output_png) as (json_tmp, markdown_tmp, png_tmp):
-        json_tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        markdown_tmp.write_text(render_markdown(summary, display, title), encoding="utf-8")
+        json_tmp.write_text(json.dumps({**summary, **({PAIRED_DIFFERENCES: as_json} if as_json else {})}, indent=2)
+                            + "\n", encoding="utf-8")
+        markdown_tmp.write_text(render_markdown(summary, display, title, differences), encoding="utf-8")
         plot_summary(summary, display, png_tmp)
     log.info("summary of %d stages over %d splits written to %s", len(metrics_paths), len(summary), output_markdown)
     return summary
