@@ -90,6 +90,24 @@ def test_score_pairs_equals_one_pair_at_a_time_in_input_order(tiny_cross_encoder
     assert score_pairs(model, tokenizer, [], [], max_length=MAX_LENGTH, batch_size=3).shape == (0,)
 
 
+
+def test_under_bf16_autocast_the_head_scores_in_float32_so_pairs_do_not_tie(tiny_cross_encoder: Path):
+    """bf16 autocast (as re-ranking and teacher scoring run on a GPU or a bf16 CPU): the encoder in bf16, the
+    one-logit head in float32. A bf16 logit would round scores to a few hundred values, tying pairs whose order
+    then falls to the doc id; the plain Hugging Face model shows the rounding the head avoids."""
+    model, tokenizer = load_cross_encoder(str(tiny_cross_encoder)).eval(), load_tokenizer(str(tiny_cross_encoder))
+    plain = AutoModelForSequenceClassification.from_pretrained(tiny_cross_encoder).eval()
+    batch = tokenizer([f"query {i}" for i in range(200)], [f"passage number {i * 7}" for i in range(200)],
+                      padding=True, return_tensors="pt")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ours, theirs = model(**batch).logits[:, 0], plain(**batch).logits[:, 0]
+    assert ours.dtype == torch.float32 and theirs.dtype == torch.bfloat16
+    assert len(torch.unique(ours)) == 200 > len(torch.unique(theirs))
+    # the same scores up to the encoder's bf16 rounding, and the float32 model is untouched by the wrap
+    torch.testing.assert_close(ours, theirs.float(), atol=0.05, rtol=0.02)
+    with torch.no_grad():
+        torch.testing.assert_close(model(**batch).logits, plain(**batch).logits)
+
 def test_rerank_run_sorts_top_depth_by_score_and_keeps_the_tail(tiny_cross_encoder: Path, dataset, tmp_path: Path):
     run_path, output = tmp_path / "run.trec", tmp_path / "reranked.trec"
     hits = {"q1": [f"d{i}" for i in range(6)], "q4": [f"d{i}" for i in (7, 6, 5, 4, 3)]}

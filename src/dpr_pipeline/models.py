@@ -142,6 +142,34 @@ def load_encoder(reference: str, attention_dropout: float | None = None) -> torc
 
 
 def load_cross_encoder(reference: str, attention_dropout: float | None = None) -> torch.nn.Module:
-    """A sequence-classification model with one output: the re-ranker's score θ(q, d)."""
-    return load_pretrained(reference, "cross-encoder", AutoModelForSequenceClassification.from_pretrained,
-                           num_labels=1, **dropout_overrides(reference, attention_dropout))
+    """A sequence-classification model with one output: the re-ranker's score θ(q, d), its head in float32
+    (:func:`head_in_float32`)."""
+    return head_in_float32(load_pretrained(reference, "cross-encoder",
+                                           AutoModelForSequenceClassification.from_pretrained,
+                                           num_labels=1, **dropout_overrides(reference, attention_dropout)))
+
+
+def head_in_float32(model: torch.nn.Module) -> torch.nn.Module:
+    """Run the task head of a Hugging Face model (each child module outside ``model.base_model``) in float32,
+    with autocast off and its floating inputs cast up; the encoder keeps running under bf16 autocast.
+
+    A re-ranker's score is one number per pair: under bf16 autocast the head returns it in bf16, whose 8-bit
+    mantissa rounds scores near 4 to steps of 1/64, so a third of the candidates of a top-50 re-ranking tied
+    with another (SciFact dev) and their order fell to the tie-break (the doc id). The head's float32 dot
+    product over the encoder's output gives each pair its own score; its cost is one small matmul. Returns
+    ``model``."""
+    base = model.base_model
+    for module in model.children():
+        if module is not base:
+            module.forward = _in_float32(module.forward)
+    return model
+
+
+def _in_float32(forward: Callable) -> Callable:
+    def run(*args, **kwargs):
+        def up(value):
+            return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+        device = next((a.device.type for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), "cpu")
+        with torch.autocast(device_type=device, enabled=False):
+            return forward(*map(up, args), **{key: up(value) for key, value in kwargs.items()})
+    return run
