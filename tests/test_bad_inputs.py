@@ -422,6 +422,12 @@ def _(tmp, bert):
         split_files={"test": {"queries": "topics.tsv"}}))
 
 
+@case("config-split-files-dpr-qrels", ConfigError, "config.datasets.nq.split_files: split 'test' renames 'qrels', "
+      "but a dpr dataset renames only 'queries'", "remove 'qrels' from split_files.test")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["nq"]["split_files"]["test"].update(qrels="qrels.tsv"))
+
+
 @case("config-answers-relevance-not-dpr", ConfigError, "config.datasets.scifact.relevance: `answers` needs format `dpr`")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(relevance="answers"))

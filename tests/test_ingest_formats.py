@@ -1,13 +1,20 @@
-"""Each raw layout ingests into the same Parquet artifacts, with string ids everywhere."""
+"""Each raw layout ingests into the same Parquet artifacts, with string ids everywhere; the format registry is the
+schema's list of formats, and each format's tracked files are the ones it reads."""
+
+import logging
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
-from conftest import write_beir
+from conftest import REPO, write_beir, write_msmarco
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
-from dpr_pipeline.data.readers import raw_files
+from dpr_pipeline.data.readers import FORMATS, raw_files, read_documents, read_judgements, read_queries
 from dpr_pipeline.data.schemas import SCHEMAS, read_artifact
+from dpr_pipeline.fetch import raw_layout
 
 
 def ingest_all(fmt, root, out):
@@ -70,6 +77,65 @@ def test_raw_files_names_the_inputs(beir, msmarco):
     assert [p.name for p in raw_files("beir", beir)] == ["corpus.jsonl"]
     assert [p.name for p in raw_files("beir", beir, "test")] == ["queries.jsonl", "test.tsv"]
     assert [p.name for p in raw_files("msmarco", msmarco)] == ["collection.tsv", "titles.tsv"]
+
+
+def test_the_schemas_format_enum_is_the_registry_and_the_fetched_format():
+    """A format is registered once (readers.FORMATS); the schema lists the same names, plus ``ir_datasets``, which
+    the workflow fetches and then reads as the layout it exports to."""
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    enum = schema["$defs"]["dataset"]["properties"]["format"]["enum"]
+    assert len(enum) == len(set(enum))
+    assert set(enum) == set(FORMATS) | {"ir_datasets"}
+    assert all(raw_layout({"format": name}) in FORMATS for name in enum)
+    assert all(name == reader.name for name, reader in FORMATS.items())
+
+
+def _sample_parquet(tmp_path):
+    ingest_all("beir", write_beir(tmp_path / "beir"), tmp_path / "pq")
+    (tmp_path / "pq" / "queries_train.parquet").rename(tmp_path / "pq" / "queries.parquet")  # the shared file
+    return tmp_path / "pq", {}
+
+
+def _sample_msmarco_renamed(tmp_path):
+    root = write_msmarco(tmp_path / "raw")
+    (root / "queries.test.tsv").rename(root / "topics-2019.tsv")
+    (root / "qrels.test.tsv").rename(root / "2019qrels-pass.txt")
+    return root, {"test": {"queries": "topics-2019.tsv", "qrels": "2019qrels-pass.txt"}}
+
+
+#: A small dataset of every registered format (a new format adds its own), with its ``split_files`` if any.
+SAMPLES = {
+    "beir": lambda tmp: (write_beir(tmp / "raw", gz=True), {}),
+    "msmarco": _sample_msmarco_renamed,
+    "parquet": _sample_parquet,
+    "dpr": lambda tmp: (shutil.copytree(REPO / "tests" / "data" / "nq", tmp / "raw"), NQ_FILES),
+}
+
+
+def _files_read(caplog, read) -> list[Path]:
+    """The files ``read()`` opened, from the readers' "reading <file>" log lines."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpr_pipeline.data"):
+        read()
+    return sorted({Path(r.args[-1]) for r in caplog.records if "reading %s" in r.msg})
+
+
+def test_every_registered_format_has_a_sample():
+    assert set(SAMPLES) == set(FORMATS)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_raw_files_are_exactly_the_files_the_reader_reads(fmt, tmp_path, caplog):
+    """What Snakemake tracks (raw_files, the ingestion rules' inputs) is what ingestion reads: the format names
+    its files once, gzipped and renamed (split_files) ones included."""
+    root, renamed = SAMPLES[fmt](tmp_path)
+    assert _files_read(caplog, lambda: list(read_documents(fmt, root))) == sorted(raw_files(fmt, root))
+    for split in ("train", "test"):
+        files = renamed.get(split)
+        read = _files_read(caplog, lambda: (list(read_queries(fmt, root, split, files)),
+                                            list(read_judgements(fmt, root, split, files))))
+        assert read == sorted(raw_files(fmt, root, split, files)), split
+        assert all(path.is_file() for path in read)
 
 
 def test_ingestion_logs_the_file_it_read(tmp_path, caplog):

@@ -14,6 +14,8 @@ import jsonschema
 import yaml
 
 from .data.dev_split import dev_split_of
+from .data.readers import FORMATS, reader_of, split_files_problem
+from .fetch import raw_layout
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
@@ -144,8 +146,9 @@ def train_split_of(config: dict, dataset: str, purpose: str = "training") -> str
 
 
 def check_config_values(config: dict) -> None:
-    """Checks the schema cannot express: metric names ir-measures knows, ``split_files`` only for the msmarco and
-    dpr layouts, answer-based relevance only for dpr."""
+    """Checks the schema cannot express: metric names ir-measures knows, ``split_files`` only for the roles a
+    format renames (:func:`.readers.split_files_problem`), answer-based relevance only for a format with question
+    files (dpr)."""
     from .metrics import parse_metric
 
     for position, name in enumerate(config.get("evaluation", {}).get("metrics", [])):
@@ -155,13 +158,13 @@ def check_config_values(config: dict) -> None:
             raise ConfigError(f"config key config.evaluation.metrics[{position}]: {err}") from None
     check_dataset_names(config)
     for name, dataset in config["datasets"].items():
-        if dataset.get("relevance") == "answers" and dataset["format"] != "dpr":
-            raise ConfigError(f"config key config.datasets.{name}.relevance: `answers` needs format `dpr` (the "
+        if dataset.get("relevance") == "answers" and not reader_of(raw_layout(dataset)).question_files:
+            needed = " or ".join(f"`{n}`" for n, layout in FORMATS.items() if layout.question_files)
+            raise ConfigError(f"config key config.datasets.{name}.relevance: `answers` needs format {needed} (the "
                               f"answers come from DPR's question files), the dataset is {dataset['format']!r}")
-        if dataset.get("split_files") and dataset["format"] not in ("msmarco", "dpr"):
-            raise ConfigError(f"config key config.datasets.{name}.split_files: only the msmarco and dpr layouts rename "
-                              f"split files, the dataset's format is {dataset['format']!r}; remove split_files "
-                              "or put the files under the layout's names (README, Dataset layouts)")
+        problem = split_files_problem(dataset["format"], dataset.get("split_files"))
+        if problem:
+            raise ConfigError(f"config key config.datasets.{name}.split_files: {problem}")
         check_dataset_plan(config, name)
 
 
@@ -237,7 +240,7 @@ def check_dev_split(dataset: dict, name: str) -> None:
     if dataset.get("train_split") is None:
         raise ConfigError(f"{key}: a carved dev split is taken from the train split, and the dataset has none. "
                           f"Fix: set datasets.{name}.train_split, or name an existing split (dev_split: <split>)")
-    if dataset["format"] == "dpr":
+    if reader_of(raw_layout(dataset)).question_files:
         raise ConfigError(f"{key}: DPR question files identify questions by their position, so a carve could "
                           "not be told apart from the train split by id. Fix: name an existing split of the "
                           "collection (dev_split: <split>) with its own question file")

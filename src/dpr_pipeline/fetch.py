@@ -134,9 +134,6 @@ def check_fetch_config(config: dict) -> None:
                 raise ConfigError(f"{key}.ir_datasets: format ir_datasets needs an ir_datasets id for split(s) "
                                   f"{missing} (has {sorted(ids)}); add e.g. `ir_datasets: {{{missing[0]}: "
                                   f"beir/scifact/{missing[0]}}}` (ids: https://ir-datasets.com)")
-            for option in ("split_files",):
-                if dataset.get(option):
-                    raise ConfigError(f"{key}.{option}: an ir_datasets dataset has no raw files to rename; remove it")
         for file in (dataset.get("downloads") or {}):
             parts = Path(file).parts
             if Path(file).is_absolute() or ".." in parts or not parts:

@@ -1,8 +1,8 @@
 """DPR's open-domain QA files (Natural Questions, TriviaQA, ...): ``psgs_w100.tsv`` (header ``id text title``,
 read like DPR with ``csv`` and a tab delimiter), bi-encoder JSON (``biencoder-nq-train.json``: questions with
 answers, ``positive_ctxs`` and ``hard_negative_ctxs``) and QA files (``nq-test.qa.csv``: ``question<TAB>[answers]``).
-A question's id is its 0-based position in its file (Pyserini's ids for DPR topics). The ``dpr`` layout of
-:mod:`.readers`."""
+A question's id is its 0-based position in its file (Pyserini's ids for DPR topics). The parsing of the ``dpr``
+format; which files it reads is :class:`.readers.DprFormat`'s."""
 
 from __future__ import annotations
 
@@ -13,26 +13,13 @@ from typing import Iterator
 
 from ..errors import DataError
 from .records import Document, Location, Question, as_text, check_unicode
-from .text_files import ambiguous_files, dataset_folder, iter_csv_rows, iter_json_array, resolve_file
+from .text_files import iter_csv_rows, iter_json_array
 
 
-DPR_PASSAGES = "psgs_w100.tsv"
-
-
-def dpr_documents(root: Path) -> Iterator[Document]:
-    path = resolve_file(root / DPR_PASSAGES, "DPR passages")
+def read_dpr_passages(path: Path) -> Iterator[Document]:
+    """The passages of ``psgs_w100.tsv`` (header ``id text title``)."""
     for line, (pid, text, title) in iter_csv_rows(path, ("id", "text", "title"), header=("id", "text", "title")):
         yield Document(Location(path, line), pid, title, text)
-
-
-def dpr_split_name(root: Path, split: str, files: dict | None) -> str:
-    """The split's DPR file: ``files["queries"]`` when given, else ``<split>.json`` or ``<split>.qa.csv``."""
-    if files and files.get("queries"):
-        return files["queries"]
-    for name in (f"{split}.json", f"{split}.qa.csv"):
-        if any((root / n).exists() for n in (name, name + ".gz")):
-            return name
-    return f"{split}.json"
 
 
 def _as_answers(value, where: Location) -> list[str]:
@@ -90,21 +77,3 @@ def read_dpr_questions(path: str | Path) -> Iterator[Question]:
     else:
         raise DataError(path, "not a DPR split file (expected .json or .qa.csv, optionally .gz)",
                         "name the split's file in the dataset's split_files")
-
-
-def dpr_questions(root: Path, split: str, files: dict | None) -> Iterator[Question]:
-    name = dpr_split_name(root, split, files)
-    if not (files and files.get("queries")):
-        found = [root / n for base in (f"{split}.json", f"{split}.qa.csv") for n in (base, base + ".gz")
-                 if (root / n).is_file()]
-        if len(found) > 1:
-            raise ambiguous_files(f"DPR questions for split {split!r}", found)
-    return read_dpr_questions(resolve_file(root / name, f"DPR questions for split {split!r}"))
-
-
-def read_answers(root: str | Path, split: str, files: dict | None = None) -> Iterator[Question]:
-    """The questions of a ``dpr`` split with their answers (the ``answers_{split}`` artifact's source)."""
-    return dpr_questions(dataset_folder(root), split, files)
-
-
-# ------------------------------------------------------------------------------------------- dispatch

@@ -19,10 +19,11 @@ from ..errors import DataError
 from ..ids import ID_FIX, id_problem
 from ..io import atomic_output, atomic_outputs
 from .dev_split import DevSplit, carved_query_ids, normal_text
-from .dpr_files import read_answers
-from .readers import read_documents, read_judgements, read_official_negatives, read_queries
+from .readers import (read_answers, read_documents, read_judgements, read_official_negatives, read_queries,
+                      reader_of)
 from .records import Document
 from .schemas import SCHEMAS, read_artifact, write_artifact
+from .text_files import dataset_folder
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +148,10 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
     """
     if unknown_qrels_ids not in UNKNOWN_ID_POLICIES:
         raise ValueError(f"unknown_qrels_ids must be one of {UNKNOWN_ID_POLICIES}, got {unknown_qrels_ids!r}")
-    if fmt == "dpr":
-        return _ingest_dpr_split(root, split, corpus, queries_out, qrels_out, unknown_qrels_ids, files,
-                                 train_queries=train_queries, allow_overlap=allow_overlap)
+    reader = reader_of(fmt)
+    if reader.question_files:
+        return _ingest_question_split(reader, root, split, corpus, queries_out, qrels_out, unknown_qrels_ids, files,
+                                      train_queries=train_queries, allow_overlap=allow_overlap)
     judgements = _split_judgements(fmt, root, split, files)
     queries = _split_queries(fmt, root, split, files, wanted={qid for qid, _ in judgements})
     doc_ids = set(read_artifact(corpus, "corpus", columns=["doc_id"])["doc_id"])
@@ -329,14 +331,15 @@ def report_split(split: str, split_queries: pd.DataFrame, qrels: pd.DataFrame, d
     return counts
 
 
-def _ingest_dpr_split(root, split: str, corpus, queries_out, qrels_out, unknown_qrels_ids: str,
-                      files: dict | None, *, train_queries=None,
-                      allow_overlap: bool | list[str] = False) -> tuple[int, int]:
-    """A DPR split: *every* question is a query (relevance comes from answers, not judgements); the qrels are
-    the ``positive_ctxs`` of a bi-encoder JSON (none for a .qa.csv split). Leakage against ``train_queries`` is
-    checked by question text only (a DPR question's id is its position in its own file)."""
+def _ingest_question_split(reader, root, split: str, corpus, queries_out, qrels_out, unknown_qrels_ids: str,
+                           files: dict | None, *, train_queries=None,
+                           allow_overlap: bool | list[str] = False) -> tuple[int, int]:
+    """A split of question files (``reader.question_files``, DPR): *every* question is a query (relevance comes
+    from answers, not judgements); the qrels are the ``positive_ctxs`` of a bi-encoder JSON (none for a .qa.csv
+    split). Leakage against ``train_queries`` is checked by question text only (a question's id is its position
+    in its own file)."""
     queries, judgements, where = [], [], {}
-    for q in read_answers(root, split, files):
+    for q in reader.questions(dataset_folder(root), split, files):
         where[q.query_id] = q.where
         if not q.text.strip():
             raise q.where.error(f"question {q.query_id} has empty text", "give the question its text or remove it")
