@@ -13,8 +13,7 @@ import yaml
 
 from conftest import REPO
 from dpr_pipeline.config import validate_config
-from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
-from dpr_pipeline.pretraining.objectives import ObjectiveSettings
+from dpr_pipeline.pretraining.methods import METHODS, ObjectiveSettings, pretraining_method
 from dpr_pipeline.pretraining.train import PassageData
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())

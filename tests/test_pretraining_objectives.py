@@ -7,9 +7,9 @@ from transformers import BertConfig, BertForMaskedLM
 
 from dpr_pipeline.pretraining import objectives
 from dpr_pipeline.pretraining.masking import bert_corrupt, content_positions, nested_mask, random_mask
-from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
-from dpr_pipeline.pretraining.objectives import (ObjectiveSettings, PretrainingModel, SpecialTokens, TokenGenerator,
-                                                 cocondenser_step, local_causal_mask, sample_tokens)
+from dpr_pipeline.pretraining.methods import METHODS, ObjectiveSettings, pretraining_method
+from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, cocondenser_step,
+                                                 local_causal_mask, sample_tokens)
 from dpr_pipeline.pretraining.train import training_step
 from dpr_pipeline.training.distributed import Distributed
 

@@ -42,13 +42,33 @@ real tokens other than [CLS]/[SEP]/padding (:func:`~dpr_pipeline.pretraining.mas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 # loss(model: PretrainingModel, input_ids, attention_mask, content, importance) -> named tensors
 Loss = Callable[..., dict]
 # step(model, batch, dist) -> the batch's loss, as the trainer calls it (training/trainer.py)
 Step = Callable[..., object]
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """The pre-training settings (config ``pretrain``) the methods read; ``method`` names the one that runs."""
+
+    method: str = "simlm"
+    encoder_replace_rate: float = 0.3
+    decoder_replace_rate: float = 0.5
+    decoder_layers: int = 2
+    condenser_skip_layer: int = 6
+    condenser_head_layers: int = 2
+    gradient_cache_chunk: int = 0
+    cdmae_sigma: float = 1.0
+    seed_decoder_layers: int = 3
+    seed_attention_span: int = 2
+
+    @classmethod
+    def from_params(cls, params: dict) -> "ObjectiveSettings":
+        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params})
 
 
 @dataclass(frozen=True)
@@ -128,7 +148,7 @@ def _autoencoder(model, input_ids, attention_mask, content, importance):
 
 
 def _mlm(model, input_ids, attention_mask, content, importance):
-    mask = model.encoder_mask(content)
+    mask = model.mask(content, model.settings.encoder_replace_rate)
     encoded = model.encode(model.bert_mask(input_ids, mask), attention_mask).last_hidden_state
     return _total({"encoder": model.lm_loss(encoded, input_ids, mask)})
 
@@ -151,7 +171,7 @@ def _span_contrast_step(params: dict) -> Step:
 
 
 def _cdmae(model, input_ids, attention_mask, content, importance):
-    enc_mask = model.encoder_mask(content)
+    enc_mask = model.mask(content, model.settings.encoder_replace_rate)
     dec_mask = model.importance_mask(importance, content)
     encoded = model.encode(model.bert_mask(input_ids, enc_mask), attention_mask).last_hidden_state
     bottleneck = model.projection(encoded[:, 0])
@@ -162,7 +182,7 @@ def _cdmae(model, input_ids, attention_mask, content, importance):
 
 
 def _seed_encoder(model, input_ids, attention_mask, content, importance):
-    mask = model.encoder_mask(content)
+    mask = model.mask(content, model.settings.encoder_replace_rate)
     encoded = model.encode(model.bert_mask(input_ids, mask), attention_mask).last_hidden_state
     decoded = model.decode(encoded[:, 0], model.decoder_embeddings(input_ids),
                            model.decoder_attention(attention_mask, causal_span=model.settings.seed_attention_span))

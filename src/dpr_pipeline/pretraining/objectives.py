@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,26 +17,8 @@ from transformers.models.bert.modeling_bert import BertLayer
 
 from ..losses import at_least_float32, linear_cross_entropy_sum, span_contrastive_loss
 from .masking import bert_corrupt, nested_mask, random_mask
-from .methods import Decoder, pretraining_method
+from .methods import Decoder, ObjectiveSettings, pretraining_method
 from .token_importance import importance_aware_mask
-
-
-@dataclass(frozen=True)
-class ObjectiveSettings:
-    method: str = "simlm"
-    encoder_replace_rate: float = 0.3
-    decoder_replace_rate: float = 0.5
-    decoder_layers: int = 2
-    condenser_skip_layer: int = 6
-    condenser_head_layers: int = 2
-    gradient_cache_chunk: int = 0
-    cdmae_sigma: float = 1.0
-    seed_decoder_layers: int = 3
-    seed_attention_span: int = 2
-
-    @classmethod
-    def from_params(cls, params: dict) -> "ObjectiveSettings":
-        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params})
 
 
 @dataclass(frozen=True)
@@ -232,9 +214,10 @@ class PretrainingModel(nn.Module):
         length = attention_mask.shape[1]
         return local_causal_mask(length, causal_span, attention_mask.device)[None, None] & allowed
 
-    def encoder_mask(self, content: torch.Tensor) -> torch.Tensor:
-        """Mask(x, p_enc): each content position with probability ``encoder_replace_rate``."""
-        return random_mask(content, self.settings.encoder_replace_rate)
+    @staticmethod
+    def mask(content: torch.Tensor, rate: float) -> torch.Tensor:
+        """Mask(x, rate): each content position independently with probability ``rate``."""
+        return random_mask(content, rate)
 
     def nested_masks(self, content: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """SimLM's (encoder mask at p_enc, decoder mask at p_dec containing it)."""
@@ -280,7 +263,7 @@ class PretrainingModel(nn.Module):
 
     def condenser_states(self, input_ids, attention_mask, content):
         """Condenser on an MLM-masked input: (late [CLS] vectors, head-loss sum, number of masked tokens)."""
-        mask = self.encoder_mask(content)
+        mask = self.mask(content, self.settings.encoder_replace_rate)
         out = self.encode(self.bert_mask(input_ids, mask), attention_mask, hidden_states=True)
         late_cls = out.last_hidden_state[:, 0]
         early = out.hidden_states[self.settings.condenser_skip_layer]

@@ -23,8 +23,8 @@ from ..io import atomic_output
 from ..training.distributed import Distributed
 from ..training.trainer import TrainingSettings, finish, train
 from .masking import content_positions
-from .methods import PretrainingMethod, pretraining_method
-from .objectives import ObjectiveSettings, PretrainingModel, SpecialTokens, TokenGenerator
+from .methods import ObjectiveSettings, PretrainingMethod, pretraining_method
+from .objectives import PretrainingModel, SpecialTokens, TokenGenerator
 from .token_importance import NgramCounts, ami_importance
 from .tokens import TokenizedCorpus, read_token_shards
 
