@@ -2,7 +2,6 @@
 without torch, and what a method declares reaches its data and its manifest. What the model builds from a
 declaration: tests/test_pretraining_objectives.py."""
 
-import copy
 import dataclasses
 import re
 import subprocess
@@ -30,8 +29,8 @@ def test_the_schemas_lists_of_methods_are_the_registry_in_its_order():
 
 
 def test_the_default_ablation_runs_every_registered_method():
-    minimal = {"datasets": {"scifact": {"format": "beir", "path": "p", "train_split": "train", "eval_splits": ["test"]}}}
-    config = validate_config(copy.deepcopy(minimal))
+    dataset = {"format": "beir", "path": "p", "train_split": "train", "eval_splits": ["test"]}
+    config = validate_config({"datasets": {"scifact": dataset}})
     assert config["stages"]["pretrain"]["ablation_methods"] == ["none", *NAMES]
 
 
