@@ -33,11 +33,12 @@ sys.path.insert(0, _SRC)
 from dpr_pipeline import devices, models  # noqa: E402
 from dpr_pipeline.data.ingest import ingest_corpus  # noqa: E402
 from dpr_pipeline.pretraining.masking import bert_corrupt, random_mask  # noqa: E402
-from dpr_pipeline.pretraining.objectives import METHODS, SpecialTokens, cocondenser_step  # noqa: E402
+from dpr_pipeline.pretraining.methods import METHODS, pretraining_method  # noqa: E402
+from dpr_pipeline.pretraining.objectives import SpecialTokens  # noqa: E402
 from dpr_pipeline.pretraining.token_importance import NgramCounts, write_corpus_ngram_counts  # noqa: E402
 from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard  # noqa: E402
-from dpr_pipeline.pretraining.train import (PassageData, PretrainingCollator, build_model, default_step,  # noqa: E402
-                                            load_masked_lm)
+from dpr_pipeline.pretraining.train import (PassageData, PretrainingCollator, build_model, load_masked_lm,  # noqa: E402
+                                            training_step)
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
 
 
@@ -97,12 +98,13 @@ def pretraining_step(method: str, params: dict, tokenizer, special, corpus, coun
     torch.manual_seed(0)
     model = build_model({**params, "method": method}, tokenizer).to(device).train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-    # coCondenser reads two half-length spans per passage: batch_size / 2 passages give the same token count
-    data = PassageData(corpus, span_pairs=method == "cocondenser", seed=0)
-    count = batch_size // 2 if method == "cocondenser" else batch_size
+    declared = pretraining_method(method)
+    # span pairs are two half-length spans per passage: batch_size / 2 passages give the same token count
+    data = PassageData(corpus, span_pairs=declared.span_pairs, seed=0)
+    count = batch_size // 2 if declared.span_pairs else batch_size
     batch = {k: v.to(device) for k, v in PretrainingCollator(special, counts)(
         [data.example(i, 0) for i in range(count)]).items()}
-    step_loss = cocondenser_step(0) if method == "cocondenser" else default_step
+    step_loss = training_step(declared, params)
 
     def step():
         with autocast:
@@ -127,7 +129,8 @@ def main() -> None:
     config = models.load_encoder(args.plm).config
     params = {**defaults, "plm": args.plm, "generator": args.generator,
               "random_generator_hidden_size": max(64, config.hidden_size // 3), "random_generator_layers": 2,
-              "condenser_skip_layer": config.num_hidden_layers // 2}
+              "condenser_skip_layer": config.num_hidden_layers // 2,
+              "gradient_cache_chunk": 0}  # coCondenser's step in one pass
 
     baseline_step = bert_mlm_step(args.plm, tokenizer, special, device, autocast)
 

@@ -1,7 +1,8 @@
 # Pre-training on the target corpus (SimLM §3.1 and the methods it is compared with): token-id shards, corpus
 # n-gram statistics (CDMAE only), one encoder per method, and the ablation of SimLM's Table 7: Retriever1
 # fine-tuned with BM25 negatives from each method's encoder (rules train_retriever ... evaluate, stage
-# ablation/{method}), summarised side by side.
+# ablation/{method}), summarised side by side. What a method needs is asked of its declaration (pretraining/methods.py).
+from dpr_pipeline.pretraining.methods import pretraining_method
 
 
 rule tokenize_corpus:
@@ -48,7 +49,9 @@ rule pretrain:
     input:
         tokens=token_shards,
         ngram_counts=lambda wc: (
-            [stage_file("tokens", "ngram_counts.npz", wc.dataset)] if wc.method == "cdmae" else []
+            [stage_file("tokens", "ngram_counts.npz", wc.dataset)]
+            if pretraining_method(wc.method).ngram_counts
+            else []
         ),
     output:
         model=directory(stage_file("pretrain", "{method}/model")),

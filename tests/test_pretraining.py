@@ -18,7 +18,7 @@ from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.pretraining import train as train_module
-from dpr_pipeline.pretraining.objectives import METHODS
+from dpr_pipeline.pretraining.methods import METHODS
 from dpr_pipeline.pretraining.token_importance import write_corpus_ngram_counts
 from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard
 
@@ -82,7 +82,7 @@ def losses_of(path):
 def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(method, scifact_tokens, tiny_bert,
                                                                                tmp_path):
     root, shards = scifact_tokens
-    params = pretrain_params(tiny_bert, method, gradient_cache_chunk=4 if method == "cocondenser" else 0)
+    params = pretrain_params(tiny_bert, method, gradient_cache_chunk=4)  # a span-pair step in chunks of 4
     train_module.pretrain(shards, tmp_path / "model", tmp_path / "checkpoints", tmp_path / "loss_log.jsonl", params,
                           ngram_counts=str(root / "ngram_counts.npz"))
     losses = losses_of(tmp_path / "loss_log.jsonl")

@@ -3,14 +3,14 @@
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
 from transformers import BertConfig, BertForMaskedLM
 
-from conftest import REPO
 from dpr_pipeline.pretraining import objectives
 from dpr_pipeline.pretraining.masking import bert_corrupt, content_positions, nested_mask, random_mask
-from dpr_pipeline.pretraining.objectives import (METHODS, ObjectiveSettings, PretrainingModel, SpecialTokens,
-                                                 TokenGenerator, cocondenser_step, local_causal_mask, sample_tokens)
+from dpr_pipeline.pretraining.methods import METHODS, ObjectiveSettings, pretraining_method
+from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, cocondenser_step,
+                                                 local_causal_mask, sample_tokens)
+from dpr_pipeline.pretraining.train import training_step
 from dpr_pipeline.training.distributed import Distributed
 
 SPECIAL = SpecialTokens(cls=1, sep=2, pad=0, mask=3)
@@ -28,7 +28,7 @@ def small_masked_lm(seed=0, dropout=0.0, layers=2, hidden=32):
 def make_model(method, **settings):
     settings = ObjectiveSettings(method=method, condenser_skip_layer=1, **settings)
     generator = TokenGenerator(small_masked_lm(seed=1, hidden=16), trainable=True) \
-        if method in objectives.GENERATOR_METHODS else None
+        if pretraining_method(method).generator else None
     return PretrainingModel(small_masked_lm(), settings, SPECIAL, generator)
 
 
@@ -47,14 +47,8 @@ def make_batch(rows=8, length=24, seed=0):
 
 def run(model, ids, mask, content, seed=0):
     torch.manual_seed(seed)
-    importance = torch.rand(ids.shape) if model.settings.method == "cdmae" else None
+    importance = torch.rand(ids.shape) if model.method.ngram_counts else None
     return model(ids, mask, content, importance)
-
-
-def test_methods_match_the_config_schema():
-    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"]
-    assert tuple(schema["method"]["enum"]) == METHODS
-    assert schema["ablation_methods"]["items"]["enum"] == ["none", *METHODS]
 
 
 def test_content_positions_exclude_special_tokens_and_padding():
@@ -100,7 +94,7 @@ def test_generator_replaces_at_the_simlm_rates_and_decoder_replacements_contain_
     model = make_model("simlm")
     ids, mask, content = make_batch(rows=64, length=64)
     torch.manual_seed(0)
-    x_enc, x_dec, enc_mask, dec_mask, losses = model._generator_inputs(ids, mask, content)
+    x_enc, x_dec, enc_mask, dec_mask, losses = model.generator_inputs(ids, mask, content)
     assert not (enc_mask & ~dec_mask).any()
     assert not ((x_enc != ids) & ~enc_mask).any() and not ((x_dec != ids) & ~dec_mask).any()
     assert enc_mask[content].float().mean().item() == pytest.approx(0.3, abs=0.02)
@@ -194,8 +188,8 @@ def test_seed_decoder_attends_to_exactly_k_previous_tokens():
     for layers, reached in ((1, [5, 6]), (3, [5, 6, 7, 8])):
         model = make_model("seed_encoder", seed_attention_span=2, seed_decoder_layers=layers).eval()
         bottleneck = torch.randn(1, 32)
-        base = model.decode(bottleneck, model._decoder_embeddings(ids), full)
-        moved = model.decode(bottleneck, model._decoder_embeddings(changed), full)
+        base = model.decode(bottleneck, model.decoder_embeddings(ids), full)
+        moved = model.decode(bottleneck, model.decoder_embeddings(changed), full)
         # one layer: token 5 reaches the outputs at 5 and 6 (predicting tokens 6 and 7) only; each further
         # layer widens the reach by k − 1 positions, never backwards
         assert ((moved - base).abs().amax(-1)[0] > 0).nonzero().flatten().tolist() == reached
@@ -213,7 +207,7 @@ def test_cocondenser_gradient_cache_equals_the_one_pass_gradient(monkeypatch):
     # masks drawn per position, not per call, so that one pass and chunks corrupt the same tokens
     monkeypatch.setattr(objectives, "random_mask", lambda eligible, rate: eligible & (
         torch.arange(eligible.shape[1]) % 3 == 1))
-    monkeypatch.setattr(PretrainingModel, "_bert_mask", lambda self, ids, mask: ids.masked_fill(mask, SPECIAL.mask))
+    monkeypatch.setattr(PretrainingModel, "bert_mask", lambda self, ids, mask: ids.masked_fill(mask, SPECIAL.mask))
     ids, mask, content = make_batch(rows=8, length=20)
     batch = {"input_ids": ids, "attention_mask": mask, "content": content}
     results = []
@@ -260,15 +254,56 @@ def test_a_frozen_generator_gets_no_gradient_and_no_loss():
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_the_model_holds_what_its_method_declares(method):
+    declared = METHODS[method]
+    model = make_model(method, decoder_layers=1, condenser_head_layers=3, seed_decoder_layers=2)
+    assert (model.generator is not None) == declared.generator
+    if declared.decoder is None:
+        assert model.decoder is None
+    else:
+        assert len(model.decoder) == getattr(model.settings, declared.decoder.depth)
+        last = model.encoder.encoder.layer[-1].state_dict()
+        first = model.decoder[0].state_dict()
+        assert all(torch.equal(first[k], last[k]) for k in last) == declared.decoder.copied
+    assert hasattr(model, "projection") == bool(declared.decoder and declared.decoder.projection)
+    assert hasattr(model, "rtd_head") == declared.replaced_token_head
+    # a replaced-token head predicts no tokens: the LM head's own layers stay frozen
+    assert model.lm_head.predictions.transform.dense.weight.requires_grad == (not declared.replaced_token_head)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_token_importance_is_read_exactly_by_the_methods_that_declare_ngram_counts(method):
+    """The rule gives the job the corpus n-gram counts only when the method declares them: a method without them
+    must run without token importance, and one with them must use it."""
+    model = make_model(method)
+    ids, mask, content = make_batch()
+
+    def loss(importance):
+        torch.manual_seed(0)
+        out = model(ids, mask, content, importance)
+        return out["loss"] if "loss" in out else out["mlm_sum"]
+
+    if not METHODS[method].ngram_counts:
+        assert torch.equal(loss(None), loss(torch.rand(ids.shape)))
+        return
+    with pytest.raises((TypeError, AttributeError)):
+        loss(None)
+    ramp = torch.arange(ids.shape[1], dtype=torch.float).expand(ids.shape)
+    assert not torch.equal(loss(ramp), loss(-ramp))
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_every_trainable_parameter_gets_a_gradient(method):
     """DDP (find_unused_parameters off) requires it: no trainable module may sit outside the loss."""
     model = make_model(method)
     ids, mask, content = make_batch()
+    batch = {"input_ids": ids, "attention_mask": mask, "content": content}
+    if model.method.ngram_counts:
+        batch["importance"] = torch.rand(ids.shape)
     torch.manual_seed(0)
-    if method == "cocondenser":
-        cocondenser_step(0)(model, {"input_ids": ids, "attention_mask": mask, "content": content}, Distributed())
-    else:
-        run(model, ids, mask, content)["loss"].backward()
+    loss = training_step(model.method, {"gradient_cache_chunk": 0})(model, batch, Distributed())
+    if loss.requires_grad:  # a step that back-propagates itself returns its loss detached
+        loss.backward()
     missing = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing
 

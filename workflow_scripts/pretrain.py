@@ -1,4 +1,5 @@
 import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.pretraining.methods import pretraining_method
 from dpr_pipeline.pretraining.train import pretrain
 from dpr_pipeline.cluster import processes_for
 from dpr_pipeline.training.launch import run_training
@@ -11,8 +12,5 @@ with logged(snakemake.log[0], snakemake.threads):
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,
                  loss_log=snakemake.output.loss_log, params=params,
                  ngram_counts=snakemake.input.ngram_counts[0] if snakemake.input.ngram_counts else None)
-    # coCondenser's span contrast (Eq. 6): each span against the other 2B - 2 spans of the global batch
-    negatives = ({"in_batch": True, "batch_size": params["batch_size"],
-                  "effective_per_query": 2 * params["batch_size"] - 2} if params["method"] == "cocondenser" else None)
     write_job_manifest(snakemake, f"pretrain/{params['method']}", seed=params["seed"], world_size=processes,
-                       negatives=negatives)
+                       negatives=pretraining_method(params["method"]).negatives(params["batch_size"]))

@@ -1,36 +1,5 @@
-"""The pre-training objectives, one ``forward`` each, on a BERT encoder with its masked-LM head.
-
-``method`` (config ``pretrain.method``) selects one; ``L`` is what the step minimises. "Content" positions are
-real tokens other than [CLS]/[SEP]/padding (:func:`~dpr_pipeline.pretraining.masking.content_positions`).
-
-================  =============================================================================================
-``simlm``         simlm.md §3.1, Eq. 1–2. A generator g fills masked positions: x_enc = Sample(g, Mask(x, p_enc)),
-                  x_dec = Sample(g, Mask(x, p_dec)), the decoder mask containing the encoder's. The encoder reads
-                  x_enc; the decoder (``decoder_layers`` Transformer layers initialised from the encoder's last
-                  ones) reads the encoder's last-layer [CLS] vector in place of its own [CLS] embedding,
-                  followed by its own embeddings of x_dec — [CLS] is the only path between them. Both predict
-                  the original token at every content position (the LM head is shared). L = L_enc + L_dec.
-``enc_dec_mlm``   SimLM Table 7: the same encoder–decoder, [MASK]-corrupted inputs (BERT's 80/10/10) at the
-                  same rates, loss on masked positions only.
-``enc_dec_rtd``   SimLM Table 7: the same inputs as ``simlm``; encoder and decoder instead detect which
-                  positions were replaced (ELECTRA's replaced-token detection, a shared binary head).
-``autoencoder``   SimLM Table 7: the encoder reads the original text, the decoder only [MASK] tokens and
-                  the [CLS] vector, and reconstructs every content token. L = L_dec.
-``mlm``           SimLM Table 7: BERT's masked LM at ``encoder_replace_rate``, no decoder.
-``condenser``     cocondenser.md Eq. 1–5: a head of ``condenser_head_layers`` new layers reads the late [CLS]
-                  and the token states after layer ``condenser_skip_layer`` (the skip connection) and predicts
-                  the masked tokens (MLM at ``encoder_replace_rate``, SimLM's Condenser setting). L = Eq. 5.
-``cocondenser``   cocondenser.md Eq. 6–7: Condenser on two random spans of each passage plus the span-pair
-                  contrastive loss over late [CLS] vectors; L = mean MLM + mean L_co. With
-                  ``gradient_cache_chunk`` > 0 the step uses gradient caching (§3.3, Eq. 9–12).
-``cdmae``         cdmae-challenging-decoder.md Eq. 1–9: encoder MLM at p_enc; the bottleneck is a linear
-                  projection of [CLS] (Eq. 4); a decoder of ``decoder_layers`` randomly initialised layers
-                  reconstructs a second masking at p_dec that masks high-AMI tokens first (Algorithm 1,
-                  σ = ``cdmae_sigma``). L = L_enc + L_dec, each a mean over its masked tokens.
-``seed_encoder``  seed-encoder.md Eq. 9: encoder MLM at p_enc plus a ``seed_decoder_layers``-layer
-                  autoregressive decoder that reads only [CLS] and, for each next token, the previous
-                  ``seed_attention_span`` tokens. L = L_MLM + L_dec.
-================  =============================================================================================
+"""The pre-training model: a BERT encoder with its masked-LM head, the modules its method declares, and the
+building blocks the methods' losses are written in (:mod:`~dpr_pipeline.pretraining.methods`); coCondenser's step.
 
 The encoder alone (``model.encoder``) is what the retrievers start from.
 """
@@ -39,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -48,29 +17,8 @@ from transformers.models.bert.modeling_bert import BertLayer
 
 from ..losses import at_least_float32, linear_cross_entropy_sum, span_contrastive_loss
 from .masking import bert_corrupt, nested_mask, random_mask
+from .methods import Decoder, ObjectiveSettings, pretraining_method
 from .token_importance import importance_aware_mask
-
-METHODS = ("simlm", "enc_dec_mlm", "enc_dec_rtd", "autoencoder", "mlm", "condenser", "cocondenser", "cdmae",
-           "seed_encoder")
-GENERATOR_METHODS = ("simlm", "enc_dec_rtd")
-
-
-@dataclass(frozen=True)
-class ObjectiveSettings:
-    method: str = "simlm"
-    encoder_replace_rate: float = 0.3
-    decoder_replace_rate: float = 0.5
-    decoder_layers: int = 2
-    condenser_skip_layer: int = 6
-    condenser_head_layers: int = 2
-    gradient_cache_chunk: int = 0
-    cdmae_sigma: float = 1.0
-    seed_decoder_layers: int = 3
-    seed_attention_span: int = 2
-
-    @classmethod
-    def from_params(cls, params: dict) -> "ObjectiveSettings":
-        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params})
 
 
 @dataclass(frozen=True)
@@ -183,15 +131,16 @@ def _masked_mean_lm(head: nn.Module, states: torch.Tensor, targets: torch.Tensor
 
 
 class PretrainingModel(nn.Module):
-    """The encoder (a ``BertForMaskedLM``: BERT + LM head) and whatever the method adds; ``forward`` → losses."""
+    """The encoder (a ``BertForMaskedLM``: BERT + LM head) and whatever its method declares; ``forward`` → the
+    method's losses."""
 
     def __init__(self, masked_lm: nn.Module, settings: ObjectiveSettings, special: SpecialTokens,
                  generator: TokenGenerator | None = None):
         super().__init__()
-        if settings.method not in METHODS:
-            raise ValueError(f"pre-training method {settings.method!r}: use one of {METHODS}")
-        if (generator is None) == (settings.method in GENERATOR_METHODS):
+        method = pretraining_method(settings.method)
+        if (generator is None) == method.generator:
             raise ValueError(f"method {settings.method!r} {'needs' if generator is None else 'takes no'} generator")
+        self.method = method
         self.settings = settings
         self.special = special
         self.masked_lm = masked_lm
@@ -199,27 +148,11 @@ class PretrainingModel(nn.Module):
         self.generator = generator
         config = self.encoder.config
         self.vocab_size = config.vocab_size
-        layers = self.encoder.encoder.layer
-        method = settings.method
-        if method in ("simlm", "enc_dec_mlm", "enc_dec_rtd", "autoencoder"):
-            if settings.decoder_layers > len(layers):
-                raise ValueError(f"decoder_layers {settings.decoder_layers} > the encoder's {len(layers)} layers")
-            last = layers[len(layers) - settings.decoder_layers:]
-            self.decoder = nn.ModuleList(copy.deepcopy(layer) for layer in last)
-        elif method in ("condenser", "cocondenser"):
-            if not 0 < settings.condenser_skip_layer < len(layers):
-                raise ValueError(f"condenser_skip_layer {settings.condenser_skip_layer}: must lie between 1 and "
-                                 f"{len(layers) - 1} (the encoder has {len(layers)} layers)")
-            self.decoder = self._new_layers(settings.condenser_head_layers)
-        elif method == "cdmae":
-            self.decoder = self._new_layers(settings.decoder_layers)
+        self.decoder = None if method.decoder is None else self._build_decoder(method.decoder)
+        if method.decoder is not None and method.decoder.projection:
             self.projection = nn.Linear(config.hidden_size, config.hidden_size)
             self.projection.apply(masked_lm._init_weights)
-        elif method == "seed_encoder":
-            self.decoder = self._new_layers(settings.seed_decoder_layers)
-        else:
-            self.decoder = None
-        if method == "enc_dec_rtd":
+        if method.replaced_token_head:
             # no token prediction: the LM head (but the word embeddings it shares) stays out of training, so DDP
             # finds no parameter without a gradient
             for parameter in self.lm_head.parameters():
@@ -229,6 +162,20 @@ class PretrainingModel(nn.Module):
                                           nn.Linear(config.hidden_size, 1))
             self.rtd_head.apply(masked_lm._init_weights)
 
+    def _build_decoder(self, decoder: Decoder) -> nn.ModuleList:
+        layers = self.encoder.encoder.layer
+        depth = getattr(self.settings, decoder.depth)
+        if decoder.reads_layer is not None:
+            read = getattr(self.settings, decoder.reads_layer)
+            if not 0 < read < len(layers):
+                raise ValueError(f"{decoder.reads_layer} {read}: must lie between 1 and {len(layers) - 1} (the "
+                                 f"encoder has {len(layers)} layers)")
+        if not decoder.copied:
+            return self._new_layers(depth)
+        if depth > len(layers):
+            raise ValueError(f"{decoder.depth} {depth} > the encoder's {len(layers)} layers")
+        return nn.ModuleList(copy.deepcopy(layer) for layer in layers[len(layers) - depth:])
+
     def _new_layers(self, count: int) -> nn.ModuleList:
         layers = nn.ModuleList(BertLayer(self.encoder.config) for _ in range(count))
         layers.apply(self.masked_lm._init_weights)
@@ -237,9 +184,12 @@ class PretrainingModel(nn.Module):
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         self.encoder.gradient_checkpointing_enable(**kwargs)
 
-    # -- building blocks ----------------------------------------------------------------------------------------
+    def forward(self, input_ids, attention_mask, content, importance=None) -> dict[str, torch.Tensor]:
+        return self.method.loss(self, input_ids, attention_mask, content, importance)
 
-    def _encode(self, input_ids, attention_mask, hidden_states: bool = False):
+    # -- building blocks of the methods' losses -----------------------------------------------------------------
+
+    def encode(self, input_ids, attention_mask, hidden_states: bool = False):
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=hidden_states)
 
     def decode(self, bottleneck: torch.Tensor, token_states: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
@@ -250,26 +200,54 @@ class PretrainingModel(nn.Module):
             hidden = layer(hidden, attention_mask=bias)
         return hidden
 
-    def _decoder_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def decoder_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The decoder embeds its own input with the encoder's embedding layer (shared, as in SimLM)."""
         return self.encoder.embeddings(input_ids=input_ids)
 
     @staticmethod
-    def _key_padding(attention_mask: torch.Tensor) -> torch.Tensor:
-        return attention_mask.bool()[:, None, None, :]
+    def decoder_attention(attention_mask: torch.Tensor, causal_span: int | None = None) -> torch.Tensor:
+        """[B, 1, Lq, Lk] bool, what each decoder position may attend to: every real token, or with
+        ``causal_span`` k only position 0 (the bottleneck) and the k previous tokens (:func:`local_causal_mask`)."""
+        allowed = attention_mask.bool()[:, None, None, :]
+        if causal_span is None:
+            return allowed
+        length = attention_mask.shape[1]
+        return local_causal_mask(length, causal_span, attention_mask.device)[None, None] & allowed
 
-    def _bert_mask(self, input_ids, mask):
-        return bert_corrupt(input_ids, mask, self.special.mask, self.vocab_size)
+    @staticmethod
+    def mask(content: torch.Tensor, rate: float) -> torch.Tensor:
+        """Mask(x, rate): each content position independently with probability ``rate``."""
+        return random_mask(content, rate)
 
-    # -- objectives ---------------------------------------------------------------------------------------------
-
-    def forward(self, input_ids, attention_mask, content, importance=None) -> dict[str, torch.Tensor]:
-        return getattr(self, f"_{self.settings.method}")(input_ids, attention_mask, content, importance)
-
-    def _generator_inputs(self, input_ids, attention_mask, content):
+    def nested_masks(self, content: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """SimLM's (encoder mask at p_enc, decoder mask at p_dec containing it)."""
         s = self.settings
         enc_mask = random_mask(content, s.encoder_replace_rate)
-        dec_mask = nested_mask(enc_mask, content, s.encoder_replace_rate, s.decoder_replace_rate)
+        return enc_mask, nested_mask(enc_mask, content, s.encoder_replace_rate, s.decoder_replace_rate)
+
+    def importance_mask(self, importance: torch.Tensor, content: torch.Tensor) -> torch.Tensor:
+        """CDMAE's decoder mask at p_dec, high-importance tokens first (Algorithm 1, σ = ``cdmae_sigma``)."""
+        s = self.settings
+        return importance_aware_mask(importance, content, s.decoder_replace_rate, s.cdmae_sigma)
+
+    def bert_mask(self, input_ids, mask):
+        """BERT's 80/10/10 corruption of the ``mask`` positions."""
+        return bert_corrupt(input_ids, mask, self.special.mask, self.vocab_size)
+
+    def lm_loss(self, states: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Mean token cross-entropy of the LM head over ``positions`` [B, L] of ``states`` [B, L, H]."""
+        return _masked_mean_lm(self.lm_head, states, targets, positions)
+
+    def replaced_token_loss(self, states: torch.Tensor, corrupted: torch.Tensor, original: torch.Tensor,
+                            content: torch.Tensor) -> torch.Tensor:
+        """ELECTRA's replaced-token detection over the content positions (the method's ``rtd_head``)."""
+        logits = at_least_float32(self.rtd_head(states[content]).squeeze(-1))
+        return F.binary_cross_entropy_with_logits(logits, (corrupted != original)[content].float())
+
+    def generator_inputs(self, input_ids, attention_mask, content):
+        """(x_enc, x_dec, encoder mask, decoder mask, {"generator": its MLM loss when trained}): the generator fills
+        SimLM's nested masks."""
+        enc_mask, dec_mask = self.nested_masks(content)
         x_enc, gen_enc = self.generator.replace(input_ids, attention_mask, enc_mask, self.special.mask)
         x_dec, gen_dec = self.generator.replace(input_ids, attention_mask, dec_mask, self.special.mask)
         losses = {}
@@ -277,91 +255,20 @@ class PretrainingModel(nn.Module):
             losses["generator"] = (gen_enc + (gen_dec if gen_dec is not None else gen_enc)) / 2
         return x_enc, x_dec, enc_mask, dec_mask, losses
 
-    def _encoder_decoder(self, x_enc, x_dec, attention_mask):
+    def encoder_decoder(self, x_enc, x_dec, attention_mask):
         """(encoder token states, decoder token states) for the SimLM-style bottleneck."""
-        encoded = self._encode(x_enc, attention_mask).last_hidden_state
-        decoded = self.decode(encoded[:, 0], self._decoder_embeddings(x_dec), self._key_padding(attention_mask))
+        encoded = self.encode(x_enc, attention_mask).last_hidden_state
+        decoded = self.decode(encoded[:, 0], self.decoder_embeddings(x_dec), self.decoder_attention(attention_mask))
         return encoded, decoded
-
-    @staticmethod
-    def _total(losses: dict) -> dict:
-        losses["loss"] = sum(losses.values())
-        return losses
-
-    def _simlm(self, input_ids, attention_mask, content, importance):
-        x_enc, x_dec, _, _, losses = self._generator_inputs(input_ids, attention_mask, content)
-        encoded, decoded = self._encoder_decoder(x_enc, x_dec, attention_mask)
-        losses["encoder"] = _masked_mean_lm(self.lm_head, encoded, input_ids, content)
-        losses["decoder"] = _masked_mean_lm(self.lm_head, decoded, input_ids, content)
-        return self._total(losses)
-
-    def _enc_dec_rtd(self, input_ids, attention_mask, content, importance):
-        x_enc, x_dec, _, _, losses = self._generator_inputs(input_ids, attention_mask, content)
-        encoded, decoded = self._encoder_decoder(x_enc, x_dec, attention_mask)
-        for name, states, corrupted in (("encoder", encoded, x_enc), ("decoder", decoded, x_dec)):
-            logits = at_least_float32(self.rtd_head(states[content]).squeeze(-1))
-            losses[name] = F.binary_cross_entropy_with_logits(logits, (corrupted != input_ids)[content].float())
-        return self._total(losses)
-
-    def _enc_dec_mlm(self, input_ids, attention_mask, content, importance):
-        s = self.settings
-        enc_mask = random_mask(content, s.encoder_replace_rate)
-        dec_mask = nested_mask(enc_mask, content, s.encoder_replace_rate, s.decoder_replace_rate)
-        encoded, decoded = self._encoder_decoder(self._bert_mask(input_ids, enc_mask),
-                                                 self._bert_mask(input_ids, dec_mask), attention_mask)
-        return self._total({"encoder": _masked_mean_lm(self.lm_head, encoded, input_ids, enc_mask),
-                            "decoder": _masked_mean_lm(self.lm_head, decoded, input_ids, dec_mask)})
-
-    def _autoencoder(self, input_ids, attention_mask, content, importance):
-        blank = input_ids.masked_fill(content, self.special.mask)
-        _, decoded = self._encoder_decoder(input_ids, blank, attention_mask)
-        return self._total({"decoder": _masked_mean_lm(self.lm_head, decoded, input_ids, content)})
-
-    def _mlm(self, input_ids, attention_mask, content, importance):
-        mask = random_mask(content, self.settings.encoder_replace_rate)
-        encoded = self._encode(self._bert_mask(input_ids, mask), attention_mask).last_hidden_state
-        return self._total({"encoder": _masked_mean_lm(self.lm_head, encoded, input_ids, mask)})
 
     def condenser_states(self, input_ids, attention_mask, content):
         """Condenser on an MLM-masked input: (late [CLS] vectors, head-loss sum, number of masked tokens)."""
-        mask = random_mask(content, self.settings.encoder_replace_rate)
-        out = self._encode(self._bert_mask(input_ids, mask), attention_mask, hidden_states=True)
+        mask = self.mask(content, self.settings.encoder_replace_rate)
+        out = self.encode(self.bert_mask(input_ids, mask), attention_mask, hidden_states=True)
         late_cls = out.last_hidden_state[:, 0]
         early = out.hidden_states[self.settings.condenser_skip_layer]
-        head = self.decode(late_cls, early, self._key_padding(attention_mask))
+        head = self.decode(late_cls, early, self.decoder_attention(attention_mask))
         return late_cls, lm_loss_sum(self.lm_head, head[mask], input_ids[mask]), mask.sum()
-
-    def _condenser(self, input_ids, attention_mask, content, importance):
-        _, loss_sum, count = self.condenser_states(input_ids, attention_mask, content)
-        return self._total({"head": loss_sum / count.clamp(min=1)})
-
-    def _cocondenser(self, input_ids, attention_mask, content, importance):
-        """Without gradient caching (the step function handles cross-device negatives and caching)."""
-        late_cls, loss_sum, count = self.condenser_states(input_ids, attention_mask, content)
-        return {"cls": late_cls, "mlm_sum": loss_sum, "masked": count}
-
-    def _cdmae(self, input_ids, attention_mask, content, importance):
-        s = self.settings
-        enc_mask = random_mask(content, s.encoder_replace_rate)
-        dec_mask = importance_aware_mask(importance, content, s.decoder_replace_rate, s.cdmae_sigma)
-        encoded = self._encode(self._bert_mask(input_ids, enc_mask), attention_mask).last_hidden_state
-        bottleneck = self.projection(encoded[:, 0])
-        decoded = self.decode(bottleneck, self._decoder_embeddings(self._bert_mask(input_ids, dec_mask)),
-                              self._key_padding(attention_mask))
-        return self._total({"encoder": _masked_mean_lm(self.lm_head, encoded, input_ids, enc_mask),
-                            "decoder": _masked_mean_lm(self.lm_head, decoded, input_ids, dec_mask)})
-
-    def _seed_encoder(self, input_ids, attention_mask, content, importance):
-        mask = random_mask(content, self.settings.encoder_replace_rate)
-        encoded = self._encode(self._bert_mask(input_ids, mask), attention_mask).last_hidden_state
-        length = input_ids.shape[1]
-        allowed = local_causal_mask(length, self.settings.seed_attention_span, input_ids.device)[None, None]
-        decoded = self.decode(encoded[:, 0], self._decoder_embeddings(input_ids),
-                              allowed & self._key_padding(attention_mask))
-        # position j predicts token j + 1 from [CLS] and tokens j−k+1 … j
-        return self._total({"encoder": _masked_mean_lm(self.lm_head, encoded, input_ids, mask),
-                            "decoder": _masked_mean_lm(self.lm_head, decoded[:, :-1], input_ids[:, 1:],
-                                                       content[:, 1:])})
 
 
 def _no_sync(model: nn.Module, last: bool):

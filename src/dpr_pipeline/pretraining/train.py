@@ -23,8 +23,8 @@ from ..io import atomic_output
 from ..training.distributed import Distributed
 from ..training.trainer import TrainingSettings, finish, train
 from .masking import content_positions
-from .objectives import (GENERATOR_METHODS, ObjectiveSettings, PretrainingModel, SpecialTokens, TokenGenerator,
-                         cocondenser_step)
+from .methods import ObjectiveSettings, PretrainingMethod, pretraining_method
+from .objectives import PretrainingModel, SpecialTokens, TokenGenerator
 from .token_importance import NgramCounts, ami_importance
 from .tokens import TokenizedCorpus, read_token_shards
 
@@ -34,8 +34,9 @@ RANDOM_GENERATOR = "random"
 
 
 class PassageData:
-    """Training examples for the trainer: passage ``index``'s token ids; for coCondenser two random spans of
-    it (each half the passage's content tokens, [CLS]/[SEP] around them), drawn from (seed, index, epoch)."""
+    """Training examples for the trainer: passage ``index``'s token ids; with ``span_pairs`` (coCondenser) two
+    random spans of it (each half the passage's content tokens, [CLS]/[SEP] around them), drawn from (seed, index,
+    epoch)."""
 
     def __init__(self, corpus: TokenizedCorpus, span_pairs: bool, seed: int):
         self.corpus = corpus
@@ -57,7 +58,8 @@ class PassageData:
 
 
 class PretrainingCollator:
-    """Pad a list of examples into ``input_ids``, ``attention_mask``, ``content`` (and CDMAE's token importance)."""
+    """Pad a list of examples into ``input_ids``, ``attention_mask``, ``content`` (and, given n-gram counts, the
+    token importance a method declaring ``ngram_counts`` reads)."""
 
     def __init__(self, special: SpecialTokens, ngram_counts: NgramCounts | None = None, window: int = 4):
         self.special = special
@@ -112,12 +114,17 @@ def build_model(params: dict, tokenizer) -> PretrainingModel:
     settings = ObjectiveSettings.from_params(params)
     masked_lm = load_masked_lm(params["plm"])
     generator = build_generator(params, masked_lm.config, masked_lm.config.vocab_size) \
-        if settings.method in GENERATOR_METHODS else None
+        if pretraining_method(settings.method).generator else None
     return PretrainingModel(masked_lm, settings, SpecialTokens.of(tokenizer), generator)
 
 
 def default_step(model, batch: dict, dist) -> torch.Tensor:
     return model(batch["input_ids"], batch["attention_mask"], batch["content"], batch.get("importance"))["loss"]
+
+
+def training_step(method: PretrainingMethod, params: dict):
+    """How ``method`` steps: its own step (coCondenser's) or one forward pass whose ``loss`` the trainer minimises."""
+    return default_step if method.step is None else method.step(params)
 
 
 def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir: str | Path,
@@ -126,17 +133,17 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
     dist = Distributed.from_environment()
     tokenizer = models.load_tokenizer(params["plm"])
     corpus = read_token_shards(token_shards, tokenizer)
-    method = params["method"]
-    counts = NgramCounts.load(ngram_counts) if method == "cdmae" else None
+    method = pretraining_method(params["method"])
+    counts = NgramCounts.load(ngram_counts) if method.ngram_counts else None
     torch.manual_seed(params["seed"])  # new layers and a random generator start the same in every run
     model = build_model(params, tokenizer)
-    data = PassageData(corpus, span_pairs=method == "cocondenser", seed=params["seed"])
+    data = PassageData(corpus, span_pairs=method.span_pairs, seed=params["seed"])
     collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"])
-    step = cocondenser_step(params["gradient_cache_chunk"]) if method == "cocondenser" else default_step
-    log.info("pre-training %s with %s on %d passages (%d tokens)", params["plm"], method, len(corpus),
+    step = training_step(method, params)
+    log.info("pre-training %s with %s on %d passages (%d tokens)", params["plm"], method.name, len(corpus),
              corpus.num_tokens)
     train(model, data, collate, step, TrainingSettings.from_params(params), checkpoint_dir,
-          cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method})")
+          cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})")
     if dist.is_main:
         with atomic_output(output_dir) as tmp:
             # [CLS] pooling: the representation the bottleneck pre-trains
