@@ -26,13 +26,12 @@ from pathlib import Path
 import yaml
 
 from .layout import checkpoint_dir, dataset_dir, stage_file
-from .stage_settings import biencoder_block
+from .stages import CHAIN
 
-#: Stages a seed can be varied for, and the config block holding their seed.
-SEEDED_STAGES = {**{stage: biencoder_block(stage) for stage in ("retriever1", "retriever2", "distill")},
-                 "reranker": "reranker"}
+#: Stages a seed can be varied for (the chain's trained stages), and the config block holding their seed.
+SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}
 #: The stage each one is read against: the one it improves on in the chain (SimLM Table 6).
-STAGE_BELOW = {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2", "distill": "retriever2"}
+STAGE_BELOW = {stage.name: stage.below for stage in CHAIN if stage.trains}
 
 
 def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) -> Path:

@@ -18,11 +18,10 @@ from pathlib import Path
 from .errors import DataError
 from .io import atomic_outputs
 from .metrics import NOT_SPLITS
+from .stages import STAGE_LABELS
 
 log = logging.getLogger(__name__)
 
-STAGE_LABELS = {"bm25": "BM25", "start": "Starting model (untrained)", "retriever1": "Retriever₁",
-                "retriever2": "Retriever₂", "reranker": "Re-ranker", "distill": "Retriever_distill"}
 QUERY_COUNT = "num_queries"
 MISSING = "–"
 
