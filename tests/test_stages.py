@@ -45,7 +45,7 @@ def test_gpu_rules_and_their_env_follow_from_the_declaration():
 def test_family_members_resolve_to_their_family_and_an_unknown_stage_is_named():
     assert stages.stage("ablation/cdmae") is stages.ABLATION and stages.stage("pretrain/simlm") is stages.PRETRAINING
     assert stages.stage("distill").block == "distill" and stages.stage("ablation/none").block == "retriever"
-    for unknown in ("retriever3", "ablation", "pretrain"):
+    for unknown in ("colbert", "ablation", "pretrain"):
         with pytest.raises(KeyError, match=f"stage '{unknown}' is not declared"):
             stages.stage(unknown)
 
@@ -112,3 +112,15 @@ def test_the_slurm_profile_puts_exactly_the_gpu_rules_on_the_gpu_partition(parse
     with_gpus = {name for name, rule in parsed_rules.items() if asks_for_gpus(rule)}
     assert on_gpu == with_gpus, f"GPU rules not on the gpu partition: {sorted(with_gpus - on_gpu)}; CPU rules " \
                                 f"on it: {sorted(on_gpu - with_gpus)} (profiles/slurm/config.yaml set-resources)"
+
+
+def test_the_architecture_docs_table_is_the_declaration():
+    """docs/architecture.md, "Stages, declared once": one row per declared stage, as declared."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text[text.index("| stage | label | kind |"):].split("\n\n", 1)[0].splitlines()[2:]
+    rows = [[cell.strip().strip("`") for cell in line.strip("|").split("|")] for line in table]
+    dash = "–"
+    expected = [[s.name + ("/{method}" if s in stages.FAMILIES else ""), s.label or dash, s.kind.name, s.block,
+                 s.trainer or dash, ", ".join(f"`{r}`" for r in s.kind.gpu_rules).strip("`") or dash]
+                for s in stages.CHAIN + stages.FAMILIES]
+    assert rows == expected
