@@ -97,8 +97,8 @@ def resources_of(rule_name):
 
 
 def torch_env(rule_name):
-    """The conda env of a rule that runs PyTorch (relative to this folder): envs/torch-gpu.yaml for a GPU rule
-    (the rules resources_of gives GPUs), envs/torch.yaml for the others (src/dpr_pipeline/stages.py)."""
+    """The conda env, relative to rules/, of a PyTorch job: envs/torch-gpu.yaml where resources_of gives the
+    rule GPUs, else envs/torch.yaml (src/dpr_pipeline/stages.py)."""
     return f"../{stages.torch_env(rule_name)}"
 
 
