@@ -1,6 +1,7 @@
 # Shared set-up: config validation, the library on the path, the stage lists and the lookups every rule uses
-# (splits, threads, resources, the conda env of a PyTorch rule). A job's stage parameters: dpr_pipeline.stage_settings (`settings`); input
-# functions: rules/inputs.smk; the report's and the default target's file lists: rules/report_inputs.smk.
+# (splits, threads, resources, the conda env of a PyTorch job). A job's stage parameters:
+# dpr_pipeline.stage_settings (`settings`); input functions: rules/inputs.smk; the report's and the default
+# target's file lists: rules/report_inputs.smk.
 import re
 import sys
 from pathlib import Path
