@@ -1,5 +1,5 @@
 # dpr_pipeline: the SimLM dense-retrieval training pipeline (https://arxiv.org/abs/2207.02578) as a workflow.
-# Run `snakemake` for the datasets in config.yaml's run_datasets, or name a target, e.g.
+# Run `snakemake` for the datasets in the config's run_datasets (default [scifact]), or name a target, e.g.
 #   snakemake results/scifact/distill/metrics.json
 from snakemake.utils import min_version
 

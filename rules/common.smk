@@ -1,6 +1,7 @@
 # Shared set-up: config validation, the library on the path, the stage lists and the lookups every rule uses
-# (splits, threads, resources). A job's stage parameters: dpr_pipeline.stage_settings (`settings`); input
-# functions: rules/inputs.smk; the report's and the default target's file lists: rules/report_inputs.smk.
+# (splits, threads, resources, the conda env of a PyTorch job). A job's stage parameters:
+# dpr_pipeline.stage_settings (`settings`); input functions: rules/inputs.smk; the report's and the default
+# target's file lists: rules/report_inputs.smk.
 import re
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ SRC = str(Path(workflow.basedir) / "src")
 sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 import dpr_pipeline.stage_settings as settings
-from dpr_pipeline.cluster import GPU_INFERENCE_RULES, GPU_TRAINING_RULES, job_resources, scaled
+import dpr_pipeline.stages as stages
+from dpr_pipeline.cluster import job_resources, scaled
 from dpr_pipeline.config import train_split_of, validate_config
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  model_dir, release_dir, stage_file)
@@ -27,15 +29,16 @@ SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())
 # for the top-level blocks and a dataset's overrides alike, dataset names checked
 validate_config(config, SCHEMA_FILE)
 
-# Stages in pipeline order (SimLM Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec. `start` is
-# the bi-encoders' starting model (retriever.plm, untrained), the row every trained stage is read against.
-STAGES = ["bm25", "start", "retriever1", "retriever2", "reranker", "distill"]
+# The stage lists, from their declaration (src/dpr_pipeline/stages.py). The chain in pipeline order (SimLM
+# Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
+STAGES = stages.chain()
 # Pre-training methods (config pretrain.method); the ablation fine-tunes Retriever1 from each (and from `none`,
 # the un-pre-trained plm) under results/{dataset}/ablation/{method}/, as SimLM's Table 7 does.
 PRETRAIN_METHODS = SCHEMA["$defs"]["pretrain"]["properties"]["method"]["enum"]
 ABLATION_STAGES = [f"ablation/{method}" for method in ["none"] + PRETRAIN_METHODS]
-# Stages with an encoder, a corpus index and dense runs.
-BIENCODERS = ["start", "retriever1", "retriever2", "distill"] + ABLATION_STAGES
+# Stages with an encoder, a corpus index and dense runs; stages that re-rank another stage's runs.
+BIENCODERS = stages.chain(stages.BIENCODER) + ABLATION_STAGES
+CROSS_ENCODERS = stages.chain(stages.CROSS_ENCODER)
 
 
 wildcard_constraints:
@@ -86,12 +89,18 @@ def resources_of(rule_name):
         "runtime": lambda wildcards, attempt: scaled(first(wildcards)["runtime"], attempt),
         "gpu": 0,
     }
-    if rule_name in GPU_TRAINING_RULES:
-        block = GPU_TRAINING_RULES[rule_name]
+    if rule_name in stages.GPU_TRAINING_RULES:
+        block = stages.GPU_TRAINING_RULES[rule_name]
         resources["gpu"] = lambda wildcards: settings.training_processes(config, wildcards.dataset, block)
-    elif rule_name in GPU_INFERENCE_RULES:
+    elif rule_name in stages.GPU_INFERENCE_RULES:
         resources["gpu"] = 1
     return resources
+
+
+def torch_env(rule_name):
+    """The conda env, relative to rules/, of a PyTorch job: envs/torch-gpu.yaml where resources_of gives the
+    rule GPUs, else envs/torch.yaml (src/dpr_pipeline/stages.py)."""
+    return f"../{stages.torch_env(rule_name)}"
 
 
 def ablation_methods(wildcards):

@@ -61,7 +61,7 @@ rule release_model:
     output:
         directory(release_dir("{stage}")),
     wildcard_constraints:
-        stage="|".join(BIENCODERS + ["reranker"]),
+        stage="|".join(BIENCODERS + CROSS_ENCODERS),
     threads: threads_of("release_model")
     resources:
         **resources_of("release_model"),
@@ -70,6 +70,6 @@ rule release_model:
     benchmark:
         benchmark_file("release_model_{stage}")
     conda:
-        "../envs/torch.yaml"
+        torch_env("release_model")
     script:
         "../workflow_scripts/release_model.py"

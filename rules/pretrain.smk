@@ -20,7 +20,7 @@ rule tokenize_corpus:
     benchmark:
         benchmark_file("tokenize_corpus_{shard}")
     conda:
-        "../envs/torch.yaml"
+        torch_env("tokenize_corpus")
     script:
         "../workflow_scripts/tokenize_corpus.py"
 
@@ -40,7 +40,7 @@ rule count_ngrams:
     benchmark:
         benchmark_file("count_ngrams")
     conda:
-        "../envs/torch.yaml"
+        torch_env("count_ngrams")
     script:
         "../workflow_scripts/count_ngrams.py"
 
@@ -68,7 +68,7 @@ rule pretrain:
     benchmark:
         benchmark_file("pretrain_{method}")
     conda:
-        "../envs/torch.yaml"
+        torch_env("pretrain")
     script:
         "../workflow_scripts/pretrain.py"
 

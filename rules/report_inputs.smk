@@ -19,14 +19,15 @@ def final_targets():
 
 
 # The report (rules/report.smk): what it plots and which jobs' benchmark files it reads.
-# Training stages with a loss_log.jsonl: the main chain, each pre-training method, each ablation Retriever1.
-TRAINED_STAGES = ["retriever1", "retriever2", "reranker", "distill"]
+# Training stages with a loss_log.jsonl: the main chain's (declared in src/dpr_pipeline/stages.py); the report
+# adds each pre-training method and each ablation Retriever1.
+TRAINED_STAGES = stages.trained()
 
 
 def report_targets(dataset):
     """The report's files of a dataset (part of the default target)."""
-    stages = TRAINED_STAGES + settings.pretraining_in_chain(config, dataset)
-    return ([stage_file(stage, "loss_curve.png", dataset) for stage in stages]
+    trained = TRAINED_STAGES + settings.pretraining_in_chain(config, dataset)
+    return ([stage_file(stage, "loss_curve.png", dataset) for stage in trained]
             + [stage_file(stage, "metrics.html", dataset) for stage in STAGES]
             + [stage_file("report", "score_distributions.png", dataset)]
             + [stage_file("report", f"throughput.{ext}", dataset) for ext in ("tsv", "html", "png")])
@@ -51,7 +52,7 @@ def benchmarked_jobs(wildcards):
     train, evals = train_split(wildcards), eval_splits(wildcards)
     with_train = list(dict.fromkeys([train] + evals))
     queries = lambda split: data_file(f"queries_{split}.parquet", ds)
-    biencoders = ["start", "retriever1", "retriever2", "distill"]
+    biencoders = stages.chain(stages.BIENCODER)
     jobs = [rule_job(rules.encode_corpus, "corpus encoding", f"{stage} shard {shard}", "passages", "ids",
                      dataset=ds, stage=stage, shard=shard)
             for stage in biencoders for shard in range(settings.encoding(config, ds)["encode_shards"])]
@@ -66,9 +67,7 @@ def benchmarked_jobs(wildcards):
     jobs += [rule_job(rules.teacher_scores_shard, "teacher scoring", f"shard {shard}", "query-passage pairs",
                       dataset=ds, shard=shard)
              for shard in range(settings.reranker(config, ds)["teacher_shards"])]
-    training = {"retriever1": (rules.train_retriever, {"stage": "retriever1"}),
-                "retriever2": (rules.train_retriever, {"stage": "retriever2"}),
-                "reranker": (rules.train_reranker, {}), "distill": (rules.train_distill, {})}
+    training = {stage: (getattr(rules, stages.stage(stage).trainer), {"stage": stage}) for stage in TRAINED_STAGES}
     training.update({stage: (rules.pretrain, {"method": stage.split("/", 1)[1]})
                      for stage in settings.pretraining_in_chain(config, ds)})
     jobs += [rule_job(rule, "training", stage, "steps", "loss_log", dataset=ds, **chosen)

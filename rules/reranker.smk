@@ -22,7 +22,7 @@ rule train_reranker:
     benchmark:
         benchmark_file("train_reranker")
     conda:
-        "../envs/torch-gpu.yaml"
+        torch_env("train_reranker")
     script:
         "../workflow_scripts/train_reranker.py"
 
@@ -46,7 +46,7 @@ rule rerank:
     benchmark:
         benchmark_file("rerank_{split}")
     conda:
-        "../envs/torch-gpu.yaml"
+        torch_env("rerank")
     script:
         "../workflow_scripts/rerank.py"
 
@@ -69,7 +69,7 @@ rule teacher_scores_shard:
     benchmark:
         benchmark_file("teacher_scores_{shard}")
     conda:
-        "../envs/torch-gpu.yaml"
+        torch_env("teacher_scores_shard")
     script:
         "../workflow_scripts/teacher_scores.py"
 
@@ -113,7 +113,7 @@ rule train_distill:
     benchmark:
         benchmark_file("train_distill")
     conda:
-        "../envs/torch-gpu.yaml"
+        torch_env("train_distill")
     script:
         "../workflow_scripts/train_distill.py"
 

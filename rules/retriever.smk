@@ -19,7 +19,7 @@ rule starting_model:
     benchmark:
         benchmark_file("starting_model")
     conda:
-        "../envs/torch.yaml"
+        torch_env("starting_model")
     script:
         "../workflow_scripts/starting_model.py"
 
@@ -40,7 +40,7 @@ rule train_retriever:
         loss_log=stage_file("{stage}", "loss_log.jsonl"),
         manifest=stage_file("{stage}", "manifest.json"),
     wildcard_constraints:
-        stage="|".join(["retriever1", "retriever2"] + ABLATION_STAGES),
+        stage="|".join(stages.trained_by("train_retriever") + ABLATION_STAGES),
     params:
         retriever=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
         checkpoints=checkpoint_dir("{stage}"),
@@ -52,7 +52,7 @@ rule train_retriever:
     benchmark:
         benchmark_file("train_{stage}")
     conda:
-        "../envs/torch-gpu.yaml"
+        torch_env("train_retriever")
     script:
         "../workflow_scripts/train_retriever.py"
 
@@ -78,7 +78,7 @@ rule encode_corpus:
     benchmark:
         benchmark_file("encode_corpus_{stage}_{shard}")
     conda:
-        "../envs/torch-gpu.yaml"
+        torch_env("encode_corpus")
     script:
         "../workflow_scripts/encode_corpus.py"
 
@@ -101,7 +101,7 @@ rule build_index:
     benchmark:
         benchmark_file("build_index_{stage}")
     conda:
-        "../envs/torch.yaml"
+        torch_env("build_index")
     script:
         "../workflow_scripts/build_index.py"
 
@@ -128,7 +128,7 @@ rule dense_search:
     benchmark:
         benchmark_file("dense_search_{stage}_{split}")
     conda:
-        "../envs/torch-gpu.yaml"
+        torch_env("dense_search")
     script:
         "../workflow_scripts/dense_search.py"
 

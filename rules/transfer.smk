@@ -92,7 +92,7 @@ use rule evaluate as transfer_evaluate with:
     output:
         stage_file("{stage}", "transfer/{target}/metrics.json"),
     wildcard_constraints:
-        stage="|".join(BIENCODERS + ["reranker"]),
+        stage="|".join(BIENCODERS + CROSS_ENCODERS),
     log:
         log_file("transfer_evaluate_{stage}_{target}"),
     benchmark:

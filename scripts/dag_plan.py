@@ -8,11 +8,16 @@ leaves a plan unchanged:
 
 Every job is planned (``--forceall``), whatever exists under results/. ``--configfile`` as in snakemake. The Slurm
 profile's per-rule partitions are not part of the plan (they live in profiles/slurm/config.yaml).
+
+``--rules`` prints each rule of the parsed workflow instead (no DAG): the GPUs it asks for (a number, or
+"per job" where a function of the job's wildcards sets them) and its conda env; tests/test_stages.py checks
+them against the stages' declaration and the Slurm profile.
 """
 import argparse
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from snakemake.api import SnakemakeApi
@@ -49,14 +54,32 @@ def job_plan(job) -> dict:
             "conda_env": _plain(job.rule.conda_env)}
 
 
-def plan(targets: list[str], configfiles: list[str]) -> list[dict]:
+@contextmanager
+def parsed_workflow(configfiles: list[str]):
+    """Snakemake's API object of this checkout's workflow with ``configfiles``, run from the repository root."""
     os.chdir(REPO)
     with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
-        workflow_api = api.workflow(
+        yield api.workflow(
             resource_settings=ResourceSettings(cores=256),
             config_settings=ConfigSettings(configfiles=[Path(f).resolve() for f in configfiles]),
             storage_settings=StorageSettings(), workflow_settings=WorkflowSettings(),
             deployment_settings=DeploymentSettings(), snakefile=REPO / "Snakefile", workdir=REPO)
+
+
+def rule_declarations(configfiles: list[str]) -> dict[str, dict]:
+    """``{rule: {"gpu": n or "per job", "conda_env": env}}`` of every rule as parsed (no DAG is built)."""
+    with parsed_workflow(configfiles) as workflow_api:
+        rules = workflow_api._workflow.rules
+        declared = {}
+        for rule in rules:
+            gpu = rule.resources.get("gpu")
+            gpu = getattr(gpu, "_value", gpu)  # a Resource holds the declared value, a number or a function
+            declared[rule.name] = {"gpu": "per job" if callable(gpu) else gpu, "conda_env": _plain(rule.conda_env)}
+    return declared
+
+
+def plan(targets: list[str], configfiles: list[str]) -> list[dict]:
+    with parsed_workflow(configfiles) as workflow_api:
         dag_api = workflow_api.dag(DAGSettings(targets=set(targets), forceall=True))
         workflow = dag_api.workflow_api._workflow
         workflow.dag_settings = dag_api.dag_settings
@@ -70,8 +93,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="*", help="files or rules (none: the default target)")
     parser.add_argument("--configfile", action="append", default=[], help="as snakemake's, repeatable")
+    parser.add_argument("--rules", action="store_true", help="each rule's GPUs and conda env instead of a plan")
     args = parser.parse_args(argv)
-    json.dump(plan(args.targets, args.configfile), sys.stdout, indent=1, sort_keys=True)
+    if args.rules:
+        json.dump(rule_declarations(args.configfile), sys.stdout, indent=1, sort_keys=True)
+    else:
+        json.dump(plan(args.targets, args.configfile), sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
 
 

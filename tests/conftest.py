@@ -95,6 +95,14 @@ def tiny_bert(tmp_path_factory) -> Path:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny") / "bert")
 
 
+def config_block(config: dict, *keys: str) -> dict:
+    """``config[k1][k2]…``, made (empty) where it is missing: config.yaml leaves the top-level blocks (``stages``,
+    ``fetch``, …) to the schema's defaults, so a test that changes one of their keys starts it."""
+    for key in keys:
+        config = config.setdefault(key, {})
+    return config
+
+
 def tiny_scifact_config(tiny: str) -> dict:
     """The bundled config.yaml with its SciFact chain on a tiny BERT (``tiny``: its folder): the workflow tests'
     starting point (fast settings; the tiny BERT's 128 positions bound every length)."""

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import DOCS, QUERIES, REPO, write_beir, write_msmarco
+from conftest import DOCS, QUERIES, REPO, config_block, write_beir, write_msmarco
 from dpr_pipeline import models
 from dpr_pipeline.config import ConfigError, load_config
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
@@ -377,7 +377,7 @@ def _(tmp, bert):
 
 @case("config-wrong-type", ConfigError, "config.stages.retriever.batch_size: '64' is not of type 'integer'")
 def _(tmp, bert):
-    return shipped_config_call(tmp, lambda c: c["stages"]["retriever"].update(batch_size="64"))
+    return shipped_config_call(tmp, lambda c: config_block(c, "stages", "retriever").update(batch_size="64"))
 
 
 @case("config-missing-required-key", ConfigError, "config.datasets.scifact: 'path' is a required property")
@@ -402,7 +402,7 @@ def _(tmp, bert):
 
 @case("config-unknown-pretrain-method", ConfigError, "config.stages.pretrain.method: 'simcse' is not one of")
 def _(tmp, bert):
-    return shipped_config_call(tmp, lambda c: c["stages"].setdefault("pretrain", {}).update(method="simcse"))
+    return shipped_config_call(tmp, lambda c: config_block(c, "stages", "pretrain").update(method="simcse"))
 
 
 @case("config-min-relevance-zero", ConfigError, "config.datasets.scifact.min_relevance: 0 is less than the minimum of 1")

@@ -5,7 +5,8 @@ import copy
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, config_block
+from dpr_pipeline.cluster import BUILTIN_DEFAULT
 from dpr_pipeline.config import ConfigError, load_config, stage_params, validate_config
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -16,6 +17,47 @@ def test_shipped_config_is_valid_and_scifact_is_the_default():
     config = load_config(REPO / "config.yaml")
     assert config["run_datasets"] == ["scifact"]
     assert config["datasets"]["scifact"]["path"] == "data/scifact"
+
+
+def leaf_keys(config: dict, prefix: tuple = ()) -> list[tuple]:
+    """Every key path of ``config`` that holds a value (a mapping's keys are followed, a list is one value)."""
+    return [path for key, value in config.items()
+            for path in (leaf_keys(value, prefix + (key,)) if isinstance(value, dict) and value else [prefix + (key,)])]
+
+
+def keys_set_to_their_default(config: dict) -> list[str]:
+    """The keys of ``config`` outside ``datasets`` whose removal leaves the validated config unchanged: set to the
+    schema's default (``resources.default``: to cluster.BUILTIN_DEFAULT, which fills in for it)."""
+    validated = validate_config(copy.deepcopy(config))
+    found = []
+    for path in leaf_keys({key: value for key, value in config.items() if key != "datasets"}):
+        trimmed = copy.deepcopy(config)
+        parent = trimmed
+        for key in path[:-1]:
+            parent = parent[key]
+        del parent[path[-1]]
+        if path[:2] == ("resources", "default"):
+            if config["resources"]["default"][path[-1]] == BUILTIN_DEFAULT[path[-1]]:
+                found.append(".".join(path))
+        elif validate_config(trimmed) == validated:
+            found.append(".".join(path))
+    return found
+
+
+def test_config_yaml_sets_no_key_to_its_default():
+    """One source for the defaults: the schema (docs/architecture.md, "Configuration"); config.yaml's top level
+    sets only what differs from it."""
+    assert keys_set_to_their_default(CONFIG) == []
+
+
+def test_a_key_set_to_its_default_is_found():
+    config = copy.deepcopy(CONFIG)
+    config_block(config, "stages", "retriever").update(epochs=3, temperature=0.05)   # the default, and not
+    config_block(config, "stages", "mining", "bm25")["keep"] = 30
+    config["run_datasets"] = ["scifact"]
+    config_block(config, "resources", "default").update(threads=1, mem_mb=8000)
+    assert sorted(keys_set_to_their_default(config)) == ["resources.default.threads", "run_datasets",
+                                                         "stages.mining.bm25.keep", "stages.retriever.epochs"]
 
 
 def test_schema_defaults_are_the_papers_values():
@@ -49,7 +91,7 @@ def test_msmarco_uses_paper_values_and_scifact_cpu_values():
 
 
 @pytest.mark.parametrize("edit, key", [
-    (lambda c: c["stages"]["bm25"].update(kk=1), "'kk' was unexpected"),
+    (lambda c: config_block(c, "stages", "bm25").update(kk=1), "'kk' was unexpected"),
     (lambda c: c["datasets"]["scifact"].update(formt="beir"), "'formt' was unexpected"),
     (lambda c: c["datasets"]["scifact"]["stages"]["bm25"].update(depht=5), "datasets.scifact.stages.bm25"),
     (lambda c: c.update(extra=1), "'extra' was unexpected"),
@@ -94,7 +136,7 @@ def test_safe_dataset_names_pass():
 def test_top_level_and_dataset_blocks_give_the_same_form():
     """The same misspelt key at the top level and in a dataset's override: `config key …: … Fix: …` both."""
     top, per_dataset = copy.deepcopy(CONFIG), copy.deepcopy(CONFIG)
-    top["stages"]["bm25"]["kk"] = 3
+    config_block(top, "stages", "bm25")["kk"] = 3
     per_dataset["datasets"]["scifact"]["stages"]["bm25"] = {"kk": 3}
     messages = []
     for config in (top, per_dataset):
@@ -109,9 +151,9 @@ def test_top_level_and_dataset_blocks_give_the_same_form():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where, edit, expected", [
-    ("top-level", lambda c: c["stages"]["retriever"].update(batch_size="64"),
+    ("top-level", lambda c: config_block(c, "stages", "retriever").update(batch_size="64"),
      "config key config.stages.retriever.batch_size: '64' is not of type 'integer'. Fix: write it as integer"),
-    ("top-level", lambda c: c["stages"]["bm25"].update(kk=3),
+    ("top-level", lambda c: config_block(c, "stages", "bm25").update(kk=3),
      "config key config.stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: correct or "
      "remove the key"),
     ("dataset", lambda c: c["datasets"]["scifact"]["stages"].update(bm25={"kk": 3}),

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, copy_repo, planned_jobs, run_snakemake, slurm_dry_run
+from conftest import REPO, config_block, copy_repo, planned_jobs, run_snakemake, slurm_dry_run
 from dpr_pipeline.config import ConfigError
 from dpr_pipeline.download import download_file
 from dpr_pipeline.errors import FetchError
@@ -196,7 +196,7 @@ def _workflow_config(tmp_path, datasets, **fetch):
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["datasets"], config["run_datasets"] = datasets, []
     config["fetch"] = {"cache": str(tmp_path / "ir_datasets_cache"), "local": False, "retries": 0, **fetch}
-    config["stages"]["bm25"]["threads"] = 1
+    config_block(config, "stages", "bm25")["threads"] = 1
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
 
 

@@ -1,6 +1,7 @@
 """The parameters each job gets (dpr_pipeline.stage_settings), from a validated config without Snakemake."""
 
 import copy
+import re
 
 import pytest
 
@@ -153,3 +154,14 @@ def test_a_retriever_cannot_start_from_a_model_its_own_block_trains(plm):
     config["datasets"]["a"]["stages"]["retriever"]["plm"] = plm
     with pytest.raises(ConfigError, match=f"stages.retriever.plm: '{plm}' is a model this block trains"):
         validate_config(config)
+
+
+def test_the_rules_read_no_stage_block_themselves():
+    """A job's stage parameters come from one function per stage (``settings.<stage>(…)``): no rule or input
+    function reads ``config["stages"]`` or merges a block with ``stage_params`` (comments aside)."""
+    from conftest import REPO
+
+    for rules in sorted((REPO / "rules").glob("*.smk")):
+        code = [line for line in rules.read_text().splitlines() if not line.lstrip().startswith("#")]
+        assert not [line for line in code if re.search(r"""\["stages"\]|\.get\("stages"|stage_params\(""", line)
+                    and 'config["transfer"]["stages"]' not in line], rules.name

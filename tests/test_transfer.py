@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, planned_jobs, run_snakemake
+from conftest import REPO, config_block, planned_jobs, run_snakemake
 from dpr_pipeline.config import ConfigError, train_split_of, validate_config
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import DataError
@@ -75,7 +75,7 @@ def test_an_evaluation_only_dataset_validates_and_has_no_train_split():
      r"datasets.arguana_mini.transfer_to: dataset 'arguana_mini' has no train_split"),
     (lambda c: c.update(transfer={"metric": "nDCG@20"}), r"transfer.metric: 'nDCG@20' is not one of"),
     (lambda c: c.update(transfer={"stages": ["bm25"]}), r"config.transfer.stages\[0\]"),
-    (lambda c: c["stages"]["bm25"].update(remove_query_id_hits=True), r"'remove_query_id_hits' was unexpected"),
+    (lambda c: config_block(c, "stages", "bm25").update(remove_query_id_hits=True), r"'remove_query_id_hits' was unexpected"),
 ])
 def test_bad_transfer_configuration_is_rejected_by_name(change, message):
     config = config_with_arguana()

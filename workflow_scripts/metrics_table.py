@@ -1,5 +1,5 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.summary import STAGE_LABELS
+from dpr_pipeline.stages import STAGE_LABELS
 from dpr_pipeline.tables import write_metrics_table
 from dpr_pipeline.workflow import logged
 

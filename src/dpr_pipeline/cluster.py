@@ -7,9 +7,11 @@ partitions, accounts and anything else cluster-specific live in a profile (``pro
   (``resources.<rule>``, falling back to ``resources.default``), overridden per dataset under
   ``datasets.<name>.resources.<rule>`` (MS MARCO needs hours and tens of GB where the bundled SciFact needs
   minutes and one GB). A retry (``--retries``) multiplies memory and runtime by the attempt number.
-* ``gpu``: GPU rules ask for GPUs, CPU rules for none. Training rules ask for the stage's ``processes`` GPUs
-  and launch ``torchrun --nproc_per_node={resources.gpu}`` (one process per GPU, :func:`processes_for`);
-  encoding, search, re-ranking and teacher scoring ask for one GPU per job (more parallelism = more shards).
+* ``gpu``: GPU rules ask for GPUs, CPU rules for none; which rules are GPU rules follows from the stages'
+  declaration (:mod:`dpr_pipeline.stages`: ``GPU_TRAINING_RULES``, ``GPU_INFERENCE_RULES``). Training rules ask
+  for the stage's ``processes`` GPUs and launch ``torchrun --nproc_per_node={resources.gpu}`` (one process per
+  GPU, :func:`processes_for`); encoding, search, re-ranking and teacher scoring ask for one GPU per job (more
+  parallelism = more shards).
 """
 
 from __future__ import annotations
@@ -18,12 +20,6 @@ from typing import Any, Mapping
 
 #: The first attempt's resources of a rule that ``resources`` does not name.
 BUILTIN_DEFAULT = {"threads": 1, "mem_mb": 4000, "runtime": 60}
-
-#: Rules that run on a GPU when one is lent (the others are CPU rules): the trainers ask for ``processes`` GPUs,
-#: the inference rules for one.
-GPU_TRAINING_RULES = {"pretrain": "pretrain", "train_retriever": "retriever", "train_reranker": "reranker",
-                      "train_distill": "distill"}
-GPU_INFERENCE_RULES = ("encode_corpus", "dense_search", "rerank", "teacher_scores_shard")
 
 
 def job_resources(config: Mapping[str, Any], dataset: str, rule: str) -> dict[str, int]:

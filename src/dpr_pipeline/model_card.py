@@ -38,12 +38,12 @@ from .errors import DataError
 from .io import atomic_output
 from .layout import stage_file
 from .manifest import SNAKEMAKE_MARKER, file_sha256
+from .stages import ABLATION, CROSS_ENCODER, stage as declared
 
 
 log = logging.getLogger(__name__)
 
 CARD_FILE = "README.md"
-CROSS_ENCODER_STAGES = ("reranker",)
 #: metrics.json's keys that are not splits (metrics.NOT_SPLITS; not imported: the release job's environment has
 #: no ir-measures)
 NOT_SPLITS = ("provenance", "counts", "per_query")
@@ -66,7 +66,7 @@ _NEGATIVES = {
 
 
 def is_cross_encoder(stage: str) -> bool:
-    return stage in CROSS_ENCODER_STAGES
+    return declared(stage).kind == CROSS_ENCODER
 
 
 def stage_settings(parameters: Mapping[str, Any]) -> dict:
@@ -232,7 +232,8 @@ def _training_data(facts: Mapping, settings: Mapping) -> str:
     collection = (config.get("datasets") or {}).get(dataset, {})
     inputs = facts.get("inputs") or {}
     negatives = facts.get("negatives") or {}
-    source = _NEGATIVES.get(stage, _NEGATIVES["retriever1"])  # ablation/{method}: Retriever₁'s recipe
+    recipe = "retriever1" if declared(stage) is ABLATION else stage  # ablation/{method}: Retriever₁'s recipe
+    source = _NEGATIVES.get(recipe, "its training negatives")
     rows = [["dataset", f"`{dataset}` (format `{collection.get('format')}`, `{collection.get('path')}`)"],
             ["split", f"`{collection.get('train_split')}`"],
             ["queries trained on", f"{negatives.get('queries_trained')} of the {negatives.get('queries')} "
@@ -301,7 +302,8 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
                         for split, values in per_split.items()],
         }]
     kind = "cross-encoder re-ranker" if cross else "bi-encoder (dense retriever)"
-    title = _STAGE_NAMES.get(stage, f"Retriever₁ of the pre-training ablation (`{stage}`)")
+    title = (f"Retriever₁ of the pre-training ablation (`{stage}`)" if declared(stage) is ABLATION
+             else _STAGE_NAMES.get(stage, declared(stage).label))
     model_rows = [["stage", f"`{stage}`: {title}"], ["kind", kind], ["base model", base_said]]
     if cross:
         model_rows.append(["input", f"query and passage concatenated, at most {settings.get('max_length')} tokens; "

@@ -26,12 +26,10 @@ from pathlib import Path
 import yaml
 
 from .layout import checkpoint_dir, dataset_dir, stage_file
-from .stage_settings import biencoder_block
-from .summary import STAGE_BELOW
+from .stages import CHAIN, STAGE_BELOW
 
-#: Stages a seed can be varied for, and the config block holding their seed.
-SEEDED_STAGES = {**{stage: biencoder_block(stage) for stage in ("retriever1", "retriever2", "distill")},
-                 "reranker": "reranker"}
+#: Stages a seed can be varied for (the chain's trained stages), and the config block holding their seed.
+SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}
 
 
 def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) -> Path:

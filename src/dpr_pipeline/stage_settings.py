@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .config import STUDENT_STARTS, stage_params
 from .layout import stage_file
+from .stages import stage as declared
 
 
 def bm25(config: dict, dataset: str) -> dict:
@@ -30,21 +31,16 @@ def pretrained_model(dataset: str, method: str) -> str:
     return stage_file("pretrain", f"{method}/model", dataset)
 
 
-def biencoder_block(stage: str) -> str:
-    """The config block of a bi-encoder stage: `distill` for the distilled retriever, `retriever` for the others
-    (start, retriever1, retriever2, ablation/{method})."""
-    return "distill" if stage == "distill" else "retriever"
-
-
 def initialisation(config: dict, dataset: str, stage: str) -> str:
-    """The model a bi-encoder stage starts from: its block's ``plm``, where ``pretrain`` means this dataset's
+    """The model a bi-encoder stage starts from: its declared block's ``plm`` (``retriever``, ``distill`` for the
+    distilled retriever: :mod:`dpr_pipeline.stages`), where ``pretrain`` means this dataset's
     ``pretrain.method`` output and, for the distilled retriever, ``retriever1``/``retriever2`` that stage's
     model on this dataset; ``ablation/{method}`` starts from that method's output (``none``: the plm that
     pre-training starts from)."""
     if stage.startswith("ablation/"):
         method = stage.split("/", 1)[1]
         return pretrain(config, dataset)["plm"] if method == "none" else pretrained_model(dataset, method)
-    plm = stage_params(config, dataset, biencoder_block(stage))["plm"]
+    plm = stage_params(config, dataset, declared(stage).block)["plm"]
     if plm == "pretrain":
         return pretrained_model(dataset, pretrain(config, dataset)["method"])
     if stage == "distill" and plm in STUDENT_STARTS:
@@ -53,8 +49,9 @@ def initialisation(config: dict, dataset: str, stage: str) -> str:
 
 
 def biencoder(config: dict, dataset: str, stage: str) -> dict:
-    """A bi-encoder stage's training and text-encoding settings, ``plm`` resolved to the model it starts from."""
-    return {**stage_params(config, dataset, biencoder_block(stage)), "plm": initialisation(config, dataset, stage)}
+    """A bi-encoder stage's training and text-encoding settings (its declared block), ``plm`` resolved to the model
+    it starts from."""
+    return {**stage_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
 
 
 # What a transfer job takes from target B rather than from A: B's corpus decides these.

@@ -22,13 +22,10 @@ from .errors import DataError
 from .io import atomic_outputs
 from .metrics import NOT_SPLITS, PER_QUERY
 from .paired_difference import CONFIDENCE, paired_difference
+from .stages import STAGE_BELOW, STAGE_LABELS
 
 log = logging.getLogger(__name__)
 
-STAGE_LABELS = {"bm25": "BM25", "start": "Starting model (untrained)", "retriever1": "Retriever₁",
-                "retriever2": "Retriever₂", "reranker": "Re-ranker", "distill": "Retriever_distill"}
-#: The stage each one is read against: the one it improves on in the chain (SimLM Table 6).
-STAGE_BELOW = {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2", "distill": "retriever2"}
 #: summary.json's key for the paired differences (not a split).
 PAIRED_DIFFERENCES = "paired_differences"
 QUERY_COUNT = "num_queries"

@@ -22,7 +22,8 @@ from .data.records import Location
 from .data.schemas import read_artifact
 from .errors import DataError
 from .io import atomic_output, atomic_outputs
-from .summary import MISSING, QUERY_COUNT, STAGE_LABELS, read_metrics
+from .stages import STAGE_LABELS
+from .summary import MISSING, QUERY_COUNT, read_metrics
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,126 @@
+"""Each stage declared once (src/dpr_pipeline/stages.py): the lists the workflow uses follow from it, and the parsed
+workflow and the Slurm profile agree with it (a rule that asks for a GPU runs in the CUDA environment and on the
+GPU partition; a CPU rule in neither)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO
+from dpr_pipeline import stages
+from dpr_pipeline.seed_spread import SEEDED_STAGES, STAGE_BELOW
+from dpr_pipeline.stage_settings import biencoder
+from dpr_pipeline.config import validate_config
+
+PROFILE = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+GPU_ENV = f"../{stages.GPU_ENV}"  # as a rule in rules/ names it
+
+
+def test_the_stage_lists_follow_from_the_declaration():
+    assert stages.chain() == ["bm25", "start", "retriever1", "retriever2", "reranker", "distill"]
+    assert stages.chain(stages.BIENCODER) == ["start", "retriever1", "retriever2", "distill"]
+    assert stages.chain(stages.CROSS_ENCODER) == ["reranker"]
+    assert stages.trained() == ["retriever1", "retriever2", "reranker", "distill"]
+    assert stages.trained_by("train_retriever") == ["retriever1", "retriever2"]
+    assert stages.STAGE_LABELS["distill"] == "Retriever_distill" and list(stages.STAGE_LABELS) == stages.chain()
+    assert SEEDED_STAGES == {"retriever1": "retriever", "retriever2": "retriever", "reranker": "reranker",
+                             "distill": "distill"}
+    assert STAGE_BELOW == {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2",
+                           "distill": "retriever2"}
+
+
+def test_gpu_rules_and_their_env_follow_from_the_declaration():
+    assert stages.GPU_TRAINING_RULES == {"train_retriever": "retriever", "train_reranker": "reranker",
+                                         "train_distill": "distill", "pretrain": "pretrain"}
+    assert stages.GPU_INFERENCE_RULES == ("encode_corpus", "dense_search", "rerank", "teacher_scores_shard")
+    assert {rule: stages.torch_env(rule) for rule in ("pretrain", "encode_corpus", "build_index")} == {
+        "pretrain": "envs/torch-gpu.yaml", "encode_corpus": "envs/torch-gpu.yaml", "build_index": "envs/torch.yaml"}
+    assert (REPO / stages.GPU_ENV).is_file() and (REPO / stages.CPU_TORCH_ENV).is_file()
+
+
+def test_family_members_resolve_to_their_family_and_an_unknown_stage_is_named():
+    assert stages.stage("ablation/cdmae") is stages.ABLATION and stages.stage("pretrain/simlm") is stages.PRETRAINING
+    assert stages.stage("distill").block == "distill" and stages.stage("ablation/none").block == "retriever"
+    for unknown in ("colbert", "ablation", "pretrain"):
+        with pytest.raises(KeyError, match=f"stage '{unknown}' is not declared"):
+            stages.stage(unknown)
+
+
+def test_a_biencoder_reads_its_declared_block():
+    config = validate_config({"run_datasets": ["a"],
+                              "datasets": {"a": {"format": "beir", "path": "data/scifact", "train_split": "train",
+                                                 "eval_splits": ["test"]}}})
+    assert biencoder(config, "a", "distill")["alpha"] == 0.2                  # the distill block
+    assert biencoder(config, "a", "ablation/mlm")["search_depth"] == 1000     # the retriever block
+
+
+def test_transfer_stages_are_the_chain_stages_with_a_model():
+    enum = SCHEMA["properties"]["transfer"]["properties"]["stages"]["items"]["enum"]
+    with_model = [s.name for s in stages.CHAIN if s.kind in (stages.BIENCODER, stages.CROSS_ENCODER)]
+    assert [name for name in enum if "/" not in name] == with_model
+
+
+# ------------------------------------------------------------------------------- the parsed workflow
+
+
+def asks_for_gpus(rule: dict) -> bool:
+    return rule["gpu"] == "per job" or (rule["gpu"] or 0) > 0
+
+
+def env_mismatches(rules: dict[str, dict]) -> list[str]:
+    """The rules whose conda env contradicts their GPUs: a GPU rule in a CPU env, or a CPU rule in the GPU env."""
+    return sorted(name for name, rule in rules.items() if asks_for_gpus(rule) != (rule["conda_env"] == GPU_ENV))
+
+
+@pytest.fixture(scope="module")
+def parsed_rules() -> dict[str, dict]:
+    """Every rule of this checkout's workflow with its GPUs and conda env, as Snakemake parses them."""
+    done = subprocess.run([sys.executable, "scripts/dag_plan.py", "--rules"], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def test_the_check_catches_a_gpu_rule_in_the_cpu_env():
+    # pretrain before issue 25: GPUs from cluster.py and the Slurm profile, the CPU env in rules/pretrain.smk
+    rules = {"pretrain": {"gpu": "per job", "conda_env": "../envs/torch.yaml"},
+             "build_index": {"gpu": 0, "conda_env": GPU_ENV}, "encode_corpus": {"gpu": 1, "conda_env": GPU_ENV},
+             "evaluate": {"gpu": 0, "conda_env": "../envs/eval.yaml"}}
+    assert env_mismatches(rules) == ["build_index", "pretrain"]
+
+
+def test_every_gpu_rule_runs_in_the_gpu_env_and_every_cpu_rule_outside_it(parsed_rules):
+    assert env_mismatches(parsed_rules) == []
+
+
+def test_the_rules_that_ask_for_gpus_are_the_declared_ones_and_their_copies(parsed_rules):
+    with_gpus = {name for name, rule in parsed_rules.items() if asks_for_gpus(rule)}
+    assert set(stages.GPU_RULES) <= with_gpus
+    # `use rule encode_corpus as transfer_encode_corpus` (rules/transfer.smk) keeps the rule's resources
+    copies = with_gpus - set(stages.GPU_RULES)
+    assert copies and all(any(name.endswith(f"_{rule}") for rule in stages.GPU_RULES) for name in copies), copies
+    trainers = {name for name, rule in parsed_rules.items() if rule["gpu"] == "per job"}
+    assert trainers == set(stages.GPU_TRAINING_RULES)
+
+
+def test_the_slurm_profile_puts_exactly_the_gpu_rules_on_the_gpu_partition(parsed_rules):
+    assert PROFILE["default-resources"]["slurm_partition"] == "cpu"
+    on_gpu = {rule for rule, resources in PROFILE["set-resources"].items() if resources.get("slurm_partition") == "gpu"}
+    with_gpus = {name for name, rule in parsed_rules.items() if asks_for_gpus(rule)}
+    assert on_gpu == with_gpus, f"GPU rules not on the gpu partition: {sorted(with_gpus - on_gpu)}; CPU rules " \
+                                f"on it: {sorted(on_gpu - with_gpus)} (profiles/slurm/config.yaml set-resources)"
+
+
+def test_the_architecture_docs_table_is_the_declaration():
+    """docs/architecture.md, "Stages, declared once": one row per declared stage, as declared."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text[text.index("| stage | label | kind |"):].split("\n\n", 1)[0].splitlines()[2:]
+    rows = [[cell.strip().strip("`") for cell in line.strip("|").split("|")] for line in table]
+    dash = "–"
+    expected = [[s.name + ("/{method}" if s in stages.FAMILIES else ""), s.label or dash, s.kind.name, s.block,
+                 s.trainer or dash, ", ".join(f"`{r}`" for r in s.kind.gpu_rules).strip("`") or dash]
+                for s in stages.CHAIN + stages.FAMILIES]
+    assert rows == expected
