@@ -361,6 +361,22 @@ class PretrainingModel(nn.Module):
                                                        content[:, 1:])})
 
 
+def compile_layers(model: nn.Module) -> int:
+    """``torch.compile`` (inductor) every Transformer layer of ``model`` in place: the encoder's, the decoder's
+    or head's, the generator's (transformers' ``GradientCheckpointingLayer``: ``BertLayer``, ``ElectraLayer``).
+    Regional compilation: each layer's attention, GELU, dropout and LayerNorm become fused kernels, and layers of
+    one shape share the compiled code; the loss code around them (boolean selections of predicted rows, the
+    chunked vocabulary loss, sampling) keeps its data-dependent shapes in eager mode, where a whole-model graph
+    would break. Parameter names, ``state_dict`` and checkpoints are those of the uncompiled model. Returns the
+    number of layers compiled."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
 def _no_sync(model: nn.Module, last: bool):
     return model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()
 
