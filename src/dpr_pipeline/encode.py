@@ -91,9 +91,10 @@ def _padded_batch(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad_i
     starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
     columns = np.arange(lengths.max())
     real = columns[None, :] < lengths[:, None]
-    input_ids = torch.full(real.shape, pad_id, dtype=torch.long, pin_memory=pin)
-    attention_mask = torch.empty(real.shape, dtype=torch.long, pin_memory=pin)
-    input_ids.numpy()[real] = flat[(starts[:, None] + columns[None, :])[real]]
+    input_ids, attention_mask = (torch.empty(real.shape, dtype=torch.long, pin_memory=pin) for _ in range(2))
+    ids = input_ids.numpy()     # filled through numpy: torch.full took ~40x longer on a busy 2-core CPU
+    ids.fill(pad_id)
+    ids[real] = flat[(starts[:, None] + columns[None, :])[real]]
     attention_mask.numpy()[:] = real
     return input_ids, attention_mask
 
