@@ -5,7 +5,9 @@ model's own pooling, or ``--pooling``, then normalisation) and encode the same p
 ``max_length`` and batch size, on the same device (``--device``: the GPU when there is one) and in the same
 precision (float32, or with ``--bf16`` both under the pipeline's bf16 autocast, ``devices.autocast``).
 Runs alternate (ours first, then theirs first, ...) so that a change in machine load hits both; the report
-gives the median passages/s of each, the median of the paired ratios, and how far the vectors differ.
+gives the median passages/s of each, the median of the paired ratios, how far the vectors differ, the host's
+microseconds per passage to prepare the inputs, and on CUDA ``encode_texts``' model FLOP utilisation (FLOPs of
+a counted run / median seconds / ``--peak-tflops``).
 
 Part 2 (memory): ``encode_corpus_shard`` encodes one shard of ``--passages`` rows, once from a corpus of that
 many rows (1 shard) and once from a corpus four times larger (shard 0 of 4), each in a fresh subprocess
@@ -32,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from dpr_pipeline import devices, models
 from dpr_pipeline.data.schemas import write_artifact
@@ -58,6 +61,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default=None, help="cpu, cuda … for both encoders (default: the GPU if any)")
     parser.add_argument("--bf16", action="store_true",
                         help="both encoders under bf16 autocast (where the device runs it natively)")
+    parser.add_argument("--peak-tflops", type=float, default=989.0,
+                        help="GPU peak dense bf16 (H100/H200: 989), for encode_texts' MFU on CUDA")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     parser.add_argument("--measure-shard", nargs=4, metavar=("MODEL_DIR", "CORPUS", "NUM_SHARDS", "OUT_DIR"),
                         help=argparse.SUPPRESS)  # the memory part's child process
@@ -112,6 +117,12 @@ def throughput(args: argparse.Namespace, model_dir: Path, passages: list[str]) -
                         len(passages) / wall, wall, cpu)
     host = host_preparation(args, device, tokenizer, baseline, passages)
     ours, theirs = vectors["encode_texts"], np.asarray(vectors["sentence_transformers"])
+    mfu = {}
+    if device.type == "cuda":  # FLOPs of one more run of ours (the batches as timed), counted by torch
+        with FlopCounterMode(display=False) as flops:
+            runners["encode_texts"](passages)
+        mfu = {"tflop": flops.get_total_flops() / 1e12,
+               "mfu": flops.get_total_flops() / 1e12 / statistics.median(seconds["encode_texts"]) / args.peak_tflops}
     lengths = np.array([len(ids) for ids in tokenizer(passages, truncation=True, max_length=args.max_length)
                         ["input_ids"]])
     return {
@@ -122,6 +133,7 @@ def throughput(args: argparse.Namespace, model_dir: Path, passages: list[str]) -
         "ratio_median": statistics.median(b / a for a, b in zip(seconds["encode_texts"],
                                                                 seconds["sentence_transformers"])),
         "host_us_per_passage": host,
+        **mfu,
         "max_abs_diff": float(np.abs(ours - theirs).max()),
         "min_cosine": float(np.min(np.sum(ours * theirs, axis=1))),
         "mean_tokens": float(lengths.mean()),
@@ -209,7 +221,8 @@ def print_table(results: dict) -> None:
         print(f"{name:<24}{value:>12.1f}{speed['passages_per_cpu_s'][name]:>16.1f}"
               f"{speed['host_us_per_passage'][name]:>17.1f}")
     print(f"ratio (median of paired runs): {speed['ratio_median']:.3f}   max |diff| {speed['max_abs_diff']:.2e}"
-          f"   mean tokens {speed['mean_tokens']:.1f}, truncated {speed['truncated_fraction']:.0%}")
+          f"   mean tokens {speed['mean_tokens']:.1f}, truncated {speed['truncated_fraction']:.0%}"
+          + (f"   encode_texts MFU {speed['mfu']:.1%}" if "mfu" in speed else ""))
     if "memory" in results:
         mem = results["memory"]
         print(f"\npeak RSS: model only {mem['model_only_mb']:.0f} MB, shard of N from N rows "
