@@ -39,8 +39,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from dpr_pipeline import devices, models
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.embedding import load_text_encoder, save_starting_model
-from dpr_pipeline.encode import (_padded_batch, _token_budget_batches, _tokenize, encode_corpus_shard,
-                                 encode_texts)
+from dpr_pipeline.encode import _token_budget_batches, encode_corpus_shard, encode_texts
+from dpr_pipeline.token_arrays import tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 logger = logging.getLogger("encode_throughput")
@@ -144,12 +144,12 @@ def throughput(args: argparse.Namespace, model_dir: Path, passages: list[str]) -
 def host_preparation(args: argparse.Namespace, device: torch.device, tokenizer, baseline, passages) -> dict:
     """Host microseconds per passage to turn texts into the model's input tensors, the part of encoding that
     must stay shorter than the device's forward pass for a GPU to be kept busy: ours cuts every batch from the
-    one tokenisation (``_padded_batch``, pinned on CUDA; the tokenisation itself counted once), theirs
+    one tokenisation (``TokenArrays.padded_batch``, pinned on CUDA; the tokenisation counted once), theirs
     tokenizes each batch (``SentenceTransformer.preprocess``, as its ``encode`` does, longest texts first)."""
     began = time.perf_counter()
-    flat, offsets = _tokenize(tokenizer, passages, args.max_length)
-    for rows in _token_budget_batches(np.diff(offsets), args.batch_size * args.max_length):
-        _padded_batch(flat, offsets, rows, tokenizer.pad_token_id, pin=device.type == "cuda")
+    tokens = tokenize(tokenizer, passages, max_length=args.max_length, token_type_ids=False)
+    for rows in _token_budget_batches(tokens.lengths, args.batch_size * args.max_length):
+        tokens.padded_batch(rows, tokenizer.pad_token_id, pin_memory=device.type == "cuda")
     ours = time.perf_counter() - began
     ordered = sorted(passages, key=len, reverse=True)
     prepare = getattr(baseline, "preprocess", None) or baseline.tokenize  # `tokenize` before sentence-transformers 6

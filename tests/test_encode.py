@@ -16,8 +16,7 @@ from dpr_pipeline import devices, models
 from dpr_pipeline.embedding import TextEncoder, load_text_encoder, save_text_encoder
 from dpr_pipeline.data.schemas import SCHEMAS, write_artifact
 from dpr_pipeline.data.corpus_shards import corpus_shard_bounds
-from dpr_pipeline.encode import (_padded_batch, _token_budget_batches, _tokenize, encode_corpus_shard,
-                                 encode_queries, encode_texts)
+from dpr_pipeline.encode import _token_budget_batches, encode_corpus_shard, encode_queries, encode_texts
 from dpr_pipeline.errors import DataError
 
 MAX_LENGTH = 32
@@ -79,18 +78,6 @@ def test_encoding_equals_the_straightforward_per_batch_computation(loaded):
         # bulk copies of a few rows at a time give exactly the vectors of one copy at the end
         few = encode_texts(encoder, tokenizer, TEXTS, max_length=MAX_LENGTH, batch_size=3, bf16=bf16, gather_rows=2)
         np.testing.assert_array_equal(few, ours)
-
-
-def test_batches_cut_from_the_token_array_equal_the_tokenizers_padding(loaded):
-    _, tokenizer = loaded
-    flat, offsets = _tokenize(tokenizer, TEXTS, MAX_LENGTH)
-    for rows in (np.array([3, 1, 5, 0]), np.array([2]), np.arange(len(TEXTS))[::-1]):
-        input_ids, attention_mask = _padded_batch(flat, offsets, rows, tokenizer.pad_token_id, pin=False)
-        expected = tokenizer([TEXTS[i] for i in rows], truncation=True, max_length=MAX_LENGTH, padding=True,
-                             return_tensors="pt")
-        assert input_ids.dtype == attention_mask.dtype == torch.long
-        torch.testing.assert_close(input_ids, expected["input_ids"], rtol=0, atol=0)
-        torch.testing.assert_close(attention_mask, expected["attention_mask"], rtol=0, atol=0)
 
 
 def test_a_non_finite_vector_is_an_error_naming_its_text(tiny_model):

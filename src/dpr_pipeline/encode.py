@@ -15,7 +15,6 @@ range of ``corpus.parquet`` rows, so its memory is bounded by the shard, not by 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
-from . import devices, models
+from . import devices, models, token_arrays
 from .embedding import TextEncoder, load_text_encoder
 from .data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
 from .data.schemas import read_artifact
@@ -36,7 +35,6 @@ from .io import atomic_outputs
 logger = logging.getLogger(__name__)
 
 VECTOR_DTYPES = ("float16", "float32")
-_TOKENIZE_CHUNK = 8192  # texts per tokenizer call: token ids are kept as one int32 array, not Python lists
 GATHER_ROWS = 65536  # vectors held on the device before one bulk copy back (768 dims: 200 MB)
 
 
@@ -49,10 +47,11 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     token budget, padding included). ``device`` defaults to where the encoder already is; with ``bf16`` the
     forward pass runs under bf16 autocast where the device supports it natively (:func:`devices.uses_bf16`).
 
-    The loop never waits for the device: each batch is cut from the one tokenisation (:func:`_padded_batch`,
-    in pinned host memory on CUDA, copied without blocking), and the vectors stay where they were computed
-    until ``gather_rows`` of them are copied back in one transfer (the only synchronisation), on every device
-    alike. A vector that is not finite is an error naming its text.
+    The loop never waits for the device: each batch is cut from the one tokenisation
+    (:meth:`~dpr_pipeline.token_arrays.TokenArrays.padded_batch`, in pinned host memory on CUDA, copied without
+    blocking), and the vectors stay where they were computed until ``gather_rows`` of them are copied back in one
+    transfer (the only synchronisation), on every device alike. A vector that is not finite is an error naming
+    its text.
     """
     if batch_size < 1 or max_length < 2:
         raise ValueError(f"batch_size ({batch_size}) must be >= 1 and max_length ({max_length}) >= 2")
@@ -61,8 +60,8 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     vectors = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
     if not texts:
         return vectors
-    flat, offsets = _tokenize(tokenizer, texts, max_length)
-    lengths = np.diff(offsets)
+    tokens = token_arrays.tokenize(tokenizer, texts, max_length=max_length, token_type_ids=False)
+    lengths = tokens.lengths
     logger.info("%d of %d texts reach max_length %d tokens (those longer are truncated); %s on %s",
                 int((lengths >= max_length).sum()), len(texts), max_length,
                 "bf16 autocast" if devices.uses_bf16(device, bf16) else "float32", device)
@@ -71,32 +70,14 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     with torch.inference_mode(), devices.autocast(device, bf16), \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
         for rows in _token_budget_batches(lengths, batch_size * max_length):
-            inputs = _padded_batch(flat, offsets, rows, tokenizer.pad_token_id, pin)
-            pending.append((rows, encoder(*(x.to(device, non_blocking=pin) for x in inputs))))
+            batch = tokens.padded_batch(rows, tokenizer.pad_token_id, tokenizer.padding_side, pin_memory=pin)
+            pending.append((rows, encoder(*(batch[key].to(device, non_blocking=pin)
+                                            for key in ("input_ids", "attention_mask")))))
             if sum(len(r) for r, _ in pending) >= gather_rows:
                 _gather(pending, vectors, texts)
             bar.update(len(rows))
         _gather(pending, vectors, texts)
     return vectors
-
-
-def _padded_batch(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, pad_id: int,
-                  pin: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask) [len(rows), longest] of texts ``rows`` of the tokenisation (``flat``,
-    ``offsets``), padded on the right with ``pad_id`` to the batch's longest text: what ``tokenizer.pad`` gives,
-    cut from the flat token array in a few vectorised steps (~100x faster than its per-text Python loop, which
-    took ~15 ms of host time per 256 x 144 batch: as long as a GPU's forward pass of it)."""
-    if pad_id is None:
-        raise ValueError("the tokenizer has no padding token: batches of texts of different lengths need one")
-    starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
-    columns = np.arange(lengths.max())
-    real = columns[None, :] < lengths[:, None]
-    input_ids, attention_mask = (torch.empty(real.shape, dtype=torch.long, pin_memory=pin) for _ in range(2))
-    ids = input_ids.numpy()     # filled through numpy: torch.full took ~40x longer on a busy 2-core CPU
-    ids.fill(pad_id)
-    ids[real] = flat[(starts[:, None] + columns[None, :])[real]]
-    attention_mask.numpy()[:] = real
-    return input_ids, attention_mask
 
 
 def _gather(pending: list[tuple[np.ndarray, torch.Tensor]], vectors: np.ndarray, texts: Sequence[str]) -> None:
@@ -114,22 +95,6 @@ def _gather(pending: list[tuple[np.ndarray, torch.Tensor]], vectors: np.ndarray,
             f"the encoder gave a non-finite vector (NaN or inf) for {int(broken.sum())} text(s), the first text "
             f"{row} ({texts[row][:80]!r}); an index would silently drop it from every result list. Fix: encode "
             f"again with the stage's bf16: false to see whether low precision caused it, else check the model")
-
-
-def _tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """All texts' token ids (truncated, unpadded) as one flat int32 array and ``len(texts) + 1`` offsets."""
-    pieces: list[np.ndarray] = []
-    lengths = np.empty(len(texts), dtype=np.int64)
-    for start in range(0, len(texts), _TOKENIZE_CHUNK):
-        chunk = list(texts[start:start + _TOKENIZE_CHUNK])
-        ids = tokenizer(chunk, truncation=True, max_length=max_length, padding=False,
-                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-        lengths[start:start + len(ids)] = [len(x) for x in ids]
-        pieces.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32,
-                                  count=int(lengths[start:start + len(ids)].sum())))
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return np.concatenate(pieces), offsets
 
 
 def _token_budget_batches(lengths: np.ndarray, budget: int) -> Iterator[np.ndarray]:
