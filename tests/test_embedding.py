@@ -45,6 +45,8 @@ def test_padded_positions_never_reach_the_vector_whatever_they_hold():
             assert pooled.dtype == torch.float32
             torch.testing.assert_close(pooled, torch.tensor(expected))
     assert pool(hidden.double(), mask, "mean").dtype == torch.float64
+    # no mask: every position is a token
+    torch.testing.assert_close(pool(hidden[1:], None, "mean"), torch.tensor([[2.0, 3.0]]))
 
 
 def tiny_bert() -> BertModel:

@@ -80,6 +80,26 @@ def test_encoding_equals_the_straightforward_per_batch_computation(loaded):
         np.testing.assert_array_equal(few, ours)
 
 
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_a_batch_without_padding_gets_no_attention_mask_and_the_same_vectors(tiny_model, pooling):
+    """No mask to build or check for texts of one length; a padded batch still gets its mask."""
+    encoder, tokenizer = load_text_encoder(tiny_model, pooling), models.load_tokenizer(tiny_model)
+    masks = []
+    forward = encoder.forward
+    encoder.forward = lambda input_ids, attention_mask: masks.append(attention_mask) or forward(input_ids,
+                                                                                                 attention_mask)
+    same_length = ["one two", "red fox", "big cat"]
+    batch = tokenizer(same_length, return_tensors="pt")
+    assert batch["attention_mask"].all()
+    vectors = encode_texts(encoder, tokenizer, same_length, max_length=MAX_LENGTH, batch_size=8)
+    assert masks == [None]
+    with torch.no_grad():
+        np.testing.assert_allclose(vectors, forward(batch["input_ids"], batch["attention_mask"]).numpy(), atol=1e-6)
+    encode_texts(encoder, tokenizer, same_length + ["a much longer text than the others"], max_length=MAX_LENGTH,
+                 batch_size=8)
+    assert masks[1] is not None and not masks[1].all()
+
+
 def test_a_non_finite_vector_is_an_error_naming_its_text(tiny_model):
     """faiss drops a NaN vector from every result list without a word: encoding refuses to return one."""
     encoder, tokenizer = load_text_encoder(tiny_model), models.load_tokenizer(tiny_model)

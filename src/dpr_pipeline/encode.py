@@ -6,8 +6,9 @@ tokenizes every text once, sorts the texts by token length (longest first) and p
 longest text, so batches carry almost no padding; rows come back in the input order. A batch holds at most
 ``batch_size × max_length`` tokens: ``batch_size`` texts of the longest kind, proportionally more shorter ones
 (short texts in small batches leave the matrix multiplications underused), with the peak memory of a full batch
-of long texts. The host never waits for a GPU per batch: batches are cut from the token array in pinned memory
-and copied without blocking, and vectors come back in bulk transfers of ``GATHER_ROWS`` rows.
+of long texts. Batches are cut from the token array in pinned memory and copied without blocking, a batch without
+padding gets no attention mask, and vectors come back in bulk transfers of ``GATHER_ROWS`` rows, so the host
+keeps ahead of a GPU.
 
 A corpus is encoded in shards (:func:`encode_corpus_shard`): each job streams only its own contiguous
 range of ``corpus.parquet`` rows, so its memory is bounded by the shard, not by the corpus.
@@ -47,11 +48,12 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     token budget, padding included). ``device`` defaults to where the encoder already is; with ``bf16`` the
     forward pass runs under bf16 autocast where the device supports it natively (:func:`devices.uses_bf16`).
 
-    The loop never waits for the device: each batch is cut from the one tokenisation
+    The host runs ahead of a GPU: each batch is cut from the one tokenisation
     (:meth:`~dpr_pipeline.token_arrays.TokenArrays.padded_batch`, in pinned host memory on CUDA, copied without
-    blocking), and the vectors stay where they were computed until ``gather_rows`` of them are copied back in one
-    transfer (the only synchronisation), on every device alike. A vector that is not finite is an error naming
-    its text.
+    blocking); a batch whose texts all have its length goes in without an attention mask (nothing for
+    transformers to check on the host, which waits for the GPU once per masked batch); and the vectors stay where
+    they were computed until ``gather_rows`` of them are copied back in one transfer, on every device alike. A
+    vector that is not finite is an error naming its text.
     """
     if batch_size < 1 or max_length < 2:
         raise ValueError(f"batch_size ({batch_size}) must be >= 1 and max_length ({max_length}) >= 2")
@@ -71,8 +73,9 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
         for rows in _token_budget_batches(lengths, batch_size * max_length):
             batch = tokens.padded_batch(rows, tokenizer.pad_token_id, tokenizer.padding_side, pin_memory=pin)
-            pending.append((rows, encoder(*(batch[key].to(device, non_blocking=pin)
-                                            for key in ("input_ids", "attention_mask")))))
+            padded = lengths[rows].min() < lengths[rows].max()  # known here: no device value is read for it
+            pending.append((rows, encoder(batch["input_ids"].to(device, non_blocking=pin),
+                                          batch["attention_mask"].to(device, non_blocking=pin) if padded else None)))
             if sum(len(r) for r, _ in pending) >= gather_rows:
                 _gather(pending, vectors, texts)
             bar.update(len(rows))
