@@ -5,7 +5,9 @@ model's own pooling, or ``--pooling``, then normalisation) and encode the same p
 ``max_length`` and batch size, on the same device (``--device``: the GPU when there is one) and in the same
 precision (float32, or with ``--bf16`` both under the pipeline's bf16 autocast, ``devices.autocast``).
 Runs alternate (ours first, then theirs first, ...) so that a change in machine load hits both; the report
-gives the median passages/s of each, the median of the paired ratios, and how far the vectors differ.
+gives the median passages/s of each, the median of the paired ratios, how far the vectors differ, the host's
+microseconds per passage to prepare the inputs, and on CUDA ``encode_texts``' model FLOP utilisation (FLOPs of
+a counted run / median seconds / ``--peak-tflops``).
 
 Part 2 (memory): ``encode_corpus_shard`` encodes one shard of ``--passages`` rows, once from a corpus of that
 many rows (1 shard) and once from a corpus four times larger (shard 0 of 4), each in a fresh subprocess
@@ -32,11 +34,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from dpr_pipeline import devices, models
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.embedding import load_text_encoder, save_starting_model
-from dpr_pipeline.encode import encode_corpus_shard, encode_texts
+from dpr_pipeline.encode import _token_budget_batches, encode_corpus_shard, encode_texts
+from dpr_pipeline.token_arrays import tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 logger = logging.getLogger("encode_throughput")
@@ -57,6 +61,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default=None, help="cpu, cuda … for both encoders (default: the GPU if any)")
     parser.add_argument("--bf16", action="store_true",
                         help="both encoders under bf16 autocast (where the device runs it natively)")
+    parser.add_argument("--peak-tflops", type=float, default=989.0,
+                        help="GPU peak dense bf16 (H100/H200: 989), for encode_texts' MFU on CUDA")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     parser.add_argument("--measure-shard", nargs=4, metavar=("MODEL_DIR", "CORPUS", "NUM_SHARDS", "OUT_DIR"),
                         help=argparse.SUPPRESS)  # the memory part's child process
@@ -109,7 +115,14 @@ def throughput(args: argparse.Namespace, model_dir: Path, passages: list[str]) -
             cpu_seconds[name].append(cpu)
             logger.info("run %d %-22s %6.1f passages/s (wall %.1f s, cpu %.1f s)", repeat + 1, name,
                         len(passages) / wall, wall, cpu)
+    host = host_preparation(args, device, tokenizer, baseline, passages)
     ours, theirs = vectors["encode_texts"], np.asarray(vectors["sentence_transformers"])
+    mfu = {}
+    if device.type == "cuda":  # FLOPs of one more run of ours (the batches as timed), counted by torch
+        with FlopCounterMode(display=False) as flops:
+            runners["encode_texts"](passages)
+        mfu = {"tflop": flops.get_total_flops() / 1e12,
+               "mfu": flops.get_total_flops() / 1e12 / statistics.median(seconds["encode_texts"]) / args.peak_tflops}
     lengths = np.array([len(ids) for ids in tokenizer(passages, truncation=True, max_length=args.max_length)
                         ["input_ids"]])
     return {
@@ -119,11 +132,32 @@ def throughput(args: argparse.Namespace, model_dir: Path, passages: list[str]) -
         "runs_s": seconds,
         "ratio_median": statistics.median(b / a for a, b in zip(seconds["encode_texts"],
                                                                 seconds["sentence_transformers"])),
+        "host_us_per_passage": host,
+        **mfu,
         "max_abs_diff": float(np.abs(ours - theirs).max()),
         "min_cosine": float(np.min(np.sum(ours * theirs, axis=1))),
         "mean_tokens": float(lengths.mean()),
         "truncated_fraction": float(np.mean(lengths >= args.max_length)),
     }
+
+
+def host_preparation(args: argparse.Namespace, device: torch.device, tokenizer, baseline, passages) -> dict:
+    """Host microseconds per passage to turn texts into the model's input tensors, the part of encoding that
+    must stay shorter than the device's forward pass for a GPU to be kept busy: ours cuts every batch from the
+    one tokenisation (``TokenArrays.padded_batch``, pinned on CUDA; the tokenisation counted once), theirs
+    tokenizes each batch (``SentenceTransformer.preprocess``, as its ``encode`` does, longest texts first)."""
+    began = time.perf_counter()
+    tokens = tokenize(tokenizer, passages, max_length=args.max_length, token_type_ids=False)
+    for rows in _token_budget_batches(tokens.lengths, args.batch_size * args.max_length):
+        tokens.padded_batch(rows, tokenizer.pad_token_id, pin_memory=device.type == "cuda")
+    ours = time.perf_counter() - began
+    ordered = sorted(passages, key=len, reverse=True)
+    prepare = getattr(baseline, "preprocess", None) or baseline.tokenize  # `tokenize` before sentence-transformers 6
+    began = time.perf_counter()
+    for start in range(0, len(ordered), args.batch_size):
+        prepare(ordered[start:start + args.batch_size])
+    theirs = time.perf_counter() - began
+    return {"encode_texts": 1e6 * ours / len(passages), "sentence_transformers": 1e6 * theirs / len(passages)}
 
 
 def memory(args: argparse.Namespace, model_dir: Path, folder: Path) -> dict:
@@ -182,11 +216,13 @@ def peak_rss_kib() -> int:
 
 def print_table(results: dict) -> None:
     speed = results["throughput"]
-    print(f"\n{'encoder':<24}{'passages/s':>12}{'passages/cpu-s':>16}")
+    print(f"\n{'encoder':<24}{'passages/s':>12}{'passages/cpu-s':>16}{'host us/passage':>17}")
     for name, value in speed["passages_per_s"].items():
-        print(f"{name:<24}{value:>12.1f}{speed['passages_per_cpu_s'][name]:>16.1f}")
+        print(f"{name:<24}{value:>12.1f}{speed['passages_per_cpu_s'][name]:>16.1f}"
+              f"{speed['host_us_per_passage'][name]:>17.1f}")
     print(f"ratio (median of paired runs): {speed['ratio_median']:.3f}   max |diff| {speed['max_abs_diff']:.2e}"
-          f"   mean tokens {speed['mean_tokens']:.1f}, truncated {speed['truncated_fraction']:.0%}")
+          f"   mean tokens {speed['mean_tokens']:.1f}, truncated {speed['truncated_fraction']:.0%}"
+          + (f"   encode_texts MFU {speed['mfu']:.1%}" if "mfu" in speed else ""))
     if "memory" in results:
         mem = results["memory"]
         print(f"\npeak RSS: model only {mem['model_only_mb']:.0f} MB, shard of N from N rows "

@@ -11,7 +11,8 @@ under bf16 autocast and the script also reports model FLOP utilisation: FLOPs of
 
 ``--src`` imports the pipeline from another checkout's ``src/`` (a before/after comparison: both runs measure
 against the same plain Hugging Face step, so their ratios compare); ``--device`` and ``--no-bf16`` choose where
-and in which precision.
+and in which precision; ``--compile`` times the method's step with its Transformer layers compiled
+(``pretrain.compile``; the plain Hugging Face step stays eager).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def parse_args():
     parser.add_argument("--output", type=Path)
     parser.add_argument("--src", default=str(REPO / "src"), help="the src/ folder to import the pipeline from")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: the GPU when there is one)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the method's Transformer layers (pretrain.compile) after the FLOP count")
     parser.add_argument("--no-bf16", dest="bf16", action="store_false",
                         help="float32 (default: bf16 autocast where the device runs it natively)")
     return parser.parse_args()
@@ -114,7 +117,7 @@ def pretraining_step(method: str, params: dict, tokenizer, special, corpus, coun
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return step, int(batch["attention_mask"].sum())
+    return step, int(batch["attention_mask"].sum()), model
 
 
 def main() -> None:
@@ -135,6 +138,7 @@ def main() -> None:
     baseline_step = bert_mlm_step(args.plm, tokenizer, special, device, autocast)
 
     results = {"device": str(device), "bf16": devices.uses_bf16(device, args.bf16), "src": str(devices.__file__),
+               "compile": args.compile,
                "torch_threads": torch.get_num_threads(), "plm": args.plm,
                "batch_size": args.batch_size, "max_length": args.max_length, "methods": {}}
     plain = PassageData(corpus, span_pairs=False, seed=0)
@@ -142,10 +146,16 @@ def main() -> None:
         [plain.example(i, 0) for i in range(args.batch_size)]).items()}
     tokens = int(plain_batch["attention_mask"].sum())
     for method in args.methods:
-        method_step, method_tokens = pretraining_step(method, params, tokenizer, special, corpus, counts,
-                                                      args.batch_size, device, autocast)
+        method_step, method_tokens, model = pretraining_step(method, params, tokenizer, special, corpus, counts,
+                                                             args.batch_size, device, autocast)
         with FlopCounterMode(display=False) as flops:
             method_step()  # also the warm-up
+        if args.compile:
+            from dpr_pipeline.pretraining.objectives import compile_layers  # not in checkouts before it
+
+            compile_layers(model)
+            for _ in range(2):  # compile, then any recompilation for dynamic shapes
+                method_step()
         baseline_step(plain_batch)
         ours, theirs = [], []
         for _ in range(args.repeats):

@@ -33,6 +33,22 @@ def test_pool_by_hand():
         pool(hidden, mask, "max")
 
 
+def test_padded_positions_never_reach_the_vector_whatever_they_hold():
+    """Selected away, not multiplied by 0: NaN or inf at a padded position (0 x NaN = NaN) leaves the vector as it
+    is, in float32 and from bf16 states (pooled in float32)."""
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [float("nan"), float("inf")]],
+                           [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    for states in (hidden, hidden.bfloat16()):
+        for pooling, expected in (("cls", [[1.0, 2.0], [0.0, 1.0]]), ("mean", [[2.0, 3.0], [2.0, 3.0]])):
+            pooled = pool(states, mask, pooling)
+            assert pooled.dtype == torch.float32
+            torch.testing.assert_close(pooled, torch.tensor(expected))
+    assert pool(hidden.double(), mask, "mean").dtype == torch.float64
+    # no mask: every position is a token
+    torch.testing.assert_close(pool(hidden[1:], None, "mean"), torch.tensor([[2.0, 3.0]]))
+
+
 def tiny_bert() -> BertModel:
     torch.manual_seed(0)
     tokenizer = models.load_tokenizer(MINILM)

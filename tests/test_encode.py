@@ -12,12 +12,11 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from dpr_pipeline import models
+from dpr_pipeline import devices, models
 from dpr_pipeline.embedding import TextEncoder, load_text_encoder, save_text_encoder
 from dpr_pipeline.data.schemas import SCHEMAS, write_artifact
 from dpr_pipeline.data.corpus_shards import corpus_shard_bounds
-from dpr_pipeline.encode import (_token_budget_batches, encode_corpus_shard, encode_queries,
-                                 encode_texts)
+from dpr_pipeline.encode import _token_budget_batches, encode_corpus_shard, encode_queries, encode_texts
 from dpr_pipeline.errors import DataError
 
 MAX_LENGTH = 32
@@ -60,6 +59,55 @@ def test_sorted_batches_equal_one_text_at_a_time_in_input_order(loaded):
     with torch.no_grad():
         direct = encoder(batch["input_ids"], batch["attention_mask"]).numpy()
     np.testing.assert_allclose(vectors[3], direct[0], atol=1e-5)
+
+
+def test_encoding_equals_the_straightforward_per_batch_computation(loaded):
+    """Against the textbook loop (the tokenizer pads each batch of ``batch_size`` texts in input order, the
+    encoder runs, each batch's vectors are copied back): the same rows in the same order, in float32 and under
+    bf16 autocast (on a CPU that runs it natively; float32 elsewhere)."""
+    encoder, tokenizer = loaded
+    for bf16 in (False, True):
+        straightforward = []
+        with torch.inference_mode(), devices.autocast(torch.device("cpu"), bf16):
+            for start in range(0, len(TEXTS), 3):
+                batch = tokenizer(TEXTS[start:start + 3], truncation=True, max_length=MAX_LENGTH, padding=True,
+                                  return_tensors="pt")
+                straightforward.append(encoder(batch["input_ids"], batch["attention_mask"]).cpu().numpy())
+        ours = encode_texts(encoder, tokenizer, TEXTS, max_length=MAX_LENGTH, batch_size=3, bf16=bf16)
+        np.testing.assert_allclose(ours, np.concatenate(straightforward), atol=1e-5 if not bf16 else 2e-2)
+        # bulk copies of a few rows at a time give exactly the vectors of one copy at the end
+        few = encode_texts(encoder, tokenizer, TEXTS, max_length=MAX_LENGTH, batch_size=3, bf16=bf16, gather_rows=2)
+        np.testing.assert_array_equal(few, ours)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_a_batch_without_padding_gets_no_attention_mask_and_the_same_vectors(tiny_model, pooling):
+    """No mask to build or check for texts of one length; a padded batch still gets its mask."""
+    encoder, tokenizer = load_text_encoder(tiny_model, pooling), models.load_tokenizer(tiny_model)
+    masks = []
+    forward = encoder.forward
+    encoder.forward = lambda input_ids, attention_mask: masks.append(attention_mask) or forward(input_ids,
+                                                                                                 attention_mask)
+    same_length = ["one two", "red fox", "big cat"]
+    batch = tokenizer(same_length, return_tensors="pt")
+    assert batch["attention_mask"].all()
+    vectors = encode_texts(encoder, tokenizer, same_length, max_length=MAX_LENGTH, batch_size=8)
+    assert masks == [None]
+    with torch.no_grad():
+        np.testing.assert_allclose(vectors, forward(batch["input_ids"], batch["attention_mask"]).numpy(), atol=1e-6)
+    encode_texts(encoder, tokenizer, same_length + ["a much longer text than the others"], max_length=MAX_LENGTH,
+                 batch_size=8)
+    assert masks[1] is not None and not masks[1].all()
+
+
+def test_a_non_finite_vector_is_an_error_naming_its_text(tiny_model):
+    """faiss drops a NaN vector from every result list without a word: encoding refuses to return one."""
+    encoder, tokenizer = load_text_encoder(tiny_model), models.load_tokenizer(tiny_model)
+    (cats,) = tokenizer("cats", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        encoder.transformer.embeddings.word_embeddings.weight[cats] = float("nan")
+    with pytest.raises(FloatingPointError, match="1 text\\(s\\), the first text 2 \\('a somewhat longer text about cats"):
+        encode_texts(encoder, tokenizer, TEXTS, max_length=MAX_LENGTH, batch_size=3)
 
 
 def test_batches_cover_every_text_once_within_the_token_budget():

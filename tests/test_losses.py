@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from dpr_pipeline.losses import (at_least_float32, contrastive_loss, distillation_loss, kl_distillation_loss,
-                                 linear_cross_entropy_sum, listwise_loss, span_contrastive_loss)
+                                 linear_cross_entropy_and_samples, linear_cross_entropy_sum, listwise_loss,
+                                 span_contrastive_loss)
 
 E = math.e
 # Two queries, each with [d⁺, n]: q1 = d1⁺ = n2 = (1, 0); q2 = d2⁺ = n1 = (0, 1).
@@ -138,6 +139,39 @@ def test_linear_cross_entropy_under_bf16_autocast_matches_autocast_logits():
         logits = F.linear(hidden, weight, bias)
     assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
     assert loss.item() == pytest.approx(F.cross_entropy(logits.float(), targets, reduction="sum").item(), rel=1e-3)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+def test_samples_come_from_the_softmax_of_the_same_logits(chunk_rows):
+    """``linear_cross_entropy_and_samples``: the loss (and its gradient) of ``linear_cross_entropy_sum``, and per
+    row the token whose CDF interval holds the draw, as over the whole logits (float64: rounding cannot move a
+    draw across an interval's edge); a token of probability 0 is never drawn."""
+    g = torch.Generator().manual_seed(2)
+    hidden, weight = torch.randn(60, 8, generator=g, dtype=torch.float64), torch.randn(50, 8, generator=g,
+                                                                                      dtype=torch.float64)
+    bias = torch.zeros(50, dtype=torch.float64)
+    bias[::5] = -float("inf")                         # every fifth word: probability 0
+    targets, draws = torch.randint(1, 5, (60,), generator=g), torch.rand(60, generator=g, dtype=torch.float64)
+    h = hidden.clone().requires_grad_()
+    loss, samples = linear_cross_entropy_and_samples(h, weight, bias, targets, draws, chunk_rows=chunk_rows)
+    loss.backward()
+    h_alone = hidden.clone().requires_grad_()
+    alone = linear_cross_entropy_sum(h_alone, weight, bias, targets, chunk_rows=chunk_rows)
+    alone.backward()
+    assert loss.item() == alone.item() and torch.equal(h.grad, h_alone.grad) and not samples.requires_grad
+    cdf = (hidden @ weight.T + bias).softmax(-1).cumsum(-1)
+    expected = (draws[:, None] * cdf[:, -1:] >= cdf).sum(-1)   # the CDF steps the scaled draw has passed
+    assert torch.equal(samples, expected) and not (samples % 5 == 0).any()
+
+
+def test_samples_follow_the_softmax():
+    """30,000 rows with logits log(0.2, 0.5, 0.3): the sampled frequencies within 0.01 of the probabilities."""
+    torch.manual_seed(0)
+    probabilities = torch.tensor([0.2, 0.5, 0.3])
+    _, samples = linear_cross_entropy_and_samples(torch.zeros(30000, 1), torch.zeros(3, 1), probabilities.log(),
+                                                  torch.zeros(30000, dtype=torch.long), torch.rand(30000))
+    frequencies = torch.bincount(samples, minlength=3).float() / len(samples)
+    assert torch.allclose(frequencies, probabilities, atol=0.01)
 
 
 def test_at_least_float32_widens_only_narrow_floats():

@@ -9,7 +9,7 @@ from dpr_pipeline.pretraining import objectives
 from dpr_pipeline.pretraining.masking import bert_corrupt, content_positions, nested_mask, random_mask
 from dpr_pipeline.pretraining.methods import METHODS, ObjectiveSettings, pretraining_method
 from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, cocondenser_step,
-                                                 local_causal_mask, sample_tokens)
+                                                 compile_layers, local_causal_mask)
 from dpr_pipeline.pretraining.train import training_step
 from dpr_pipeline.training.distributed import Distributed
 
@@ -82,12 +82,43 @@ def test_bert_corrupt_is_80_10_10():
     assert (masked == ids[mask]).float().mean().item() == pytest.approx(0.1 + 0.1 / VOCAB, abs=0.01)
 
 
-def test_sample_tokens_follows_the_generator_distribution():
-    torch.manual_seed(0)
-    probabilities = torch.tensor([0.2, 0.5, 0.3])
-    samples = sample_tokens(probabilities.log().expand(30000, 3))
-    frequencies = torch.bincount(samples, minlength=3).float() / len(samples)
-    assert torch.allclose(frequencies, probabilities, atol=0.01)
+@pytest.mark.parametrize("trainable", [True, False])
+def test_the_generator_equals_the_straightforward_computation(trainable):
+    """Against the textbook ELECTRA step, float32 without autocast: the Hugging Face head over the masked rows'
+    whole logits, one uniform draw per row from the same RNG state pushed through the softmax's CDF, the mean
+    F.cross_entropy. The same replacements, the loss to 1e-6 relative and the generator's gradients to 1e-5
+    (float32 sums in other groupings)."""
+    ids, attention, content = make_batch(rows=16, length=24)
+    mask = random_mask(content, 0.5)
+    results = []
+    for ours in (True, False):
+        generator = TokenGenerator(small_masked_lm(seed=1, hidden=16), trainable=trainable)
+        torch.manual_seed(7)
+        if ours:
+            replaced, loss = generator.replace(ids, attention, mask, SPECIAL.mask)
+        else:
+            with torch.enable_grad() if trainable else torch.no_grad():
+                hidden = generator.backbone(input_ids=ids.masked_fill(mask, SPECIAL.mask),
+                                            attention_mask=attention).last_hidden_state
+                logits = generator.head(hidden[mask]).float()
+            cdf = logits.detach().softmax(-1).cumsum(-1)
+            drawn = torch.searchsorted(cdf, torch.rand(len(cdf), 1) * cdf[:, -1:], right=True).squeeze(-1)
+            replaced = ids.masked_scatter(mask, drawn)
+            loss = F.cross_entropy(logits, ids[mask]) if trainable else None
+        grads = {}
+        if trainable:
+            loss.backward()
+            grads = {n: p.grad for n, p in generator.named_parameters() if p.grad is not None}
+        results.append((replaced, loss, grads))
+    (ours, our_loss, our_grads), (theirs, their_loss, their_grads) = results
+    assert mask.sum() > 50 and (ours[mask] != ids[mask]).any()
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    assert (our_loss is None) == (their_loss is None) == (not trainable)
+    if trainable:
+        assert our_loss.item() == pytest.approx(their_loss.item(), rel=1e-6)
+        assert our_grads.keys() == their_grads.keys() and len(our_grads) > 10
+        for name in our_grads:
+            torch.testing.assert_close(our_grads[name], their_grads[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
 def test_generator_replaces_at_the_simlm_rates_and_decoder_replacements_contain_encoder_ones():
@@ -331,3 +362,37 @@ def test_the_lm_loss_equals_cross_entropy_of_the_whole_head_output():
     assert ours_grads.keys() == theirs_grads.keys() and len(ours_grads) >= 4
     for name in ours_grads:
         torch.testing.assert_close(ours_grads[name], theirs_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_compile_layers_compiles_every_transformer_layer_and_keeps_the_parameter_names():
+    model = make_model("simlm", decoder_layers=1)
+    names = list(model.state_dict())
+    assert compile_layers(model) == 2 + 1 + 2      # encoder, decoder, generator (lazy: nothing compiled yet)
+    assert list(model.state_dict()) == names
+
+
+@pytest.mark.slow
+def test_compiled_layers_give_the_eager_loss_and_gradients():
+    """``pretrain.compile`` on this machine's CPU (inductor through its C++ compiler; ~1 min on 2 cores): one
+    SimLM step, float32, no dropout (inductor's dropout draws from its own RNG), the same masks and generator
+    samples: the loss to 1e-5 relative and every gradient to 1e-4 relative / 1e-6 absolute (fused kernels
+    reorder float32 sums)."""
+    from torch._dynamo.utils import counters
+
+    ids, mask, content = make_batch()
+    counters.clear()
+    results = []
+    for compiled in (False, True):
+        model = make_model("simlm")
+        if compiled:
+            compile_layers(model)
+        model.train()
+        losses = run(model, ids, mask, content)
+        losses["loss"].backward()
+        results.append((losses["loss"].item(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (eager, eager_grads), (compiled, compiled_grads) = results
+    assert counters["stats"]["unique_graphs"] > 0   # inductor compiled the layers, none fell back unseen
+    assert compiled == pytest.approx(eager, rel=1e-5)
+    assert compiled_grads.keys() == eager_grads.keys()
+    for name in eager_grads:
+        torch.testing.assert_close(compiled_grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)

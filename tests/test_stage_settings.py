@@ -55,6 +55,12 @@ def test_a_pretraining_job_trains_its_own_method(config):
     assert settings.pretraining_in_chain(config, "a") == []
 
 
+def test_torch_compile_of_pretraining_is_off_unless_a_dataset_asks_for_it(config):
+    assert settings.pretrain(config, "a")["compile"] is False
+    config["datasets"]["a"]["stages"]["pretrain"] = {"compile": True}
+    assert settings.pretrain(config, "a", "mlm")["compile"] is True
+
+
 def test_a_transfer_job_keeps_the_model_side_and_takes_the_target_corpus_side(config):
     own = settings.encoding(config, "a")
     assert (own["encode_shards"], own["search_depth"], own["index"]["kind"]) == (2, 500, "flat")

@@ -17,8 +17,10 @@ import torch
 from conftest import REPO, make_tiny_bert
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.embedding import load_text_encoder
+from dpr_pipeline.encode import encode_texts
 from dpr_pipeline.models import load_encoder, load_tokenizer
 from dpr_pipeline.training.biencoder import train_biencoder
+from dpr_pipeline.training.groups import read_texts
 from dpr_pipeline.config import ConfigError
 from dpr_pipeline.training.launch import check_processes, run_training, visible_gpus
 from dpr_pipeline.training.trainer import batch_indices, total_steps, TrainingSettings
@@ -60,25 +62,44 @@ def test_batches_are_a_seeded_permutation_per_epoch():
     assert total_steps(10, TrainingSettings(1e-5, 0, 4, epochs=1.5)) == 3
 
 
+def corpus_loss(model: Path, data: Path, temperature: float = 0.1) -> float:
+    """Mean over the eight queries of −log softmax(cos(q, d) / τ) at the query's own passage, over all 16
+    passages of the corpus: the model's retrieval loss on fixed data, computed on the CPU in float32 (so it
+    measures what the model learned, wherever it was trained, without a mini-batch's draw of negatives)."""
+    passages, queries = read_texts(data / "corpus.parquet", data / "queries.parquet")
+    encoder, tokenizer = load_text_encoder(str(model)), load_tokenizer(str(model))
+    doc_ids = list(passages)
+    q = encode_texts(encoder, tokenizer, [queries[f"q{i}"] for i in range(len(TOPICS))], max_length=16,
+                     batch_size=8, device="cpu")
+    d = encode_texts(encoder, tokenizer, list(passages.values()), max_length=24, batch_size=16, device="cpu")
+    targets = torch.tensor([doc_ids.index(f"d{i}") for i in range(len(TOPICS))])
+    return torch.nn.functional.cross_entropy(torch.from_numpy(q @ d.T) / temperature, targets).item()
+
+
 @pytest.mark.slow
-def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path):
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, seed):
+    """The claim is about the trained model, on fixed data, over several trajectories: the retrieval loss over
+    the whole corpus falls below half the starting model's for every seed (measured on the CPU: 0.24 of it at
+    most over seeds 1-6). A GPU's float rounding moves a trajectory as another seed's batch order does; the
+    claim the test made before (the last four logged mini-batch losses below half the first four, with dropout
+    on) held for seed 1 only: seeds 2-5 ended at 0.53-0.60 on the CPU too (seed 2: 3.72 -> 1.97; issue 23's
+    GPU run: 3.70 -> 1.99). Dropout stays off: its masks come from the device's own RNG."""
     from sentence_transformers import SentenceTransformer
 
-    # without dropout: its masks come from the device's own RNG (CUDA's stream is not the CPU's), and with them
-    # the trajectory: on a GPU the loss fell 3.70 -> 1.99 with dropout, not below half as on the CPU. Without
-    # it both devices compute the same float32 steps, up to rounding.
     tiny_bert = make_tiny_bert(tmp_path / "bert", dropout=0.0)
     data = write_training_data(tmp_path / "data")
     params = {"plm": str(tiny_bert), "learning_rate": 1e-2, "warmup_steps": 2, "batch_size": 4, "epochs": 20,
-              "seed": 1, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
+              "seed": seed, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
               "query_max_length": 16, "passage_max_length": 24}
     out, checkpoints, log = tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl"
     train_biencoder(data / "negatives.parquet", data / "corpus.parquet", data / "queries.parquet", out,
                     checkpoints, log, params)
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, 41))
-    first, last = np.mean([s["loss"] for s in steps[:4]]), np.mean([s["loss"] for s in steps[-4:]])
-    assert last < 0.5 * first, (first, last)
+    before, after = corpus_loss(tiny_bert, data), corpus_loss(out, data)
+    assert after < 0.5 * before, (before, after)
+    assert np.mean([s["loss"] for s in steps[-4:]]) < np.mean([s["loss"] for s in steps[:4]])
     assert not checkpoints.exists()                    # removed once the model is saved
     assert (out / "model.safetensors").is_file()
     tokenizer = load_tokenizer(str(out))

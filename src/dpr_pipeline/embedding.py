@@ -126,14 +126,21 @@ def resolve_pooling(reference: str, setting: str = "auto") -> str:
     return recorded_pooling(reference) or "cls"
 
 
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """One float32 vector per text from the last-layer ``hidden`` [B, T, H] (not normalised)."""
-    hidden = hidden.float()
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """One vector per text from the last-layer ``hidden`` [B, T, H] (not normalised), in float32 (float64 for
+    float64 states) whatever precision the layers ran in; only the pooled values are converted.
+
+    Positions outside ``attention_mask`` (padding) never reach the vector, whatever the last layer left there:
+    they are selected away, not multiplied by 0 (0 x NaN is NaN; NaN at padded positions of BERT under bf16 SDPA
+    on CUDA is reported in transformers issue 31035). ``attention_mask`` None: every position is a token."""
+    dtype = torch.promote_types(hidden.dtype, torch.float32)
     if pooling == "cls":
-        return hidden[:, 0]
+        return hidden[:, 0].to(dtype)
+    if pooling == "mean" and attention_mask is None:
+        return hidden.mean(dim=1, dtype=dtype)
     if pooling == "mean":
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        real = attention_mask.bool().unsqueeze(-1)
+        return hidden.masked_fill(~real, 0).sum(dim=1, dtype=dtype) / real.sum(dim=1).clamp(min=1)
     raise ValueError(f"pooling {pooling!r}: use one of {POOLING_MODES}")
 
 
@@ -155,7 +162,10 @@ class TextEncoder(torch.nn.Module):
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         self.transformer.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """``attention_mask`` None for a batch without padding: the transformer then builds and checks no mask
+        (transformers reads a given mask's values on the host, a wait for a GPU's queued work, to see whether it
+        may skip it) and SDPA may use its fastest kernels."""
         hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return F.normalize(pool(hidden, attention_mask, self.pooling), dim=-1)
 

@@ -1,11 +1,14 @@
 """Encoding passages and queries with the bi-encoder: L2-normalised pooled last-layer vectors.
 
 Vectors come from :class:`dpr_pipeline.embedding.TextEncoder`, the object training uses, with the pooling the
-model folder records, so a trained model encodes here exactly as it scored during training. :func:`encode_texts` tokenizes every text once, sorts
-the texts by token length (longest first) and pads each batch only to its own longest text, so batches carry
-almost no padding; rows come back in the input order. A batch holds at most ``batch_size × max_length``
-tokens: ``batch_size`` texts of the longest kind, proportionally more shorter ones (short texts in small
-batches leave the matrix multiplications underused), with the peak memory of a full batch of long texts.
+model folder records, so a trained model encodes here exactly as it scored during training. :func:`encode_texts`
+tokenizes every text once, sorts the texts by token length (longest first) and pads each batch only to its own
+longest text, so batches carry almost no padding; rows come back in the input order. A batch holds at most
+``batch_size × max_length`` tokens: ``batch_size`` texts of the longest kind, proportionally more shorter ones
+(short texts in small batches leave the matrix multiplications underused), with the peak memory of a full batch
+of long texts. Batches are cut from the token array in pinned memory and copied without blocking, a batch without
+padding gets no attention mask, and vectors come back in bulk transfers of ``GATHER_ROWS`` rows, so the host
+keeps ahead of a GPU.
 
 A corpus is encoded in shards (:func:`encode_corpus_shard`): each job streams only its own contiguous
 range of ``corpus.parquet`` rows, so its memory is bounded by the shard, not by the corpus.
@@ -13,7 +16,6 @@ range of ``corpus.parquet`` rows, so its memory is bounded by the shard, not by 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from pathlib import Path
@@ -25,7 +27,7 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
-from . import devices, models
+from . import devices, models, token_arrays
 from .embedding import TextEncoder, load_text_encoder
 from .data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
 from .data.schemas import read_artifact
@@ -34,74 +36,68 @@ from .io import atomic_outputs
 logger = logging.getLogger(__name__)
 
 VECTOR_DTYPES = ("float16", "float32")
-_TOKENIZE_CHUNK = 8192  # texts per tokenizer call: token ids are kept as one int32 array, not Python lists
-_GATHER_ROWS = 65536  # on a GPU, result rows held there before one bulk copy (768 dims: 200 MB)
+GATHER_ROWS = 65536  # vectors held on the device before one bulk copy back (768 dims: 200 MB)
 
 
 def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_length: int,
                  batch_size: int, device: str | torch.device | None = None, bf16: bool = False,
-                 progress: bool = False) -> np.ndarray:
+                 progress: bool = False, gather_rows: int = GATHER_ROWS) -> np.ndarray:
     """Encode ``texts`` into a float32 array ``[len(texts), hidden_size]`` of unit-length vectors.
 
     A batch is ``batch_size`` texts of ``max_length`` tokens, or more texts when they are shorter (the same
     token budget, padding included). ``device`` defaults to where the encoder already is; with ``bf16`` the
     forward pass runs under bf16 autocast where the device supports it natively (:func:`devices.uses_bf16`).
+
+    The host runs ahead of a GPU: each batch is cut from the one tokenisation
+    (:meth:`~dpr_pipeline.token_arrays.TokenArrays.padded_batch`, in pinned host memory on CUDA, copied without
+    blocking); a batch whose texts all have its length goes in without an attention mask (nothing for
+    transformers to check on the host, which waits for the GPU once per masked batch); and the vectors stay where
+    they were computed until ``gather_rows`` of them are copied back in one transfer, on every device alike. A
+    vector that is not finite is an error naming its text.
     """
     if batch_size < 1 or max_length < 2:
         raise ValueError(f"batch_size ({batch_size}) must be >= 1 and max_length ({max_length}) >= 2")
-    device = torch.device(device) if device is not None else next(encoder.parameters()).device
+    device = torch.device(device) if device is not None else devices.model_device(encoder)
     encoder.to(device).eval()
     vectors = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
     if not texts:
         return vectors
-    flat, offsets = _tokenize(tokenizer, texts, max_length)
-    lengths = np.diff(offsets)
+    tokens = token_arrays.tokenize(tokenizer, texts, max_length=max_length, token_type_ids=False)
+    lengths = tokens.lengths
     logger.info("%d of %d texts reach max_length %d tokens (those longer are truncated); %s on %s",
                 int((lengths >= max_length).sum()), len(texts), max_length,
                 "bf16 autocast" if devices.uses_bf16(device, bf16) else "float32", device)
-    cuda = device.type == "cuda"
-    pending: list[tuple[np.ndarray, torch.Tensor]] = []  # on CUDA: results still on the GPU, copied in bulk
+    pin = device.type == "cuda"  # pinned host memory: the copy to the GPU runs while the host prepares the next
+    pending: list[tuple[np.ndarray, torch.Tensor]] = []  # (rows, their vectors still on the device)
     with torch.inference_mode(), devices.autocast(device, bf16), \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
         for rows in _token_budget_batches(lengths, batch_size * max_length):
-            batch = tokenizer.pad({"input_ids": [flat[offsets[i]:offsets[i + 1]] for i in rows]},
-                                  return_tensors="pt", return_attention_mask=True)
-            if cuda:  # pinned host memory: the copy runs asynchronously, the GPU is not waited for per batch
-                batch = {key: value.pin_memory() for key, value in batch.items()}
-            output = encoder(*(batch[key].to(device, non_blocking=cuda) for key in ("input_ids", "attention_mask")))
-            if cuda:
-                pending.append((rows, output))
-                if sum(len(r) for r, _ in pending) >= _GATHER_ROWS:
-                    _gather(pending, vectors)
-            else:
-                vectors[rows] = output.numpy()
+            batch = tokens.padded_batch(rows, tokenizer.pad_token_id, tokenizer.padding_side, pin_memory=pin)
+            padded = lengths[rows].min() < lengths[rows].max()  # known here: no device value is read for it
+            pending.append((rows, encoder(batch["input_ids"].to(device, non_blocking=pin),
+                                          batch["attention_mask"].to(device, non_blocking=pin) if padded else None)))
+            if sum(len(r) for r, _ in pending) >= gather_rows:
+                _gather(pending, vectors, texts)
             bar.update(len(rows))
-        _gather(pending, vectors)
+        _gather(pending, vectors, texts)
     return vectors
 
 
-def _gather(pending: list[tuple[np.ndarray, torch.Tensor]], vectors: np.ndarray) -> None:
-    """Copy the GPU results of several batches into ``vectors`` (one synchronisation for all) and forget them."""
-    if pending:
-        host = torch.cat([output for _, output in pending]).cpu().numpy()
-        vectors[np.concatenate([rows for rows, _ in pending])] = host
-        pending.clear()
-
-
-def _tokenize(tokenizer, texts: Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """All texts' token ids (truncated, unpadded) as one flat int32 array and ``len(texts) + 1`` offsets."""
-    pieces: list[np.ndarray] = []
-    lengths = np.empty(len(texts), dtype=np.int64)
-    for start in range(0, len(texts), _TOKENIZE_CHUNK):
-        chunk = list(texts[start:start + _TOKENIZE_CHUNK])
-        ids = tokenizer(chunk, truncation=True, max_length=max_length, padding=False,
-                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-        lengths[start:start + len(ids)] = [len(x) for x in ids]
-        pieces.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32,
-                                  count=int(lengths[start:start + len(ids)].sum())))
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return np.concatenate(pieces), offsets
+def _gather(pending: list[tuple[np.ndarray, torch.Tensor]], vectors: np.ndarray, texts: Sequence[str]) -> None:
+    """Copy the vectors of several batches into their rows of ``vectors`` (one transfer, one synchronisation
+    for all), check that they are finite, and forget them."""
+    if not pending:
+        return
+    rows = np.concatenate([r for r, _ in pending])
+    vectors[rows] = torch.cat([output for _, output in pending]).cpu().numpy()
+    pending.clear()
+    broken = ~np.isfinite(vectors[rows]).all(axis=1)
+    if broken.any():
+        row = int(rows[np.flatnonzero(broken)[0]])
+        raise FloatingPointError(
+            f"the encoder gave a non-finite vector (NaN or inf) for {int(broken.sum())} text(s), the first text "
+            f"{row} ({texts[row][:80]!r}); an index would silently drop it from every result list. Fix: encode "
+            f"again with the stage's bf16: false to see whether low precision caused it, else check the model")
 
 
 def _token_budget_batches(lengths: np.ndarray, budget: int) -> Iterator[np.ndarray]:

@@ -7,7 +7,8 @@
 * ``distillation_loss`` — L = L_kl + α·L_cont.
 * ``span_contrastive_loss`` — coCondenser's corpus-level loss (cocondenser.md Eq. 6) over span pairs.
 * ``linear_cross_entropy_sum`` — the pre-training LM losses: Σ −log softmax(h Wᵀ + b)[target] over the rows,
-  without the [rows, vocabulary] logits of the whole batch in memory.
+  without the [rows, vocabulary] logits of the whole batch in memory; ``linear_cross_entropy_and_samples`` also
+  samples a token per row from that softmax (the generator's replacements).
 
 Every loss is a mean over queries (spans for Eq. 6); ``linear_cross_entropy_sum`` is a sum over its rows.
 """
@@ -104,20 +105,44 @@ def linear_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: t
     inside the GEMM); the log-sum-exp, the loss and the weight/bias gradients are accumulated in float32 (or in
     the inputs' own dtype when that is float32 or wider).
     """
+    return _linear_cross_entropy(hidden, weight, bias, targets, None, chunk_rows)[0]
+
+
+def linear_cross_entropy_and_samples(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                                     targets: torch.Tensor, draws: torch.Tensor,
+                                     chunk_rows: int = LM_CHUNK_ROWS) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`linear_cross_entropy_sum` and, from the same chunks of logits, one token per row drawn from
+    softmax(hᵢ Wᵀ + b): the inverse CDF at ``draws``ᵢ (uniform in [0, 1)), a token whose probability is 0 never
+    drawn. ELECTRA's generator samples its replacements and scores its MLM loss in one pass over the vocabulary,
+    without the [N, V] logits (or their float32 copy, their softmax and its cumulative sum) for the batch."""
+    return _linear_cross_entropy(hidden, weight, bias, targets, draws, chunk_rows)
+
+
+def _linear_cross_entropy(hidden, weight, bias, targets, draws, chunk_rows):
     device_type = hidden.device.type
     compute = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
                else torch.promote_types(hidden.dtype, weight.dtype))
-    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, max(1, chunk_rows), compute)
+    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, draws, max(1, chunk_rows), compute)
+
+
+def inverse_cdf_samples(probabilities: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+    """Row i's token: the first whose cumulative probability exceeds ``draws``ᵢ × the row's total (one uniform
+    draw per row; ``torch.multinomial`` draws one exponential per vocabulary entry, ~50× slower on a CPU)."""
+    cdf = probabilities.cumsum(-1)
+    found = torch.searchsorted(cdf, draws[:, None].to(cdf.dtype) * cdf[:, -1:], right=True).squeeze(-1)
+    return found.clamp(max=probabilities.shape[-1] - 1)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    """Forward computes the loss and, when needed, the gradients; backward scales them by the incoming one."""
+    """Forward computes the loss, the samples when asked for and, when needed, the gradients; backward scales
+    the gradients by the incoming one (the samples have none)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, chunk_rows, compute):
+    def forward(ctx, hidden, weight, bias, targets, draws, chunk_rows, compute):
         accumulate = torch.promote_types(compute, torch.float32)
         wants = ctx.needs_input_grad
         total = torch.zeros((), dtype=accumulate, device=hidden.device)
+        samples = torch.empty(hidden.shape[0] if draws is not None else 0, dtype=torch.long, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if wants[0] else None
         grad_weight = torch.zeros(weight.shape, dtype=accumulate, device=weight.device) if wants[1] else None
         grad_bias = torch.zeros(bias.shape, dtype=accumulate, device=bias.device) \
@@ -131,9 +156,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 logits = (h @ w.T if b is None else torch.addmm(b, h, w.T)).to(accumulate)
                 log_z = torch.logsumexp(logits, dim=-1)
                 total += (log_z - logits.gather(1, t[:, None]).squeeze(1)).sum()
-                if not any(wants[:3]):
+                if draws is None and not any(wants[:3]):
                     continue
                 grad = logits.sub_(log_z[:, None]).exp_()          # softmax, in place of the logits
+                if draws is not None:
+                    samples[rows] = inverse_cdf_samples(grad, draws[rows])
+                if not any(wants[:3]):
+                    continue
                 grad[torch.arange(len(t), device=t.device), t] -= 1
                 if grad_bias is not None:
                     grad_bias += grad.sum(dim=0)
@@ -144,14 +173,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     grad_weight += (grad.T @ h).to(accumulate)
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.dtypes = weight.dtype, None if bias is None else bias.dtype
-        return total
+        ctx.mark_non_differentiable(samples)
+        return total, samples
 
     @staticmethod
-    def backward(ctx, grad_output):
+    def backward(ctx, grad_output, grad_samples):
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         weight_dtype, bias_dtype = ctx.dtypes
         scale = grad_output
         return (None if grad_hidden is None else grad_hidden * scale.to(grad_hidden.dtype),
                 None if grad_weight is None else (grad_weight * scale).to(weight_dtype),
                 None if grad_bias is None else (grad_bias * scale).to(bias_dtype),
-                None, None, None)
+                None, None, None, None)

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.bert.modeling_bert import BertLayer
 
-from ..losses import at_least_float32, linear_cross_entropy_sum, span_contrastive_loss
+from ..losses import (at_least_float32, linear_cross_entropy_and_samples, linear_cross_entropy_sum,
+                      span_contrastive_loss)
 from .masking import bert_corrupt, nested_mask, random_mask
 from .methods import Decoder, ObjectiveSettings, pretraining_method
 from .token_importance import importance_aware_mask
@@ -82,15 +83,6 @@ def local_causal_mask(length: int, span: int, device=None) -> torch.Tensor:
     return (cols == 0) | ((cols <= rows) & (cols > rows - span))
 
 
-@torch.no_grad()
-def sample_tokens(logits: torch.Tensor) -> torch.Tensor:
-    """One token per row from softmax(logits), by inverse CDF: a uniform draw per row (``torch.multinomial``
-    draws one exponential per vocabulary entry and is ~50× slower on CPU for a 30k vocabulary)."""
-    cdf = logits.float().softmax(-1).cumsum(-1)
-    draw = torch.rand(len(cdf), 1, device=cdf.device) * cdf[:, -1:]
-    return torch.searchsorted(cdf, draw).squeeze(-1).clamp(max=logits.shape[-1] - 1)
-
-
 class TokenGenerator(nn.Module):
     """ELECTRA-style generator: predicts masked tokens; frozen (SimLM's choice) or trained jointly by MLM."""
 
@@ -110,17 +102,22 @@ class TokenGenerator(nn.Module):
 
     def replace(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
                 mask_token_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Sample(g, Mask(x, ·)): the masked positions hold samples from g; plus g's MLM loss when trained."""
+        """Sample(g, Mask(x, ·)): the masked positions hold samples from g; plus g's MLM loss when trained.
+
+        g's head runs on the masked rows only, and its vocabulary projection in chunks that sample the
+        replacements and score the loss from the same logits (:func:`linear_cross_entropy_and_samples`)."""
+        transform, projection = lm_head_parts(self.head)
         context = contextlib.nullcontext() if self.trainable else torch.no_grad()
         with context:
             hidden = self.backbone(input_ids=input_ids.masked_fill(mask, mask_token_id),
                                    attention_mask=attention_mask).last_hidden_state
-            logits = at_least_float32(self.head(hidden[mask]))  # masked rows only; sampled and scored once
-        sampled = sample_tokens(logits.detach())
+            states = transform(hidden[mask])
+            draws = torch.rand(len(states), device=states.device)
+            loss_sum, sampled = linear_cross_entropy_and_samples(states, projection.weight, projection.bias,
+                                                                 input_ids[mask], draws)
         replaced = input_ids.clone()
         replaced[mask] = sampled
-        loss = F.cross_entropy(logits, input_ids[mask]) if self.trainable and mask.any() else None
-        return replaced, loss
+        return replaced, loss_sum / len(states) if self.trainable and len(states) else None
 
 
 def _masked_mean_lm(head: nn.Module, states: torch.Tensor, targets: torch.Tensor,
@@ -269,6 +266,22 @@ class PretrainingModel(nn.Module):
         early = out.hidden_states[self.settings.condenser_skip_layer]
         head = self.decode(late_cls, early, self.decoder_attention(attention_mask))
         return late_cls, lm_loss_sum(self.lm_head, head[mask], input_ids[mask]), mask.sum()
+
+
+def compile_layers(model: nn.Module) -> int:
+    """``torch.compile`` (inductor) every Transformer layer of ``model`` in place: the encoder's, the decoder's
+    or head's, the generator's (transformers' ``GradientCheckpointingLayer``: ``BertLayer``, ``ElectraLayer``).
+    Regional compilation: each layer's attention, GELU, dropout and LayerNorm become fused kernels, and layers of
+    one shape share the compiled code; the loss code around them (boolean selections of predicted rows, the
+    chunked vocabulary loss, sampling) keeps its data-dependent shapes in eager mode, where a whole-model graph
+    would break. Parameter names, ``state_dict`` and checkpoints are those of the uncompiled model. Returns the
+    number of layers compiled."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.compile()
+    return len(layers)
 
 
 def _no_sync(model: nn.Module, last: bool):

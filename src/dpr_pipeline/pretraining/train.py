@@ -24,7 +24,7 @@ from ..training.distributed import Distributed
 from ..training.trainer import TrainingSettings, finish, train
 from .masking import content_positions
 from .methods import ObjectiveSettings, PretrainingMethod, pretraining_method
-from .objectives import PretrainingModel, SpecialTokens, TokenGenerator
+from .objectives import PretrainingModel, SpecialTokens, TokenGenerator, compile_layers
 from .token_importance import NgramCounts, ami_importance
 from .tokens import TokenizedCorpus, read_token_shards
 
@@ -137,6 +137,8 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
     counts = NgramCounts.load(ngram_counts) if method.ngram_counts else None
     torch.manual_seed(params["seed"])  # new layers and a random generator start the same in every run
     model = build_model(params, tokenizer)
+    if params["compile"]:
+        log.info("torch.compile: %d Transformer layers", compile_layers(model))
     data = PassageData(corpus, span_pairs=method.span_pairs, seed=params["seed"])
     collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"])
     step = training_step(method, params)
