@@ -1,6 +1,6 @@
 # The two README commands:  make example  (the bundled SciFact chain, raw files to the distilled retriever)
 # and  make test  (the workflow's lint, then all tests: what CI runs). Day to day:  make test-fast  (the unit
-# tier: no whole-chain Snakemake run, no Java/Pyserini, no Slurm).
+# tier: no whole-chain Snakemake run, no Java, no Slurm).
 # Both create the .venv on first use: pip with torch held at the CPU wheel by constraints.txt.
 PYTHON ?= python3
 VENV := .venv

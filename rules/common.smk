@@ -20,7 +20,6 @@ from dpr_pipeline.config import train_split_of, validate_config
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  model_dir, release_dir, stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
-from dpr_pipeline.data.readers import raw_files
 
 
 SCHEMA_FILE = Path(workflow.basedir, "schemas", "config.schema.yaml")
