@@ -31,6 +31,23 @@ def teacher_shards(wildcards):
     return [stage_file("reranker", f"teacher/shard_{i}.parquet", wildcards.dataset) for i in shards]
 
 
+
+def fusion_choice_inputs(wildcards):
+    """What fusion_weight `dev` is chosen on: the dev split's re-ranker and Retriever2 runs, and its qrels."""
+    dev = settings.fusion(config, wildcards.dataset)["split"]
+    return {"reranker": stage_file("reranker", f"cross_encoder/run_{dev}.trec", wildcards.dataset),
+            "first_stage": stage_file("retriever2", f"run_{dev}.trec", wildcards.dataset),
+            "qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset)}
+
+
+def fusion_inputs(wildcards):
+    """A fused run's two runs, and the weight's choice when fusion_weight is `dev`."""
+    inputs = {"reranker": stage_file("reranker", f"cross_encoder/run_{wildcards.split}.trec", wildcards.dataset),
+              "first_stage": stage_file("retriever2", f"run_{wildcards.split}.trec", wildcards.dataset)}
+    if settings.fusion(config, wildcards.dataset)["weight"] == "dev":
+        inputs["choice"] = stage_file("reranker", "fusion_weight.json", wildcards.dataset)
+    return inputs
+
 def bm25_negatives_pool(wildcards):
     """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
     if "official_negatives" in dataset_config(wildcards):

@@ -34,7 +34,7 @@ rule rerank:
         corpus=data_file("corpus.parquet"),
         queries=data_file("queries_{split}.parquet"),
     output:
-        stage_file("reranker", "run_{split}.trec"),
+        stage_file("reranker", "cross_encoder/run_{split}.trec"),
     params:
         # re-ranking a transfer target B's BM25 run ({target}, rules/transfer.smk) goes transfer.rerank_depth deep
         reranker=lambda wc: settings.reranker(config, wc.dataset, wc.get("target")),
@@ -49,6 +49,48 @@ rule rerank:
         torch_env("rerank")
     script:
         "../workflow_scripts/rerank.py"
+
+
+# The re-ranked runs mix the re-ranker's and Retriever2's scores (reranker.fusion_weight; 1: the re-ranker alone);
+# `dev` chooses the weight on the dataset's dev split first.
+rule choose_fusion_weight:
+    input:
+        unpack(fusion_choice_inputs),
+    output:
+        stage_file("reranker", "fusion_weight.json"),
+    params:
+        fusion=lambda wc: settings.fusion(config, wc.dataset),
+    threads: threads_of("choose_fusion_weight")
+    resources:
+        **resources_of("choose_fusion_weight"),
+    log:
+        log_file("choose_fusion_weight"),
+    benchmark:
+        benchmark_file("choose_fusion_weight")
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/choose_fusion_weight.py"
+
+
+rule fuse_reranked_run:
+    input:
+        unpack(fusion_inputs),
+    output:
+        stage_file("reranker", "run_{split}.trec"),
+    params:
+        fusion=lambda wc: settings.fusion(config, wc.dataset),
+    threads: threads_of("fuse_reranked_run")
+    resources:
+        **resources_of("fuse_reranked_run"),
+    log:
+        log_file("fuse_reranked_run_{split}"),
+    benchmark:
+        benchmark_file("fuse_reranked_run_{split}")
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/fuse_reranked_run.py"
 
 
 rule teacher_scores_shard:

@@ -14,7 +14,8 @@ from sentence_transformers import CrossEncoder
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
 
 from dpr_pipeline.cross_encoder_scoring import score_pairs
-from dpr_pipeline.reranking import append_tail, rerank_run
+from dpr_pipeline.reranking import rerank_run
+from dpr_pipeline.runs import append_tail
 from dpr_pipeline.teacher_scores import merge_teacher_shards, score_teacher_shard, shard_slice
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.errors import DataError

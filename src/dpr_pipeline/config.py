@@ -213,6 +213,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
         raise ConfigError(f"config key datasets.{name}.stages.retriever.plm: {plm!r} is a model this block trains "
                           "(Retriever1 and Retriever2 share it), so the stage would start from itself. Fix: start "
                           "from `pretrain`, a Hub name or a folder; only distill.plm may name retriever1/retriever2")
+    check_fusion(config, name)
     rerank, search = stage_params(config, name, "reranker")["rerank_depth"], \
         stage_params(config, name, "retriever")["search_depth"]
     if rerank > search:
@@ -249,6 +250,27 @@ def check_dev_split(dataset: dict, name: str) -> None:
                           f"eval_splits {dataset['eval_splits']} (a split of the collection). Fix: give the carve "
                           "another name (dev_split: {name: heldout, ...}) or use that split (dev_split: "
                           f"{dev.name})")
+
+
+def check_fusion(config: dict, name: str) -> None:
+    """``reranker.fusion_weight: dev`` needs a dev split judged by qrels, and a metric ir-measures knows."""
+    from .metrics import parse_metric
+
+    params, dataset = stage_params(config, name, "reranker"), config["datasets"][name]
+    if params["fusion_weight"] != "dev":
+        return
+    key = f"config key datasets.{name}.stages.reranker.fusion_weight"
+    if dev_split_of(dataset) is None:
+        raise ConfigError(f"{key}: `dev` chooses the weight on the dataset's dev split, and it has none. Fix: set "
+                          f"datasets.{name}.dev_split (e.g. {{fraction: 0.1}}) or give the weight as a number "
+                          "(1 = the re-ranker alone)")
+    if dataset.get("relevance") == "answers":
+        raise ConfigError(f"{key}: `dev` is chosen against qrels, and this dataset judges by answers. Fix: give "
+                          "the weight as a number (1 = the re-ranker alone)")
+    try:
+        parse_metric(params["fusion_metric"])
+    except ValueError as err:
+        raise ConfigError(f"config key datasets.{name}.stages.reranker.fusion_metric: {err}") from None
 
 
 def add_dev_splits(config: dict) -> dict:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from .cross_encoder_scoring import load_scorer, score_pairs
 from .errors import DataError
-from .runs import read_trec_run, write_trec_run
+from .runs import append_tail, read_trec_run, write_trec_run
 from .training.groups import read_texts
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def rerank_run(model_dir: str | Path, run_path: str | Path, corpus_path: str | P
                output_run: str | Path, *, depth: int, max_length: int, batch_size: int, tag: str,
                bf16: bool = False) -> None:
     """Re-score each query's top ``depth`` hits of a TREC run with θ(q, d), sorted by θ, followed by the
-    query's remaining hits (:func:`append_tail`).
+    query's remaining hits (:func:`~dpr_pipeline.runs.append_tail`).
 
     Every query of the run must be in the queries artifact and every document in the corpus. Equal θ are
     ordered by doc id (:func:`~dpr_pipeline.runs.rank_order`), as every run the pipeline writes.
@@ -58,10 +58,3 @@ def rerank_run(model_dir: str | Path, run_path: str | Path, corpus_path: str | P
     write_trec_run(((qid, append_tail(list(zip(hits["doc_id"], hits["score"].astype(float))), tails.get(qid, [])))
                     for qid, hits in reranked.groupby("query_id", sort=False)), output_run, tag)
 
-
-def append_tail(reranked: list[tuple[str, float]], tail: list[str]) -> list[tuple[str, float]]:
-    """The re-ranked hits (sorted by score), then the first stage's remaining hits in their order, scored
-    ``lowest re-ranked score − 1, − 2, …``: below every re-ranked hit and without ties, so every evaluation
-    tool ranks them as written."""
-    lowest = min((score for _, score in reranked), default=0.0)
-    return reranked + [(doc_id, lowest - rank) for rank, doc_id in enumerate(tail, start=1)]

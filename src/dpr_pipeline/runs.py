@@ -41,6 +41,14 @@ def write_trec_run(results: Iterable[tuple[str, list[tuple[str, float]]]], path:
                 out.write(f"{query_id} Q0 {doc_id} {rank} {score:.6f} {tag}\n")
 
 
+def append_tail(reranked: list[tuple[str, float]], tail: list[str]) -> list[tuple[str, float]]:
+    """The re-ranked hits (sorted by score), then the first stage's remaining hits in their order, scored
+    ``lowest re-ranked score − 1, − 2, …``: below every re-ranked hit and without ties, so every evaluation
+    tool ranks them as written."""
+    lowest = min((score for _, score in reranked), default=0.0)
+    return reranked + [(doc_id, lowest - rank) for rank, doc_id in enumerate(tail, start=1)]
+
+
 def _check_field(value, what: str, path, line: int | None) -> None:
     problem = "is empty" if not str(value) else id_problem(str(value))
     if problem:

@@ -10,6 +10,7 @@ reads the config's stage blocks itself.
 from __future__ import annotations
 
 from .config import STUDENT_STARTS, stage_params
+from .data.dev_split import dev_split_of
 from .layout import stage_file
 from .stages import stage as declared
 
@@ -88,10 +89,28 @@ def search_depth(config: dict, dataset: str, stage: str, split: str, target: str
     return full
 
 
+# The re-ranker's settings of the fused runs only (:func:`fusion`), kept out of its training and scoring jobs.
+FUSION_KEYS = ("fusion_weight", "fusion_metric")
+
+
 def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
-    """The re-ranker's settings (`reranker`); re-ranking target B's BM25 run goes `transfer.rerank_depth` deep."""
-    params = stage_params(config, dataset, "reranker")
+    """The re-ranker's training and scoring settings (`reranker` but the fusion's); re-ranking target B's BM25 run
+    goes `transfer.rerank_depth` deep."""
+    params = {key: value for key, value in stage_params(config, dataset, "reranker").items()
+              if key not in FUSION_KEYS}
     return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
+
+
+def fusion(config: dict, dataset: str) -> dict:
+    """How a re-ranked run mixes the re-ranker's and Retriever2's scores (:mod:`dpr_pipeline.score_fusion`):
+    ``weight`` (a number, or ``dev``: chosen on ``split``, the dataset's dev split, by ``metric`` at its
+    ``relevance_level``) over the top ``depth`` hits."""
+    params = stage_params(config, dataset, "reranker")
+    collection = config["datasets"][dataset]
+    dev = dev_split_of(collection)
+    split = dev.name if dev is not None else None
+    return {"weight": params["fusion_weight"], "metric": params["fusion_metric"], "depth": params["rerank_depth"],
+            "split": split, "relevance_level": collection.get("metric_relevance", {}).get(split, 1)}
 
 
 def training_processes(config: dict, dataset: str, block: str) -> int:

@@ -1,0 +1,130 @@
+"""The re-ranked run's score: the re-ranker's θ(q, d) fused with the first stage's score s(q, d).
+
+Over each query's re-ranked hits (the first stage's top ``rerank_depth``), both scores are standardised per
+query (z = (x − mean) / sd; a query whose scores are all equal gets z = 0) and mixed:
+
+    score(q, d) = w · z(θ(q, d)) + (1 − w) · z(s(q, d))
+
+``w = 1`` ranks by the re-ranker alone (the SimLM paper's re-ranker); ``w = 0`` keeps the first stage's order.
+A cross-encoder trained on a small budget ranks differently from the bi-encoder it re-ranks, and a mix often
+beats both (the interpolation of re-ranker and first-stage scores that re-ranking studies report); how much of
+each is a setting, ``reranker.fusion_weight``: a number, or ``dev``, the weight of :data:`FUSION_GRID` with the
+best dev-split ``reranker.fusion_metric`` (:func:`choose_fusion_weight`; a tie goes to the larger weight, the
+re-ranker's side). The hits below the re-ranked depth follow in the first stage's order
+(:func:`.runs.append_tail`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .data.schemas import read_artifact
+from .errors import DataError
+from .io import atomic_output
+from .metrics import evaluate_run
+from .runs import append_tail, rank_order, read_trec_run, write_trec_run
+
+#: The weights ``fusion_weight: dev`` chooses from: 0, 0.1, …, 1.
+FUSION_GRID = tuple(i / 10 for i in range(11))
+
+
+def standardised(scores: pd.Series, groups: pd.Series) -> pd.Series:
+    """Each score minus its group's mean, over the group's standard deviation (population); 0 where a group's
+    scores are all equal."""
+    grouped = scores.groupby(groups)
+    centred = scores - grouped.transform("mean")
+    spread = grouped.transform(lambda values: values.std(ddof=0))
+    return (centred / spread.where(spread > 0)).fillna(0.0)
+
+
+def fused_scores(hits: pd.DataFrame, weight: float) -> pd.Series:
+    """``w · z(reranker) + (1 − w) · z(first_stage)`` for hits with columns query_id, reranker, first_stage."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"the fusion weight must be in [0, 1], got {weight}")
+    return (weight * standardised(hits["reranker"], hits["query_id"])
+            + (1.0 - weight) * standardised(hits["first_stage"], hits["query_id"]))
+
+
+def reranked_hits(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, depth: int, *,
+                  reranker_path: str | Path = "re-ranker run", first_stage_path: str | Path = "first-stage run"
+                  ) -> pd.DataFrame:
+    """The first stage's top ``depth`` hits of each query with both scores (query_id, doc_id, reranker,
+    first_stage). The re-ranker run must have re-scored exactly those hits: its first ``depth`` hits per query."""
+    top = first_stage_run[first_stage_run.groupby("query_id").cumcount() < depth]
+    rescored = reranker_run[reranker_run.groupby("query_id").cumcount() < depth]
+    hits = top[["query_id", "doc_id", "score"]].rename(columns={"score": "first_stage"}).merge(
+        rescored[["query_id", "doc_id", "score"]].rename(columns={"score": "reranker"}),
+        on=["query_id", "doc_id"], how="outer", indicator=True)
+    stray = hits[hits["_merge"] != "both"]
+    if len(stray):
+        hit = stray.iloc[0]
+        where = first_stage_path if hit["_merge"] == "left_only" else reranker_path
+        raise DataError(reranker_path, f"query {hit['query_id']!r}: document {hit['doc_id']!r} is among the top "
+                        f"{depth} of {where} only, so the re-ranker did not re-score the first stage's top {depth}",
+                        f"re-rank {first_stage_path} again with rerank_depth {depth} (delete this run and rerun)")
+    return hits.drop(columns="_merge").reset_index(drop=True)
+
+
+def fuse_runs(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, *, weight: float, depth: int,
+              **paths) -> list[tuple[str, list[tuple[str, float]]]]:
+    """``(query_id, hits)`` of the fused run: the top ``depth`` by the fused score, then the first stage's
+    remaining hits in its order, below them. ``paths``: the runs' paths for errors (:func:`reranked_hits`)."""
+    hits = reranked_hits(reranker_run, first_stage_run, depth, **paths)
+    hits = hits.assign(score=fused_scores(hits, weight))
+    tails = {qid: group["doc_id"].tolist()
+             for qid, group in first_stage_run[first_stage_run.groupby("query_id").cumcount() >= depth]
+             .groupby("query_id", sort=False)}
+    return [(qid, append_tail(rank_order(zip(group["doc_id"], group["score"].astype(float))), tails.get(qid, [])))
+            for qid, group in hits.groupby("query_id", sort=True)]
+
+
+def choose_fusion_weight(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, qrels: pd.DataFrame, *,
+                         depth: int, metric: str, relevance_level: int = 1, grid=FUSION_GRID,
+                         qrels_source: str = "qrels", **paths) -> dict:
+    """The weight of ``grid`` whose fused run scores best in ``metric`` against ``qrels`` (ties: the larger
+    weight), with every weight's value: ``{"weight", "metric", "values": {weight: value}}``."""
+    values = {}
+    for weight in grid:
+        fused = pd.DataFrame([(qid, doc, score) for qid, hits in fuse_runs(reranker_run, first_stage_run,
+                                                                           weight=weight, depth=depth, **paths)
+                              for doc, score in hits], columns=["query_id", "doc_id", "score"])
+        values[float(weight)] = evaluate_run(fused, qrels, [metric], qrels_source, relevance_level)[metric]
+    best = max(values, key=lambda weight: (values[weight], weight))
+    return {"weight": best, "metric": metric, "values": values}
+
+
+def write_fusion_choice(reranker_run: str | Path, first_stage_run: str | Path, qrels: str | Path,
+                        output: str | Path, *, depth: int, metric: str, relevance_level: int = 1,
+                        split: str) -> dict:
+    """:func:`choose_fusion_weight` on a dev split's runs and qrels files, written as JSON (with the split and
+    the files it was chosen on)."""
+    choice = choose_fusion_weight(read_trec_run(reranker_run), read_trec_run(first_stage_run),
+                                  read_artifact(qrels, "qrels"), depth=depth, metric=metric,
+                                  relevance_level=relevance_level, qrels_source=str(qrels),
+                                  reranker_path=reranker_run, first_stage_path=first_stage_run)
+    record = {**choice, "values": {f"{w:g}": v for w, v in choice["values"].items()}, "split": split,
+              "depth": depth, "chosen_on": {"reranker_run": str(reranker_run),
+                                            "first_stage_run": str(first_stage_run), "qrels": str(qrels)}}
+    with atomic_output(output) as tmp:
+        Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def read_fusion_weight(path: str | Path) -> float:
+    """The weight a fusion choice file (:func:`write_fusion_choice`) records."""
+    try:
+        return float(json.loads(Path(path).read_text())["weight"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DataError(path, f"not a fusion choice file ({err})", "delete it and rerun choose_fusion_weight") \
+            from None
+
+
+def write_fused_run(reranker_run: str | Path, first_stage_run: str | Path, output: str | Path, *, weight: float,
+                    depth: int, tag: str) -> None:
+    """The fused run (:func:`fuse_runs`) of two TREC run files, written as a TREC run."""
+    write_trec_run(fuse_runs(read_trec_run(reranker_run), read_trec_run(first_stage_run), weight=weight,
+                             depth=depth, reranker_path=reranker_run, first_stage_path=first_stage_run),
+                   output, tag)

@@ -1,0 +1,136 @@
+"""The re-ranked run's fused score (dpr_pipeline.score_fusion), its dev-split choice and its settings."""
+
+import copy
+import json
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO
+from dpr_pipeline import stage_settings
+from dpr_pipeline.config import ConfigError, validate_config
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.runs import read_trec_run, write_trec_run
+from dpr_pipeline.score_fusion import (FUSION_GRID, choose_fusion_weight, fuse_runs, fused_scores, read_fusion_weight,
+                                       standardised, write_fused_run, write_fusion_choice)
+
+CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def run(rows):
+    """A run frame from ``(query_id, doc_id, score)`` rows, ranked by score as read_trec_run gives it."""
+    frame = pd.DataFrame(rows, columns=["query_id", "doc_id", "score"])
+    frame = frame.sort_values(["query_id", "score"], ascending=[True, False], kind="stable")
+    return frame.assign(rank=frame.groupby("query_id").cumcount() + 1).reset_index(drop=True)
+
+
+# q1: Retriever2 ranks d1 > d2 > d3 (> d4, below the depth 3); the re-ranker d3 > d2 > d1.
+FIRST_STAGE = run([("q1", "d1", 0.9), ("q1", "d2", 0.8), ("q1", "d3", 0.7), ("q1", "d4", 0.1)])
+RERANKER = run([("q1", "d3", 5.0), ("q1", "d2", 4.0), ("q1", "d1", 0.0), ("q1", "d4", -1.0)])
+# by hand: z(first stage) over d1, d2, d3 = (0.1, 0, -0.1) / sd 0.08165 = (1.2247, 0, -1.2247);
+# z(re-ranker) = (0 - 3, 4 - 3, 5 - 3) / sd sqrt(14/3) = (-1.3887, 0.4629, 0.9258)
+Z_FIRST = {"d1": 1.2247449, "d2": 0.0, "d3": -1.2247449}
+Z_RERANKER = {"d1": -1.3887301, "d2": 0.4629100, "d3": 0.9258201}
+
+
+def test_standardised_by_hand_and_equal_scores_give_zero():
+    scores = pd.Series([1.0, 2.0, 3.0, 5.0, 5.0])
+    groups = pd.Series(["a", "a", "a", "b", "b"])
+    assert standardised(scores, groups).tolist() == pytest.approx([-1.2247449, 0.0, 1.2247449, 0.0, 0.0])
+
+
+def test_fused_scores_by_hand():
+    hits = pd.DataFrame({"query_id": ["q", "q"], "reranker": [3.0, 1.0], "first_stage": [0.0, 1.0]})
+    assert fused_scores(hits, 0.7).tolist() == pytest.approx([0.4, -0.4])  # 0.7 * (1, -1) + 0.3 * (-1, 1)
+    assert fused_scores(hits, 1.0).tolist() == pytest.approx([1.0, -1.0])
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        fused_scores(hits, 1.5)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 0.5, 1.0])
+def test_fuse_runs_ranks_the_top_by_the_mix_then_the_first_stages_tail(weight):
+    [(query, hits)] = fuse_runs(RERANKER, FIRST_STAGE, weight=weight, depth=3)
+    expected = {d: weight * Z_RERANKER[d] + (1 - weight) * Z_FIRST[d] for d in Z_FIRST}
+    top = sorted(expected, key=lambda d: -expected[d])
+    assert query == "q1"
+    assert [d for d, _ in hits] == top + ["d4"]
+    assert [s for _, s in hits[:3]] == pytest.approx([expected[d] for d in top], abs=1e-6)
+    assert hits[3][1] == pytest.approx(min(expected.values()) - 1)
+    assert weight != 0.0 or top == ["d1", "d2", "d3"]  # 0: Retriever2's order
+    assert weight != 1.0 or top == ["d3", "d2", "d1"]  # 1: the re-ranker's
+
+
+def test_a_reranker_run_of_other_hits_is_refused_with_its_file():
+    other = run([("q1", "d4", 5.0), ("q1", "d2", 4.0), ("q1", "d1", 0.0), ("q1", "d3", -1.0)])
+    with pytest.raises(DataError, match=r"ce\.trec: query 'q1': document '(d3|d4)' is among the top 3 of .* only.*"
+                                        r"Fix: re-rank .*r2\.trec again with rerank_depth 3"):
+        fuse_runs(other, FIRST_STAGE, weight=0.5, depth=3, reranker_path="ce.trec", first_stage_path="r2.trec")
+
+
+def test_choose_fusion_weight_takes_the_best_dev_value_and_the_larger_weight_on_a_tie():
+    judged_d1 = pd.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "relevance": [1]})
+    # d1 stays first while w * (-1.3887 - 0.4629) + (1 - w) * 1.2247 > 0 (w < 0.398) and
+    # w * (-1.3887 - 0.9258) + (1 - w) * 2.4495 > 0 (w < 0.514): weights 0 ... 0.3 tie at MRR 1, the larger wins
+    choice = choose_fusion_weight(RERANKER, FIRST_STAGE, judged_d1, depth=3, metric="MRR@10")
+    assert choice["weight"] == 0.3 and choice["metric"] == "MRR@10"
+    assert list(choice["values"]) == list(FUSION_GRID)
+    assert choice["values"][0.0] == 1.0 and choice["values"][1.0] == pytest.approx(1 / 3)
+    judged_d3 = judged_d1.assign(doc_id=["d3"])
+    assert choose_fusion_weight(RERANKER, FIRST_STAGE, judged_d3, depth=3, metric="MRR@10")["weight"] == 1.0
+
+
+def write_run(frame, path):
+    write_trec_run(((q, list(zip(g["doc_id"], g["score"]))) for q, g in frame.groupby("query_id")), path, "t")
+
+
+def test_choice_and_fused_run_files(tmp_path):
+    write_run(RERANKER, tmp_path / "ce.trec")
+    write_run(FIRST_STAGE, tmp_path / "r2.trec")
+    qrels = tmp_path / "qrels.parquet"
+    from dpr_pipeline.data.schemas import write_artifact
+    write_artifact(pd.DataFrame({"query_id": ["q1"], "doc_id": ["d3"], "relevance": [1]}), qrels, "qrels")
+    record = write_fusion_choice(tmp_path / "ce.trec", tmp_path / "r2.trec", qrels, tmp_path / "choice.json",
+                                 depth=3, metric="nDCG@10", split="dev")
+    saved = json.loads((tmp_path / "choice.json").read_text())
+    assert saved == json.loads(json.dumps(record)) and saved["split"] == "dev" and saved["depth"] == 3
+    assert read_fusion_weight(tmp_path / "choice.json") == 1.0 == saved["weight"]
+    assert set(saved["values"]) == {f"{w:g}" for w in FUSION_GRID}
+    write_fused_run(tmp_path / "ce.trec", tmp_path / "r2.trec", tmp_path / "fused.trec", weight=0.0, depth=3,
+                    tag="t")
+    assert read_trec_run(tmp_path / "fused.trec")["doc_id"].tolist() == ["d1", "d2", "d3", "d4"]
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(DataError, match=r"bad\.json: not a fusion choice file"):
+        read_fusion_weight(tmp_path / "bad.json")
+
+
+def test_settings_keep_the_fusion_out_of_the_reranker_jobs():
+    config = validate_config(copy.deepcopy(CONFIG))
+    assert "fusion_weight" not in stage_settings.reranker(config, "scifact")
+    fusion = stage_settings.fusion(config, "scifact")
+    assert fusion == {"weight": "dev", "metric": "nDCG@10", "depth": 50, "split": "dev", "relevance_level": 1}
+    assert stage_settings.fusion(config, "msmarco")["weight"] == 1.0  # the paper's: the re-ranker alone
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("dev_split"), "`dev` chooses the weight on the dataset's dev split, and it has none"),
+    (lambda d: d["stages"]["reranker"].update(fusion_metric="nDCG@ten"), "unknown metric .nDCG@ten."),
+])
+def test_a_dev_fusion_weight_needs_a_dev_split_and_a_known_metric(edit, message):
+    config = copy.deepcopy(CONFIG)
+    edit(config["datasets"]["scifact"])
+    with pytest.raises(ConfigError, match=r"datasets\.scifact\.stages\.reranker\.fusion_(weight|metric): "
+                       + message.replace("`", ".")):
+        validate_config(config)
+
+
+def test_fusion_weight_outside_zero_one_is_refused():
+    config = copy.deepcopy(CONFIG)
+    config["datasets"]["scifact"]["stages"]["reranker"]["fusion_weight"] = 1.5
+    with pytest.raises(ConfigError, match="fusion_weight"):
+        validate_config(config)
+
+
+def test_grid_is_zero_to_one_in_tenths():
+    assert len(FUSION_GRID) == 11 and all(math.isclose(w, i / 10) for i, w in enumerate(FUSION_GRID))

@@ -1,0 +1,10 @@
+import _library  # noqa: F401  (puts src/ on the path)
+from dpr_pipeline.score_fusion import write_fusion_choice
+from dpr_pipeline.workflow import logged
+
+with logged(snakemake.log[0]) as log:
+    fusion = snakemake.params.fusion
+    choice = write_fusion_choice(snakemake.input.reranker, snakemake.input.first_stage, snakemake.input.qrels,
+                                 snakemake.output[0], depth=fusion["depth"], metric=fusion["metric"],
+                                 relevance_level=fusion["relevance_level"], split=fusion["split"])
+    log.info("fusion weight %s (%s on %s: %s)", choice["weight"], choice["metric"], fusion["split"], choice["values"])
