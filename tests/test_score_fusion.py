@@ -109,7 +109,7 @@ def test_settings_keep_the_fusion_out_of_the_reranker_jobs():
     config = validate_config(copy.deepcopy(CONFIG))
     assert "fusion_weight" not in stage_settings.reranker(config, "scifact")
     fusion = stage_settings.fusion(config, "scifact")
-    assert fusion == {"weight": "dev", "metric": "nDCG@10", "depth": 50, "split": "dev", "relevance_level": 1}
+    assert fusion == {"weight": "dev", "metric": "nDCG@10", "depth": 30, "split": "dev", "relevance_level": 1}
     assert stage_settings.fusion(config, "msmarco")["weight"] == 1.0  # the paper's: the re-ranker alone
 
 
