@@ -34,6 +34,7 @@ from dpr_pipeline.metrics import evaluate_splits
 from dpr_pipeline.pretraining.tokens import read_token_shards
 from dpr_pipeline.pretraining.train import load_masked_lm
 from dpr_pipeline.runs import read_trec_run, write_trec_run
+from dpr_pipeline.score_fusion import write_fused_run
 from dpr_pipeline.training.groups import QueryGroups, read_texts
 
 CATALOGUE = REPO / "docs" / "bad_inputs.md"
@@ -757,6 +758,22 @@ def _(tmp, bert):
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["reranker"].update(rerank_depth=2000))
 
+
+
+@case("config-fusion-weight-dev-without-dev-split", ConfigError, "config key datasets.scifact.stages.reranker."
+      "fusion_weight: `dev` chooses the weight on the dataset's dev split, and it has none", "Fix: set "
+      "datasets.scifact.dev_split")
+def _(tmp, bert):
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].pop("dev_split"))
+
+
+@case("fused-run-other-hits", DataError, "cross_encoder/run_test.trec: query 'q1': document", "the re-ranker did "
+      "not re-score the first stage's top 2", "Fix: re-rank")
+def _(tmp, bert):
+    reranked, first_stage, out = tmp / "cross_encoder" / "run_test.trec", tmp / "run_r2.trec", tmp / "out" / "run.trec"
+    write_trec_run([("q1", [("d3", 2.0), ("d1", 1.0), ("d2", 0.0)])], reranked, "reranker")
+    write_trec_run([("q1", [("d1", 0.9), ("d2", 0.8), ("d3", 0.7)])], first_stage, "retriever2")
+    return (lambda: write_fused_run(reranked, first_stage, out, weight=0.5, depth=2, tag="reranker")), [out]
 
 # --------------------------------------------------------------------------------------------------- tests
 @pytest.mark.parametrize("case_id", list(CASES))
