@@ -39,6 +39,8 @@ def test_standardised_by_hand_and_equal_scores_give_zero():
     scores = pd.Series([1.0, 2.0, 3.0, 5.0, 5.0])
     groups = pd.Series(["a", "a", "a", "b", "b"])
     assert standardised(scores, groups).tolist() == pytest.approx([-1.2247449, 0.0, 1.2247449, 0.0, 0.0])
+    rounding = pd.Series([0.1, 0.1, 0.1])  # their float mean is 0.10000000000000002, not 0.1
+    assert standardised(rounding, pd.Series(["a"] * 3)).tolist() == [0.0, 0.0, 0.0]
 
 
 def test_fused_scores_by_hand():

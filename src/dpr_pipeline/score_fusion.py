@@ -33,11 +33,11 @@ FUSION_GRID = tuple(i / 10 for i in range(11))
 
 def standardised(scores: pd.Series, groups: pd.Series) -> pd.Series:
     """Each score minus its group's mean, over the group's standard deviation (population); 0 where a group's
-    scores are all equal."""
+    scores are all equal (a spread within float rounding of the mean)."""
     grouped = scores.groupby(groups)
-    centred = scores - grouped.transform("mean")
+    mean = grouped.transform("mean")
     spread = grouped.transform(lambda values: values.std(ddof=0))
-    return (centred / spread.where(spread > 0)).fillna(0.0)
+    return ((scores - mean) / spread.where(spread > 1e-9 * (1.0 + mean.abs()))).fillna(0.0)
 
 
 def fused_scores(hits: pd.DataFrame, weight: float) -> pd.Series:
