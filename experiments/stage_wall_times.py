@@ -4,8 +4,8 @@
 
 Each job's `s` (wall seconds) is summed into the stage the job serves: data and BM25 (ingestion, index, searches,
 negatives), the starting model, Retriever₁, Retriever₂ (training, encoding, index, searches, mining, evaluation),
-the re-ranker (training, re-ranking, teacher scores) and the distilled retriever; the report's plots last. Jobs run
-one after another on a 2-core machine, so the sum is close to the run's wall time.
+the re-ranker (training, re-ranking, the fused runs, teacher scores) and the distilled retriever; the report's
+plots last. Jobs run one after another on a 2-core machine, so the sum is close to the run's wall time.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ STAGES = [  # (label, pattern on the benchmark file name), first match wins
     ("starting model (save, encode, search, evaluate)", r"(^starting_model|_start(_|\.|$))"),
     ("Retriever₁ (train, encode, search, mine, evaluate)", r"retriever1"),
     ("Retriever₂ (train, encode, search, mine, evaluate)", r"retriever2"),
-    ("re-ranker (train, re-rank test, teacher scores)", r"(reranker|^rerank|teacher)"),
+    ("re-ranker (train, re-rank dev and test, fuse, teacher scores)", r"(reranker|^rerank|teacher|fus)"),
     ("distilled retriever (train, encode, search, evaluate)", r"distill"),
     ("summary and report plots", r"."),
 ]
