@@ -31,7 +31,6 @@ def teacher_shards(wildcards):
     return [stage_file("reranker", f"teacher/shard_{i}.parquet", wildcards.dataset) for i in shards]
 
 
-
 def fusion_choice_inputs(wildcards):
     """What fusion_weight `dev` is chosen on: the dev split's re-ranker and Retriever2 runs, and its qrels."""
     dev = settings.fusion(config, wildcards.dataset)["split"]
@@ -47,6 +46,7 @@ def fusion_inputs(wildcards):
     if settings.fusion(config, wildcards.dataset)["weight"] == "dev":
         inputs["choice"] = stage_file("reranker", "fusion_weight.json", wildcards.dataset)
     return inputs
+
 
 def bm25_negatives_pool(wildcards):
     """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
