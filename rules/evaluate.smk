@@ -58,10 +58,13 @@ rule release_model:
         model=model_dir("{stage}"),
         manifest=stage_file("{stage}", "manifest.json"),
         metrics=stage_file("{stage}", "metrics.json"),
+        fusion=release_fusion_input,
     output:
         directory(release_dir("{stage}")),
     wildcard_constraints:
         stage="|".join(BIENCODERS + CROSS_ENCODERS),
+    params:
+        fusion_weight=lambda wc: settings.fusion(config, wc.dataset)["weight"] if wc.stage in CROSS_ENCODERS else None,
     threads: threads_of("release_model")
     resources:
         **resources_of("release_model"),

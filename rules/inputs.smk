@@ -48,6 +48,13 @@ def fusion_inputs(wildcards):
     return inputs
 
 
+
+def release_fusion_input(wildcards):
+    """A re-ranker's release names the fusion weight its metrics were scored with: the dev choice, when chosen."""
+    if wildcards.stage in CROSS_ENCODERS and settings.fusion(config, wildcards.dataset)["weight"] == "dev":
+        return [stage_file("reranker", "fusion_weight.json", wildcards.dataset)]
+    return []
+
 def bm25_negatives_pool(wildcards):
     """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""
     if "official_negatives" in dataset_config(wildcards):

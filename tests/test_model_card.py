@@ -181,6 +181,11 @@ def test_reranker_card_and_release_load_as_a_cross_encoder(tmp_path: Path):
     model_card.write_release(job.output.model, job.output.manifest, metrics, release)
     text = (release / "README.md").read_text()
     assert "CrossEncoder(" in text and "AutoModelForSequenceClassification" in text and "rerank_depth` (50)" in text
+    assert "z(Retriever₂'s score)" not in text  # the re-ranker alone: no fusion to state
+    model_card.write_release(job.output.model, job.output.manifest, metrics, tmp_path / "fused", fusion_weight=0.7)
+    fused = (tmp_path / "fused" / "README.md").read_text()
+    assert "ordered by 0.7 · z(θ) + 0.3 · z(Retriever₂'s score)" in fused and "not the figures of this model's θ alone" \
+        in fused
     assert "pooling" not in text.split("## Training data")[0]
     pairs = [("why do cats purr", p) for p in PASSAGES]
     np.testing.assert_allclose(CrossEncoder(str(release), device="cpu").predict(pairs),

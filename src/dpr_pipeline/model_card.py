@@ -252,7 +252,8 @@ def _training_data(facts: Mapping, settings: Mapping) -> str:
     return "## Training data\n\n" + _table(["", ""], rows)
 
 
-def _metrics_section(stage: str, metrics: Mapping[str, Any] | None, dataset: str, settings: Mapping) -> str:
+def _metrics_section(stage: str, metrics: Mapping[str, Any] | None, dataset: str, settings: Mapping,
+                     fusion_weight: float | None = None) -> str:
     if metrics is None:
         return ("## Evaluation\n\nThe stage is evaluated after training, so this folder's card has no metrics: "
                 f"they are in `{stage_file(stage, 'metrics.json', dataset)}`, and the card of the release folder "
@@ -264,13 +265,19 @@ def _metrics_section(stage: str, metrics: Mapping[str, Any] | None, dataset: str
             for split, values in per_split.items()]
     what = (f"Retriever₂'s top `rerank_depth` ({settings.get('rerank_depth')}) hits re-ranked, the rest of its "
             "run kept" if is_cross_encoder(stage) else "dense retrieval over the whole corpus")
+    if is_cross_encoder(stage) and fusion_weight is not None and fusion_weight != 1:
+        what += (f"; the re-ranked hits ordered by {fusion_weight:g} · z(θ) + {1 - fusion_weight:g} · "
+                 "z(Retriever₂'s score), both standardised per query (`reranker.fusion_weight`), so these are not "
+                 "the figures of this model's θ alone")
     return (f"## Evaluation\n\nOn the {dataset} evaluation splits ({what}), from "
             f"`{stage_file(stage, 'metrics.json', dataset)}`:\n\n" + _table(["split", "queries"] + names, rows))
 
 
-def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping[str, Any] | None = None) -> str:
+def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping[str, Any] | None = None,
+               fusion_weight: float | None = None) -> str:
     """The card of a stage's model folder ``model_dir``; ``facts``: its manifest (or the same keys); with
-    ``metrics`` (the stage's metrics.json), the release card."""
+    ``metrics`` (the stage's metrics.json), the release card; ``fusion_weight``: the re-ranker's weight in the
+    re-ranked runs those metrics score (:mod:`.score_fusion`; None or 1: the re-ranker alone)."""
     from .embedding import recorded_pooling
 
     stage, dataset = facts["stage"], facts["dataset"]
@@ -324,7 +331,7 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
             + "## Settings\n\nThe stage's resolved parameters (config defaults filled in, the dataset's overrides "
               "applied" + (f"; seed {seed}" if seed is not None else "") + "):\n\n"
             + _table(["setting", "value"], settings_rows) + "\n"
-            + _metrics_section(stage, metrics, dataset, settings) + "\n"
+            + _metrics_section(stage, metrics, dataset, settings, fusion_weight) + "\n"
             + (_cross_encoder_usage(settings) if cross else _biencoder_usage(pooling, settings)))
 
 
@@ -347,10 +354,10 @@ def link_or_copy(source: Path, target: Path) -> str:
 
 
 def write_release(model_dir: str | Path, manifest_path: str | Path, metrics_path: str | Path,
-                  output_dir: str | Path) -> dict[str, int]:
+                  output_dir: str | Path, fusion_weight: float | None = None) -> dict[str, int]:
     """``output_dir``: the model folder's files (hard links, or copies) and a card of its own with the stage's
-    metrics per split. The model folder must be the one the manifest describes (same hash). Returns how many
-    files were linked and copied."""
+    metrics per split (``fusion_weight``: as :func:`model_card`). The model folder must be the one the manifest
+    describes (same hash). Returns how many files were linked and copied."""
     model_dir = Path(model_dir)
     manifest = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
     metrics = json.loads(Path(metrics_path).read_text(encoding="utf-8"))
@@ -368,7 +375,7 @@ def write_release(model_dir: str | Path, manifest_path: str | Path, metrics_path
                 continue
             (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
             counts[link_or_copy(source, tmp / relative)] += 1
-        (tmp / CARD_FILE).write_text(model_card(manifest, model_dir, metrics), encoding="utf-8")
+        (tmp / CARD_FILE).write_text(model_card(manifest, model_dir, metrics, fusion_weight), encoding="utf-8")
     log.info("release %s: %d files linked, %d copied, card with the metrics of %s", output_dir, counts["link"],
              counts["copy"], ", ".join(split_metrics(metrics)))
     return counts

@@ -24,7 +24,6 @@ import pandas as pd
 from .data.schemas import read_artifact
 from .errors import DataError
 from .io import atomic_output
-from .metrics import evaluate_run
 from .runs import append_tail, rank_order, read_trec_run, write_trec_run
 
 #: The weights ``fusion_weight: dev`` chooses from: 0, 0.1, …, 1.
@@ -86,6 +85,8 @@ def choose_fusion_weight(reranker_run: pd.DataFrame, first_stage_run: pd.DataFra
                          qrels_source: str = "qrels", **paths) -> dict:
     """The weight of ``grid`` whose fused run scores best in ``metric`` against ``qrels`` (ties: the larger
     weight), with every weight's value: ``{"weight", "metric", "values": {weight: value}}``."""
+    from .metrics import evaluate_run  # ir-measures: in the evaluation env, not in the release job's torch env
+
     values = {}
     for weight in grid:
         fused = pd.DataFrame([(qid, doc, score) for qid, hits in fuse_runs(reranker_run, first_stage_run,
