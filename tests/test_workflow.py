@@ -58,6 +58,7 @@ def test_dry_run_plans_every_stage(workdir):
                     "train_retriever": 2, "encode_corpus": 8, "build_index": 4,
                     "dense_search": 10,          # train, dev, test for Retriever1 and 2; dev, test for start, distill
                     "mine_hard_negatives": 2, "train_reranker": 1, "rerank": 2, "teacher_scores_shard": 2,
+                     "choose_fusion_weight": 1, "fuse_reranked_run": 2,  # fusion_weight: dev (config.yaml)
                      "merge_teacher_scores": 1, "train_distill": 1, "evaluate": 7, "plot_metrics": 6,
                      "summary": 1, "all": 1, "tokenize_corpus": 1, "pretrain": 1,
                      # the report: loss curves of Retriever1-2, re-ranker, distill and SimLM pre-training
@@ -201,12 +202,22 @@ def test_scifact_models_transfer_to_the_evaluation_only_collection(built):
     assert (built / "transfer_summary.png").stat().st_size > 0
 
 
+def test_the_reranked_runs_use_the_weight_chosen_on_dev(built):
+    choice = json.loads((built / "reranker" / "fusion_weight.json").read_text())
+    assert choice["split"] == "dev" and choice["metric"] == "nDCG@10" and len(choice["values"]) == 11
+    assert choice["values"][f"{choice['weight']:g}"] == max(choice["values"].values())
+    # the dev split's evaluated re-ranked run is the fused run of the chosen weight
+    metrics = json.loads((built / "reranker" / "metrics.json").read_text())
+    assert metrics["dev"]["nDCG@10"] == pytest.approx(choice["values"][f"{choice['weight']:g}"], abs=1e-9)
+    assert (built / "reranker" / "cross_encoder" / "run_test.trec").stat().st_size > 0
+
+
 def test_deleting_the_reranker_reruns_it_and_what_depends_on_it(built, workdir):
     assert "Nothing to be done" in snakemake(workdir, "-n")
     shutil.rmtree(built / "reranker")
     jobs = planned_jobs(snakemake(workdir, "-n"))
     assert jobs == {"train_reranker": 1, "rerank": 2, "teacher_scores_shard": 2, "merge_teacher_scores": 1,
-                    "train_distill": 1, "encode_corpus": 2, "build_index": 1, "dense_search": 2, "evaluate": 2,
+                    "choose_fusion_weight": 1, "fuse_reranked_run": 2, "train_distill": 1, "encode_corpus": 2, "build_index": 1, "dense_search": 2, "evaluate": 2,
                      "plot_metrics": 2, "summary": 1, "all": 1,
                      "plot_training_loss": 2, "metrics_table": 2, "score_distributions": 1, "throughput": 1,
                      "transfer_rerank": 1, "transfer_encode_corpus": 1, "transfer_build_index": 1,
