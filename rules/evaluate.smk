@@ -58,7 +58,7 @@ rule release_model:
         model=model_dir("{stage}"),
         manifest=stage_file("{stage}", "manifest.json"),
         metrics=stage_file("{stage}", "metrics.json"),
-        fusion=release_fusion_input,
+        fusion=fusion_choice,
     output:
         directory(release_dir("{stage}")),
     wildcard_constraints:

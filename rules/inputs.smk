@@ -40,20 +40,20 @@ def fusion_choice_inputs(wildcards):
 
 
 def fusion_inputs(wildcards):
-    """A fused run's two runs, and the weight's choice when fusion_weight is `dev`."""
-    inputs = {"reranker": stage_file("reranker", f"cross_encoder/run_{wildcards.split}.trec", wildcards.dataset),
-              "first_stage": stage_file("retriever2", f"run_{wildcards.split}.trec", wildcards.dataset)}
-    if settings.fusion(config, wildcards.dataset)["weight"] == "dev":
-        inputs["choice"] = stage_file("reranker", "fusion_weight.json", wildcards.dataset)
-    return inputs
+    """A fused run's two runs, and the weight's choice (fusion_choice)."""
+    return {"reranker": stage_file("reranker", f"cross_encoder/run_{wildcards.split}.trec", wildcards.dataset),
+            "first_stage": stage_file("retriever2", f"run_{wildcards.split}.trec", wildcards.dataset),
+            "choice": fusion_choice(wildcards)}
 
 
-
-def release_fusion_input(wildcards):
-    """A re-ranker's release names the fusion weight its metrics were scored with: the dev choice, when chosen."""
-    if wildcards.stage in CROSS_ENCODERS and settings.fusion(config, wildcards.dataset)["weight"] == "dev":
+def fusion_choice(wildcards):
+    """The re-ranker's fusion weight as chosen on the dev split (fusion_weight `dev`), for the jobs about the
+    re-ranker (a release job's {stage}); nothing when the weight is a number."""
+    if wildcards.get("stage", "reranker") in CROSS_ENCODERS and \
+            settings.fusion(config, wildcards.dataset)["weight"] == "dev":
         return [stage_file("reranker", "fusion_weight.json", wildcards.dataset)]
     return []
+
 
 def bm25_negatives_pool(wildcards):
     """Official BM25 negatives when the dataset names a file, else our Pyserini train run."""

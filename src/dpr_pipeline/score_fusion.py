@@ -39,22 +39,29 @@ def standardised(scores: pd.Series, groups: pd.Series) -> pd.Series:
     return ((scores - mean) / spread.where(spread > 1e-9 * (1.0 + mean.abs()))).fillna(0.0)
 
 
-def fused_scores(hits: pd.DataFrame, weight: float) -> pd.Series:
-    """``w · z(reranker) + (1 − w) · z(first_stage)`` for hits with columns query_id, reranker, first_stage."""
+def mixed(reranker: pd.Series, first_stage: pd.Series, weight: float) -> pd.Series:
+    """``w · reranker + (1 − w) · first_stage`` of two standardised scores."""
     if not 0.0 <= weight <= 1.0:
         raise ValueError(f"the fusion weight must be in [0, 1], got {weight}")
-    return (weight * standardised(hits["reranker"], hits["query_id"])
-            + (1.0 - weight) * standardised(hits["first_stage"], hits["query_id"]))
+    return weight * reranker + (1.0 - weight) * first_stage
+
+
+def fused_scores(hits: pd.DataFrame, weight: float) -> pd.Series:
+    """``w · z(reranker) + (1 − w) · z(first_stage)`` for hits with columns query_id, reranker, first_stage."""
+    return mixed(standardised(hits["reranker"], hits["query_id"]),
+                 standardised(hits["first_stage"], hits["query_id"]), weight)
 
 
 def reranked_hits(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, depth: int, *,
                   reranker_path: str | Path = "re-ranker run", first_stage_path: str | Path = "first-stage run"
-                  ) -> pd.DataFrame:
+                  ) -> tuple[pd.DataFrame, dict[str, list[str]]]:
     """The first stage's top ``depth`` hits of each query with both scores (query_id, doc_id, reranker,
-    first_stage). The re-ranker run must have re-scored exactly those hits: its first ``depth`` hits per query."""
-    top = first_stage_run[first_stage_run.groupby("query_id").cumcount() < depth]
+    first_stage), and each query's remaining hits (doc ids in the first stage's order). The re-ranker run must
+    have re-scored exactly those hits: its first ``depth`` hits per query."""
+    below = first_stage_run.groupby("query_id").cumcount() >= depth
+    tails = {qid: group["doc_id"].tolist() for qid, group in first_stage_run[below].groupby("query_id", sort=False)}
     rescored = reranker_run[reranker_run.groupby("query_id").cumcount() < depth]
-    hits = top[["query_id", "doc_id", "score"]].rename(columns={"score": "first_stage"}).merge(
+    hits = first_stage_run.loc[~below, ["query_id", "doc_id", "score"]].rename(columns={"score": "first_stage"}).merge(
         rescored[["query_id", "doc_id", "score"]].rename(columns={"score": "reranker"}),
         on=["query_id", "doc_id"], how="outer", indicator=True)
     stray = hits[hits["_merge"] != "both"]
@@ -64,34 +71,41 @@ def reranked_hits(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, dep
         raise DataError(reranker_path, f"query {hit['query_id']!r}: document {hit['doc_id']!r} is among the top "
                         f"{depth} of {where} only, so the re-ranker did not re-score the first stage's top {depth}",
                         f"re-rank {first_stage_path} again with rerank_depth {depth} (delete this run and rerun)")
-    return hits.drop(columns="_merge").reset_index(drop=True)
+    return hits.drop(columns="_merge").reset_index(drop=True), tails
+
+
+def _ranked(hits: pd.DataFrame, scores: pd.Series, tails: dict[str, list[str]]
+            ) -> list[tuple[str, list[tuple[str, float]]]]:
+    """``(query_id, hits)``: each query's hits by ``scores``, then its tail below them."""
+    scored = hits.assign(score=scores)
+    return [(qid, append_tail(rank_order(zip(group["doc_id"], group["score"].astype(float))), tails.get(qid, [])))
+            for qid, group in scored.groupby("query_id", sort=True)]
 
 
 def fuse_runs(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, *, weight: float, depth: int,
               **paths) -> list[tuple[str, list[tuple[str, float]]]]:
     """``(query_id, hits)`` of the fused run: the top ``depth`` by the fused score, then the first stage's
     remaining hits in its order, below them. ``paths``: the runs' paths for errors (:func:`reranked_hits`)."""
-    hits = reranked_hits(reranker_run, first_stage_run, depth, **paths)
-    hits = hits.assign(score=fused_scores(hits, weight))
-    tails = {qid: group["doc_id"].tolist()
-             for qid, group in first_stage_run[first_stage_run.groupby("query_id").cumcount() >= depth]
-             .groupby("query_id", sort=False)}
-    return [(qid, append_tail(rank_order(zip(group["doc_id"], group["score"].astype(float))), tails.get(qid, [])))
-            for qid, group in hits.groupby("query_id", sort=True)]
+    hits, tails = reranked_hits(reranker_run, first_stage_run, depth, **paths)
+    return _ranked(hits, fused_scores(hits, weight), tails)
 
 
 def choose_fusion_weight(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, qrels: pd.DataFrame, *,
                          depth: int, metric: str, relevance_level: int = 1, grid=FUSION_GRID,
                          qrels_source: str = "qrels", **paths) -> dict:
     """The weight of ``grid`` whose fused run scores best in ``metric`` against ``qrels`` (ties: the larger
-    weight), with every weight's value: ``{"weight", "metric", "values": {weight: value}}``."""
+    weight), with every weight's value: ``{"weight", "metric", "values": {weight: value}}``. The hits are
+    matched and standardised once, then mixed at each weight."""
     from .metrics import evaluate_run  # ir-measures: in the evaluation env, not in the release job's torch env
 
+    hits, tails = reranked_hits(reranker_run, first_stage_run, depth, **paths)
+    z_reranker = standardised(hits["reranker"], hits["query_id"])
+    z_first_stage = standardised(hits["first_stage"], hits["query_id"])
     values = {}
     for weight in grid:
-        fused = pd.DataFrame([(qid, doc, score) for qid, hits in fuse_runs(reranker_run, first_stage_run,
-                                                                           weight=weight, depth=depth, **paths)
-                              for doc, score in hits], columns=["query_id", "doc_id", "score"])
+        fused = pd.DataFrame([(qid, doc, score) for qid, ranked in _ranked(hits, mixed(z_reranker, z_first_stage,
+                                                                                       weight), tails)
+                              for doc, score in ranked], columns=["query_id", "doc_id", "score"])
         values[float(weight)] = evaluate_run(fused, qrels, [metric], qrels_source, relevance_level)[metric]
     best = max(values, key=lambda weight: (values[weight], weight))
     return {"weight": best, "metric": metric, "values": values}
@@ -121,6 +135,12 @@ def read_fusion_weight(path: str | Path) -> float:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DataError(path, f"not a fusion choice file ({err})", "delete it and rerun choose_fusion_weight") \
             from None
+
+
+def resolved_weight(setting: float | str, choice: list[str]) -> float:
+    """The weight ``reranker.fusion_weight`` stands for: its number, or for ``dev`` the one recorded in the
+    choice file (``choice``: the job's inputs, :func:`write_fusion_choice`'s output first)."""
+    return read_fusion_weight(choice[0]) if setting == "dev" else float(setting)
 
 
 def write_fused_run(reranker_run: str | Path, first_stage_run: str | Path, output: str | Path, *, weight: float,
