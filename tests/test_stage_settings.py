@@ -154,6 +154,25 @@ def test_the_student_may_continue_from_a_retriever_of_its_own_dataset():
     assert settings.initialisation(config, "a", "retriever2") == "results/a/pretrain/simlm/model"
 
 
+def test_retriever2_may_continue_from_retriever1_of_its_own_dataset():
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["retriever"]["retriever2_start"] = "retriever1"
+    config = validate_config(config)
+    assert settings.initialisation(config, "a", "retriever2") == "results/a/retriever1/model"
+    assert settings.biencoder(config, "a", "retriever2")["plm"] == "results/a/retriever1/model"
+    for stage in ("start", "retriever1", "ablation/none"):   # the others keep their start
+        assert "retriever1/model" not in settings.initialisation(config, "a", stage)
+
+
+def test_the_start_of_retriever2_is_no_job_parameter(config):
+    """The key is resolved into ``plm``: the jobs' params (what Snakemake's params trigger compares) are the same
+    as a config without it, so a release adding it retrains and re-encodes nothing."""
+    for stage in ("retriever1", "retriever2"):
+        assert "retriever2_start" not in settings.biencoder(config, "a", stage)
+    assert "retriever2_start" not in settings.encoding(config, "a")
+    assert "retriever2_start" not in settings.encoding(config, "a", target="b")
+
+
 @pytest.mark.parametrize("plm", ["retriever1", "retriever2"])
 def test_a_retriever_cannot_start_from_a_model_its_own_block_trains(plm):
     config = copy.deepcopy(BASE)

@@ -32,16 +32,32 @@ def pretrained_model(dataset: str, method: str) -> str:
     return stage_file("pretrain", f"{method}/model", dataset)
 
 
+# Keys a settings function here resolves itself, kept out of the jobs' params (so that a release adding one
+# retrains nothing): Retriever2's start (:func:`initialisation`), the re-ranked runs' fusion (:func:`fusion`).
+RESOLVED_HERE = {"retriever": ("retriever2_start",), "reranker": ("fusion_weight", "fusion_metric")}
+
+
+def job_params(config: dict, dataset: str, block: str) -> dict:
+    """A config block's values (:func:`dpr_pipeline.config.stage_params`) as its jobs get them: without the keys
+    resolved here (``RESOLVED_HERE``)."""
+    return {key: value for key, value in stage_params(config, dataset, block).items()
+            if key not in RESOLVED_HERE.get(block, ())}
+
+
 def initialisation(config: dict, dataset: str, stage: str) -> str:
     """The model a bi-encoder stage starts from: its declared block's ``plm`` (``retriever``, ``distill`` for the
     distilled retriever: :mod:`dpr_pipeline.stages`), where ``pretrain`` means this dataset's
     ``pretrain.method`` output and, for the distilled retriever, ``retriever1``/``retriever2`` that stage's
-    model on this dataset; ``ablation/{method}`` starts from that method's output (``none``: the plm that
-    pre-training starts from)."""
+    model on this dataset; Retriever2 continues from this dataset's Retriever1 model instead with
+    ``retriever.retriever2_start: retriever1``; ``ablation/{method}`` starts from that method's output (``none``:
+    the plm that pre-training starts from)."""
     if stage.startswith("ablation/"):
         method = stage.split("/", 1)[1]
         return pretrain(config, dataset)["plm"] if method == "none" else pretrained_model(dataset, method)
-    plm = stage_params(config, dataset, declared(stage).block)["plm"]
+    params = stage_params(config, dataset, declared(stage).block)
+    if stage == "retriever2" and params["retriever2_start"] == "retriever1":
+        return stage_file("retriever1", "model", dataset)
+    plm = params["plm"]
     if plm == "pretrain":
         return pretrained_model(dataset, pretrain(config, dataset)["method"])
     if stage == "distill" and plm in STUDENT_STARTS:
@@ -52,7 +68,7 @@ def initialisation(config: dict, dataset: str, stage: str) -> str:
 def biencoder(config: dict, dataset: str, stage: str) -> dict:
     """A bi-encoder stage's training and text-encoding settings (its declared block), ``plm`` resolved to the model
     it starts from."""
-    return {**stage_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
+    return {**job_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
 
 
 # What a transfer job takes from target B rather than from A: B's corpus decides these.
@@ -62,10 +78,10 @@ CORPUS_SIDE = ("encode_shards", "index", "search_depth")
 def encoding(config: dict, dataset: str, target: str | None = None) -> dict:
     """Corpus encoding, index and search settings, shared by every bi-encoder stage (`retriever`). A transfer job
     (``target`` B) keeps A's model-side settings (batch size, embedding dtype) and takes B's corpus side."""
-    params = stage_params(config, dataset, "retriever")
+    params = job_params(config, dataset, "retriever")
     if target is None:
         return params
-    theirs = stage_params(config, target, "retriever")
+    theirs = job_params(config, target, "retriever")
     return {**params, **{key: theirs[key] for key in CORPUS_SIDE}}
 
 
@@ -89,15 +105,10 @@ def search_depth(config: dict, dataset: str, stage: str, split: str, target: str
     return full
 
 
-# The re-ranker's settings of the fused runs only (:func:`fusion`), kept out of its training and scoring jobs.
-FUSION_KEYS = ("fusion_weight", "fusion_metric")
-
-
 def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
     """The re-ranker's training and scoring settings (`reranker` but the fusion's); re-ranking target B's BM25 run
     goes `transfer.rerank_depth` deep."""
-    params = {key: value for key, value in stage_params(config, dataset, "reranker").items()
-              if key not in FUSION_KEYS}
+    params = job_params(config, dataset, "reranker")
     return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
 
 
