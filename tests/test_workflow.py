@@ -69,6 +69,23 @@ def test_dry_run_plans_every_stage(workdir):
                      "transfer_leakage": 1}      # arguana_mini's test queries against scifact's train queries
 
 
+def test_retriever2_continues_from_retriever1_when_set(workdir):
+    """``retriever.retriever2_start: retriever1`` (an extra config file over config.yaml): Retriever2's training
+    job reads Retriever1's model folder, and Retriever1's still starts from the plm."""
+    override = workdir / "retriever2_from_retriever1.yaml"
+    override.write_text(yaml.safe_dump({"datasets": {"scifact": {"stages": {"retriever": {
+        "retriever2_start": "retriever1"}}}}}))
+    plan = snakemake(workdir, "-n", "results/scifact/retriever2/model",
+                     "--configfile", str(workdir / "config.yaml"), str(override))
+    jobs = {m.group(1): m.group(2) for m in re.finditer(
+        r"rule train_retriever:\n\s+input: ([^\n]+)\n(?:\s+\w+: [^\n]*\n)*?\s+wildcards: dataset=scifact, "
+        r"stage=(retriever[12])", plan)}
+    inputs = {stage: files for files, stage in jobs.items()}
+    assert set(inputs) == {"retriever1", "retriever2"}, plan[-3000:]
+    assert "results/scifact/retriever1/model" in inputs["retriever2"].split(", ")
+    assert "results/scifact/retriever1/model" not in inputs["retriever1"].split(", ")
+
+
 @pytest.fixture(scope="module")
 def built(workdir):
     snakemake(workdir)
