@@ -77,10 +77,9 @@ def test_retriever2_continues_from_retriever1_when_set(workdir):
         "retriever2_start": "retriever1"}}}}}))
     plan = snakemake(workdir, "-n", "results/scifact/retriever2/model",
                      "--configfile", str(workdir / "config.yaml"), str(override))
-    jobs = {m.group(1): m.group(2) for m in re.finditer(
+    inputs = {m.group(2): m.group(1) for m in re.finditer(
         r"rule train_retriever:\n\s+input: ([^\n]+)\n(?:\s+\w+: [^\n]*\n)*?\s+wildcards: dataset=scifact, "
         r"stage=(retriever[12])", plan)}
-    inputs = {stage: files for files, stage in jobs.items()}
     assert set(inputs) == {"retriever1", "retriever2"}, plan[-3000:]
     assert "results/scifact/retriever1/model" in inputs["retriever2"].split(", ")
     assert "results/scifact/retriever1/model" not in inputs["retriever1"].split(", ")
