@@ -103,3 +103,30 @@ def test_metrics_of_stages_on_different_queries_are_not_compared_silently(tmp_pa
     with pytest.raises(DataError, match="retriever2.json.*split 'test' against .*retriever1.json.*different queries"):
         write_summary(paths, tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png")
     assert not (tmp_path / "s.json").exists()
+
+
+def test_the_verdict_names_a_stage_not_above_the_stage_below_it_and_the_chain_against_its_start(tmp_path: Path, caplog):
+    """A user's small collection: Retriever₁ below its start on dev, the distilled retriever below the start; the
+    summary and the log say so in words (nDCG@10, the headline metric, though MRR@10 comes first)."""
+    values = {"bm25": 0.50, "start": 0.60, "retriever1": 0.58, "retriever2": 0.61, "reranker": 0.65, "distill": 0.585}
+    paths = {}
+    for stage, value in values.items():
+        paths[stage] = tmp_path / f"{stage}.json"
+        paths[stage].write_text(json.dumps({"dev": {"num_queries": 5, "MRR@10": 0.9, "nDCG@10": value}}))
+    with caplog.at_level("INFO", logger="dpr_pipeline.summary"):
+        write_summary(paths, tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png")
+    markdown = (tmp_path / "s.md").read_text()
+    assert ("**Not above the stage below (nDCG@10):** Retriever₁ -0.0200 against Starting model (untrained); "
+            "Retriever_distill -0.0250 against Retriever₂.") in markdown
+    assert "Retriever_distill ends -0.0150 nDCG@10 against Starting model (untrained): NOT above" in markdown
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "Retriever₁ -0.0200" in warnings[0].getMessage()
+
+
+def test_the_verdict_when_every_stage_is_above_the_one_below_it(tmp_path: Path):
+    paths = write_metrics(tmp_path)       # no nDCG@10: the verdict reads the split's first metric, MRR@10
+    write_summary(paths, tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png")
+    markdown = (tmp_path / "s.md").read_text()
+    assert ("Every trained stage is above the stage below it on MRR@10 (Retriever₂ +0.0099, Re-ranker +0.0470, "
+            "Retriever_distill +0.0210).") in markdown
+    assert "ends" not in markdown          # no starting model in this summary

@@ -125,6 +125,7 @@ def test_every_stage_is_evaluated_and_summarised(built):
         assert 0 <= metrics["nDCG@10"] <= 1 and 0 <= metrics["MRR@10"] <= 1, stage
     assert "Retriever₂" in (built / "summary.md").read_text()
     assert "| Re-ranker | Retriever₂ |" in (built / "summary.md").read_text()    # paired over the queries
+    assert "the model the chain started from." in (built / "summary.md").read_text()   # the verdict in words
     paired = summary["paired_differences"]["test"]["distill"]
     assert paired["below"] == "retriever2" and paired["nDCG@10"]["queries"] == 300
     assert (built / "summary.png").stat().st_size > 0

@@ -9,6 +9,10 @@ order. Outputs, written together atomically:
   values with 4 decimals), and under it each stage's difference from the stage below it in the chain
   (``STAGE_BELOW``), paired over the split's queries (:mod:`dpr_pipeline.paired_difference`): the mean ± the
   half-width of its 95 % confidence interval, marked where the paired t-test rejects no difference;
+* under each split's tables, a verdict in plain words on the headline metric (nDCG@10 where evaluated, else the
+  split's first metric): which trained stages are not above the stage below them, and where the chain ended
+  against the model it started from (the last bi-encoder against ``start``); the same goes to the log, as a
+  warning for a stage that did not beat the one below it;
 * a PNG with one grouped bar chart per split (one group per metric, one bar per stage).
 """
 
@@ -22,7 +26,7 @@ from .errors import DataError
 from .io import atomic_outputs
 from .metrics import NOT_SPLITS, PER_QUERY
 from .paired_difference import CONFIDENCE, paired_difference
-from .stages import STAGE_BELOW, STAGE_LABELS
+from .stages import BIENCODER, STAGE_BELOW, STAGE_LABELS, chain
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,10 @@ log = logging.getLogger(__name__)
 PAIRED_DIFFERENCES = "paired_differences"
 QUERY_COUNT = "num_queries"
 MISSING = "–"
+#: The metric the verdict reads where a split has it (else the split's first metric).
+HEADLINE_METRIC = "nDCG@10"
+#: The stage the chain started from: the verdict reads the last bi-encoder of the chain against it.
+START = "start"
 
 Summary = dict[str, dict[str, dict[str, float]]]
 PerQuery = dict[str, dict[str, dict[str, float]]]  # {split: {metric: {query_id: value}}}
@@ -137,6 +145,51 @@ def markdown_table(by_stage: dict[str, dict[str, float]], labels: dict[str, str]
     return "\n".join(lines)
 
 
+def headline_metric(by_stage: dict[str, dict[str, float]]) -> str | None:
+    """The metric a split's verdict reads: :data:`HEADLINE_METRIC` where evaluated, else the first one."""
+    names = metric_names(by_stage)
+    return HEADLINE_METRIC if HEADLINE_METRIC in names else (names[0] if names else None)
+
+
+def verdict(by_stage: dict[str, dict[str, float]]) -> dict | None:
+    """On a split's headline metric: each trained stage's change from the stage below it (``STAGE_BELOW``, where
+    both are in the summary), the stages not above it, and the last bi-encoder of the chain against ``start``.
+
+    ``{"metric": m, "changes": {stage: (below, change)}, "not_above": [stage, ...], "end_to_end": (last, change)
+    or None}``; None where the split has no metric or no pair to compare."""
+    metric = headline_metric(by_stage)
+    if metric is None:
+        return None
+    value = {stage: values[metric] for stage, values in by_stage.items() if metric in values}
+    changes = {stage: (below, value[stage] - value[below]) for stage, below in STAGE_BELOW.items()
+               if stage in value and below in value}
+    last = next((stage for stage in reversed(chain(BIENCODER)) if stage in value), None)
+    end_to_end = (last, value[last] - value[START]) if last not in (None, START) and START in value else None
+    if not changes and end_to_end is None:
+        return None
+    return {"metric": metric, "changes": changes, "not_above": [s for s, (_, change) in changes.items() if change <= 0],
+            "end_to_end": end_to_end}
+
+
+def render_verdict(found: dict, labels: dict[str, str]) -> str:
+    """A split's :func:`verdict` in two plain sentences."""
+    metric, changes = found["metric"], found["changes"]
+    lines = []
+    if found["not_above"]:
+        lines.append(f"**Not above the stage below ({metric}):** " + "; ".join(
+            f"{labels.get(stage, stage)} {changes[stage][1]:+.4f} against {labels.get(changes[stage][0], changes[stage][0])}"
+            for stage in found["not_above"]) + ". Such a stage hands on a model no better than the one it improves on.")
+    elif changes:
+        lines.append(f"Every trained stage is above the stage below it on {metric} (" + ", ".join(
+            f"{labels.get(stage, stage)} {change:+.4f}" for stage, (_, change) in changes.items()) + ").")
+    if found["end_to_end"] is not None:
+        last, change = found["end_to_end"]
+        where = "above" if change > 0 else "NOT above"
+        lines.append(f"{labels.get(last, last)} ends {change:+.4f} {metric} against "
+                     f"{labels.get(START, START)}: {where} the model the chain started from.")
+    return " ".join(lines)
+
+
 def render_markdown(summary: Summary, labels: dict[str, str], title: str = "Retrieval quality by stage",
                     differences: dict[str, dict[str, dict]] | None = None) -> str:
     sections = [f"# {title}"]
@@ -144,7 +197,21 @@ def render_markdown(summary: Summary, labels: dict[str, str], title: str = "Retr
         sections.append(f"## {split}{_query_count_note(by_stage, labels)}\n\n{markdown_table(by_stage, labels)}")
         if (differences or {}).get(split):
             sections.append(differences_table(differences[split], labels))
+        found = verdict(by_stage)
+        if found is not None:
+            sections.append(render_verdict(found, labels))
     return "\n\n".join(sections) + "\n"
+
+
+def log_verdicts(summary: Summary, labels: dict[str, str]) -> None:
+    """Each split's verdict in the log: a warning where a stage is not above the stage below it, or the chain
+    ends at or below its start."""
+    for split, by_stage in summary.items():
+        found = verdict(by_stage)
+        if found is None:
+            continue
+        bad = found["not_above"] or (found["end_to_end"] is not None and found["end_to_end"][1] <= 0)
+        (log.warning if bad else log.info)("%s: %s", split, render_verdict(found, labels))
 
 
 def plot_summary(summary: Summary, labels: dict[str, str], output: Path) -> None:
@@ -194,5 +261,6 @@ def write_summary(metrics_paths: dict[str, str | Path], output_json: str | Path,
                             + "\n", encoding="utf-8")
         markdown_tmp.write_text(render_markdown(summary, display, title, differences), encoding="utf-8")
         plot_summary(summary, display, png_tmp)
+    log_verdicts(summary, display)
     log.info("summary of %d stages over %d splits written to %s", len(metrics_paths), len(summary), output_markdown)
     return summary
