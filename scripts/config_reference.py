@@ -74,6 +74,8 @@ zero-shot transfer (`transfer_to`, `transfer`; [running.md](running.md#zero-shot
 the pre-training methods ([pretraining.md](pretraining.md)); what the bundled `scifact` entry sets and why
 ([results/scifact.md](results/scifact.md#what-the-bundled-config-does)).
 
+`retriever`, `reranker` and `distill` share the training loop's settings, and `retriever` and `distill` the
+bi-encoder's (one schema fragment each): those rows repeat under each block, with the block's own defaults.
 Defaults are the SimLM paper's MS MARCO values (Table 11 for `pretrain`, Table 13 for `retriever`, `reranker`,
 `distill`) and Pyserini's BM25. "—" in the default column: unset (the setting is optional, or a block named in
 the row's description gives it).
