@@ -22,7 +22,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 OUTPUT = REPO / "docs" / "configuration.md"
-COMMAND = "python scripts/config_reference.py  (or: make docs)"
+COMMAND = "make docs (or: python scripts/config_reference.py)"
 
 #: The placeholder of a key you choose, by the mapping it is a key of.
 PLACEHOLDERS = {"datasets": "<name>", "resources": "<rule>", "downloads": "<file>", "split_files": "<split>",
