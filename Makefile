@@ -1,12 +1,12 @@
 # The two README commands:  make example  (the bundled SciFact chain, raw files to the distilled retriever)
 # and  make test  (the workflow's lint, then all tests: what CI runs). Day to day:  make test-fast  (the unit
-# tier: no whole-chain Snakemake run, no Java, no Slurm).
+# tier: no whole-chain Snakemake run, no Java, no Slurm); after changing the schema:  make docs.
 # Both create the .venv on first use: pip with torch held at the CPU wheel by constraints.txt.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: install example test test-fast lint clean
+.PHONY: install example test test-fast lint docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/snakemake --lint
+
+# docs/configuration.md from schemas/config.schema.yaml (tests/test_config_reference.py fails while it is stale)
+docs: $(STAMP)
+	$(VENV)/bin/python scripts/config_reference.py
 
 clean:
 	rm -rf results .snakemake

@@ -1,4 +1,4 @@
-"""Wall time per pipeline stage of a finished run, from the jobs' Snakemake benchmark files (the README's table).
+"""Wall time per pipeline stage of a finished run, from the jobs' Snakemake benchmark files (the table in docs/results/scifact.md).
 
     .venv/bin/python experiments/stage_wall_times.py results/scifact
 

@@ -1,5 +1,5 @@
-# Fetching public collections, the first jobs of the DAG (src/dpr_pipeline/fetch.py, README "Fetching the public
-# collections"). Per dataset that fetches something, rules named after it:
+# Fetching public collections, the first jobs of the DAG (src/dpr_pipeline/fetch.py, docs/datasets.md "Fetching the
+# public collections"). Per dataset that fetches something, rules named after it:
 #   ir_datasets_<dataset>   format ir_datasets: the library downloads (md5-checked, cached in config fetch.cache)
 #                           and the job writes corpus.parquet, queries_<split>.parquet, qrels_<split>.parquet
 #                           into the dataset's path (the parquet layout ingestion reads)

@@ -191,7 +191,7 @@ def test_the_readme_own_collection_example_plans(tmp_path):
     from conftest import write_beir
 
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### Your own collection"):]
+    section = readme[readme.index("## Your own collection"):]
     my_yaml = re.search(r"```yaml\n# my.yaml\n(.*?)```", section, re.S).group(1)
     command = re.search(r"\.venv/bin/snakemake (-n --configfile my.yaml -- \S+)", section).group(1).split()
     shutil.copy(REPO / "config.yaml", tmp_path / "config.yaml")

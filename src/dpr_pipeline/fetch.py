@@ -29,7 +29,7 @@ from .data.dev_split import dev_split_of
 
 log = logging.getLogger(__name__)
 
-#: The raw layout an ``ir_datasets`` dataset is exported to (README, "Dataset layouts").
+#: The raw layout an ``ir_datasets`` dataset is exported to (docs/datasets.md, "Dataset layouts").
 EXPORT_LAYOUT = "parquet"
 
 # ------------------------------------------------------------------------------------------------- config

@@ -313,12 +313,12 @@ def split_files_problem(fmt: str, split_files: dict | None) -> str | None:
     if not renamable:
         layouts = " and ".join(name for name, layout in FORMATS.items() if layout.renamable)
         return (f"only the {layouts} layouts rename split files, the dataset's format is {fmt!r}; remove "
-                "split_files or put the files under the layout's names (README, Dataset layouts)")
+                "split_files or put the files under the layout's names (docs/datasets.md, Dataset layouts)")
     for split, names in split_files.items():
         other = [role for role in names if role not in renamable]
         if other:
             return (f"split {split!r} renames {', '.join(map(repr, other))}, but a {fmt} dataset renames only "
-                    f"{', '.join(map(repr, renamable))} (README, Dataset layouts); remove "
+                    f"{', '.join(map(repr, renamable))} (docs/datasets.md, Dataset layouts); remove "
                     f"{', '.join(map(repr, other))} from split_files.{split}")
     return None
 
