@@ -436,7 +436,7 @@ def _(tmp, bert):
 
 # -------------------------------------------------------------------------------------------------- models
 @case("model-folder-missing", DataError, "results/none/pretrain/simlm/model: the model folder does not exist",
-      "Fix: point `plm` at a folder")
+      "Fix: point the setting at a folder that exists")
 def _(tmp, bert):
     return (lambda: models.load_encoder("results/none/pretrain/simlm/model")), []
 
