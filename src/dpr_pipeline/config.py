@@ -195,7 +195,8 @@ def check_dataset_names(config: dict) -> None:
 def check_dataset_plan(config: dict, name: str) -> None:
     """Settings that cannot work for a dataset, caught before any job runs: its ``path`` a file, not a folder; the
     train split also an evaluation split (leakage, unless ``allow_overlap``); a warm-up as long as a fixed step
-    budget (``train_steps``); re-ranking deeper than the retriever searches."""
+    budget (``train_steps``); a model setting that names no model (:func:`check_model_settings`); re-ranking
+    deeper than the retriever searches."""
     from .data.text_files import dataset_folder
 
     dataset = config["datasets"][name]
