@@ -8,12 +8,16 @@ written. Rows of the catalogue already covered by another test name that test in
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -436,7 +440,7 @@ def _(tmp, bert):
 
 # -------------------------------------------------------------------------------------------------- models
 @case("model-folder-missing", DataError, "results/none/pretrain/simlm/model: the model folder does not exist",
-      "Fix: point `plm` at a folder")
+      "Fix: point the setting at a folder that exists")
 def _(tmp, bert):
     return (lambda: models.load_encoder("results/none/pretrain/simlm/model")), []
 
@@ -775,6 +779,94 @@ def _(tmp, bert):
     write_trec_run([("q1", [("d1", 0.9), ("d2", 0.8), ("d3", 0.7)])], first_stage, "retriever2")
     return (lambda: write_fused_run(reranked, first_stage, out, weight=0.5, depth=2, tag="reranker")), [out]
 
+# ------------------------------------------------------------ issue 36: every model setting, at start-up
+def model_setting_call(tmp, edit, workdir: Path | None = None, env: dict | None = None):
+    """The shipped config with one edit to a model setting, loaded as the workflow loads it at start-up: from
+    ``workdir`` (where a relative model path is read; the dataset's own path made absolute) with ``env`` set."""
+    def edited(config):
+        config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
+        edit(config)
+
+    load, outputs = shipped_config_call(tmp, edited)
+
+    def call():
+        with contextlib.chdir(workdir or REPO), mock.patch.dict(os.environ, env or {}):
+            return load()
+    return call, outputs
+
+
+def scifact_stage(config, stage: str) -> dict:
+    return config["datasets"]["scifact"]["stages"][stage]
+
+
+def offline(tmp) -> dict:
+    """Offline, with an empty Hugging Face cache under ``tmp``."""
+    return {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf"), "HF_HUB_CACHE": str(tmp / "hf" / "hub")}
+
+
+#: The issue's setting: `data/mymodel`, one slash, no `./`, in a working directory with a data/ folder.
+ISSUE_PLM = "data/mymodel"
+
+
+@case("config-plm-path-missing", ConfigError, "config key datasets.scifact.stages.retriever.plm: data/mymodel: the "
+      "model folder does not exist", "the nearest folder that exists is data/, and it has no 'mymodel'",
+      "Fix: point the setting at a folder that exists")
+def _(tmp, bert):
+    (tmp / "data").mkdir()
+    return model_setting_call(tmp, lambda c: scifact_stage(c, "retriever").update(plm=ISSUE_PLM), workdir=tmp)
+
+
+@case("config-generator-path-missing", ConfigError, "config key stages.pretrain.generator: ./generators/electra: "
+      "the model folder does not exist", "the nearest folder that exists is the working directory")
+def _(tmp, bert):
+    # top-level: scifact's own generator (random) wins there, msmarco's is this one
+    return model_setting_call(tmp, lambda c: config_block(c, "stages", "pretrain").update(
+        generator="./generators/electra"), workdir=tmp)
+
+
+@case("config-plm-not-a-model-folder", ConfigError, "config key datasets.scifact.stages.reranker.plm: data/scifact: "
+      "the folder data/scifact is not a model folder (it has neither config.json nor modules.json)",
+      "Fix: point `plm` at a folder written by `save_pretrained`")
+def _(tmp, bert):
+    return model_setting_call(tmp, lambda c: scifact_stage(c, "reranker").update(plm="data/scifact"))
+
+
+@case("config-plm-invalid-hub-name", ConfigError, "config key datasets.scifact.stages.reranker.plm: google/electra "
+      "base: neither an existing folder nor a valid Hugging Face Hub name", "Fix: write a Hub name as `name` or "
+      "`org/name`")
+def _(tmp, bert):
+    return model_setting_call(tmp, lambda c: scifact_stage(c, "reranker").update(plm="google/electra base"))
+
+
+@case("config-plm-package-missing", ConfigError, "config key datasets.scifact.stages.retriever.plm: "
+      "pkg:no_such_model_package: Python package module 'no_such_model_package' is not installed",
+      "Fix: pip install no-such-model-package")
+def _(tmp, bert):
+    return model_setting_call(tmp, lambda c: scifact_stage(c, "retriever").update(plm="pkg:no_such_model_package"))
+
+
+@case("config-plm-stage-not-taken", ConfigError, "config key datasets.scifact.stages.reranker.plm: 'retriever2' is "
+      "not a model this setting can start from", "Fix: name a model there")
+def _(tmp, bert):
+    return model_setting_call(tmp, lambda c: scifact_stage(c, "reranker").update(plm="retriever2"))
+
+
+@case("config-plm-word-misspelt", ConfigError, "config key datasets.scifact.stages.retriever.plm: 'pretrian' is "
+      "neither a folder here nor one of the words this setting takes (it takes `pretrain` or a model)",
+      "Fix: write 'pretrain' if you mean that")
+def _(tmp, bert):
+    return model_setting_call(tmp, lambda c: scifact_stage(c, "retriever").update(plm="pretrian"))
+
+
+@case("config-plm-hub-name-offline-not-cached", ConfigError, "config key datasets.scifact.stages.reranker.plm: "
+      "google/electra-base-discriminator: a Hugging Face Hub name, not in the Hugging Face cache",
+      "and HF_HUB_OFFLINE is set (offline)", "Fix: download it into that cache where there is network "
+      "(`hf download google/electra-base-discriminator` with the same HF_HOME)")
+def _(tmp, bert):
+    return model_setting_call(tmp, lambda c: scifact_stage(c, "reranker").update(
+        plm="google/electra-base-discriminator"), env=offline(tmp))
+
+
 # --------------------------------------------------------------------------------------------------- tests
 @pytest.mark.parametrize("case_id", list(CASES))
 def test_bad_input(case_id, tmp_path, tiny_bert):
@@ -793,6 +885,38 @@ def test_bad_input(case_id, tmp_path, tiny_bert):
         if output.parent.exists():
             assert not [p.name for p in output.parent.iterdir() if p.name.startswith(f".{output.name}.")], \
                 "temporary output left behind"
+
+
+@pytest.mark.parametrize("plm, folder, env, expected", [
+    (ISSUE_PLM, False, {}, "config key datasets.scifact.stages.retriever.plm: data/mymodel: the model folder "
+     "does not exist"),
+    ("google/electra-base-discriminator", False, "offline", "config key datasets.scifact.stages.retriever.plm: "
+     "google/electra-base-discriminator: a Hugging Face Hub name, not in the Hugging Face cache"),
+    (ISSUE_PLM, True, {}, None),
+], ids=["folder-missing", "offline-not-cached", "folder-there"])
+def test_the_dry_run_checks_every_model_setting_at_once(tmp_path, tiny_bert, plm, folder, env, expected):
+    """`snakemake -n` (the issue: `plm: data/mymodel` passed the dry run, then its job waited 27 s on the network
+    and blamed the Hub name): a bad model setting stops the dry run within seconds with the one message; the
+    folder, once there, is that folder (no Hub lookup) and the chain plans."""
+    from conftest import planned_jobs, run_snakemake, tiny_scifact_config
+
+    (tmp_path / "data").mkdir()
+    if folder:
+        shutil.copytree(tiny_bert, tmp_path / ISSUE_PLM)
+    config = tiny_scifact_config(str(tiny_bert))
+    config["datasets"]["scifact"]["stages"]["retriever"]["plm"] = plm
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    done = run_snakemake(tmp_path, "-n", env={**os.environ, **(offline(tmp_path) if env == "offline" else env)})
+    elapsed = time.monotonic() - started
+    output = done.stdout + done.stderr
+    if expected is None:
+        assert done.returncode == 0, output[-3000:]
+        assert planned_jobs(done.stdout)["train_retriever"] == 2
+        return
+    assert done.returncode != 0 and expected in output, output[-3000:]
+    assert output.count("config key") == 1 and output.count(". Fix: ") == 1, output[-3000:]
+    assert elapsed < 15, f"the dry run took {elapsed:.0f} s (a Hub lookup without network waits ~27 s)"
 
 
 def catalogue_rows() -> list[tuple[str, str]]:

@@ -1,9 +1,13 @@
-"""Model references (Hub name, folder, pkg:<module>) and saved bi-encoders loading in both libraries."""
+"""Model references (Hub name, folder, pkg:<module>: what each names, model_refs.py) and saved bi-encoders loading
+in both libraries."""
 
+import shutil
+import time
 from pathlib import Path
 
 import pytest
 
+from dpr_pipeline.errors import DataError
 from dpr_pipeline.models import load_encoder, passage_text, resolve_model_path
 
 
@@ -12,14 +16,117 @@ def test_package_reference_resolves_to_the_shipped_folder():
     assert (folder / "model.safetensors").is_file() and (folder / "vocab.txt").is_file()
 
 
-def test_names_and_folders_pass_through_unchanged(tmp_path):
+def test_names_and_folders_pass_through_unchanged(tiny_bert):
     assert resolve_model_path("bert-base-uncased") == "bert-base-uncased"
-    assert resolve_model_path(str(tmp_path)) == str(tmp_path)
+    assert resolve_model_path(str(tiny_bert)) == str(tiny_bert)
 
 
 def test_missing_package_names_the_install_command():
     with pytest.raises(ValueError, match="pip install no-such-model-package"):
         resolve_model_path("pkg:no_such_model_package")
+
+
+# ------------------------------------------------------------------ what a reference names (model_refs.py)
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, tiny_bert):
+    """A working directory with data/mymodel (a saved model), models/a/b/model (deeper) and data/notes (a
+    folder that is not a model)."""
+    for folder in ("data/mymodel", "models/a/b/model"):
+        shutil.copytree(tiny_bert, tmp_path / folder)
+    (tmp_path / "data" / "notes").mkdir()
+    (tmp_path / "data" / "notes" / "README.md").write_text("not a model")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("reference", ["data/mymodel", "./data/mymodel", "data/mymodel/", "models/a/b/model"])
+def test_an_existing_folder_is_that_folder_however_many_slashes(workdir, reference):
+    assert Path(resolve_model_path(reference)).resolve() == (workdir / reference).resolve()
+
+
+def test_a_job_loads_a_one_slash_folder_as_that_folder(workdir):
+    """The job-time loaders resolve through the same function: `data/mymodel` loads from the folder, with no
+    Hub lookup."""
+    assert load_encoder("data/mymodel").config.hidden_size == 32
+
+
+@pytest.mark.parametrize("reference, hint", [
+    ("data/mymodle", "data/ has no 'mymodle' (the closest name there: data/mymodel)"),   # data/ exists: a path
+    ("./nothing_here", "the nearest folder that exists is the working directory, and it has no 'nothing_here'"),
+    ("../no_such_folder/model", "has no 'no_such_folder'"),
+    ("/no_such_root/model", "has no 'no_such_root'"),
+    ("org/name/model", "has no 'org'"),                                                 # more than one slash
+    ("mymodel/", "has no 'mymodel'"),                                                   # ends with a separator
+    ("results/scifact/retriever1/model", "has no 'results'"),
+])
+def test_a_path_that_does_not_exist_is_an_error_with_a_hint(workdir, reference, hint):
+    with pytest.raises(DataError, match="the model folder does not exist") as caught:
+        resolve_model_path(reference)
+    assert hint in str(caught.value) and "Fix: point the setting at a folder that exists" in str(caught.value)
+
+
+def test_an_existing_folder_that_is_not_a_model_is_an_error(workdir):
+    with pytest.raises(DataError, match=r"data/notes: the folder data/notes is not a model folder \(it has "
+                       r"neither config.json nor modules.json\)"):
+        resolve_model_path("data/notes")
+
+
+def test_a_file_is_not_a_model_folder(workdir):
+    with pytest.raises(DataError, match="a file, not a model folder"):
+        resolve_model_path("data/notes/README.md")
+
+
+@pytest.mark.parametrize("reference", ["bert base uncased", "org/-name", "org/na--me", "x" * 97, "name.git", " "])
+def test_an_invalid_hub_name_is_an_error(workdir, reference):
+    with pytest.raises(DataError, match="neither an existing folder nor a valid Hugging Face Hub name|an empty "
+                       "model reference"):
+        resolve_model_path(reference)
+
+
+@pytest.mark.parametrize("reference", ["bert-base-uncased", "google/electra-base-discriminator", "nodata/mymodel"])
+def test_a_hub_name_online_is_only_spelt_right(workdir, monkeypatch, reference):
+    """Online, a Hub name is not looked up (no network call: an endpoint that answers nothing changes nothing);
+    `nodata/mymodel` is `org/name` as no folder `nodata` exists."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    started = time.monotonic()
+    assert resolve_model_path(reference) == reference
+    assert time.monotonic() - started < 2
+
+
+def cache_model(cache: Path, repo_id: str) -> None:
+    """``repo_id``'s config.json in a Hugging Face Hub cache, laid out as huggingface_hub writes it."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
+    (repo / "snapshots" / ("0" * 40) / "config.json").write_text("{}")
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"])
+def test_offline_a_hub_name_must_be_in_the_cache(workdir, monkeypatch, variable):
+    monkeypatch.setenv("HF_HOME", str(workdir / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(DataError) as caught:
+        resolve_model_path("google/electra-base-discriminator")
+    message = str(caught.value)
+    assert f"not in the Hugging Face cache {workdir / 'hf' / 'hub'}, and {variable} is set" in message
+    assert "`hf download google/electra-base-discriminator` with the same HF_HOME" in message
+    assert resolve_model_path("google/electra-base-discriminator", offline_cache=False) \
+        == "google/electra-base-discriminator"
+    cache_model(workdir / "hf" / "hub", "google/electra-base-discriminator")
+    assert resolve_model_path("google/electra-base-discriminator") == "google/electra-base-discriminator"
+
+
+def test_a_package_without_its_model_folder_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "emptymodelpkg.py").write_text("def get_model_path():\n    return '/no/such/folder'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(DataError, match="pkg:emptymodelpkg: the package's model folder /no/such/folder does not "
+                       "exist"):
+        resolve_model_path("pkg:emptymodelpkg")
 
 
 def test_bert_encoder_has_no_pooler(tiny_bert):

@@ -7,6 +7,7 @@ same stage schema, so a mistyped key in an override is rejected by name too.
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import yaml
 
 from .data.dev_split import dev_split_of
 from .data.readers import FORMATS, reader_of, split_files_problem
+from .errors import DataError
 from .fetch import raw_layout
+from .model_refs import resolve_model_path
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
@@ -27,6 +30,15 @@ class ConfigError(ValueError):
 #: The trained stages whose model the distilled retriever may start from (``distill.plm: retriever2``); the
 #: retriever block trains them itself, so it may not.
 STUDENT_STARTS = ("retriever1", "retriever2")
+#: ``pretrain.generator: random``: a small BERT trained jointly instead of a pre-trained generator.
+RANDOM_GENERATOR = "random"
+#: The settings that name a model, (block, key) -> the words it takes instead of a model reference (resolved by
+#: :mod:`dpr_pipeline.stage_settings` and the pre-training); any other value is a model reference, checked by
+#: :func:`dpr_pipeline.model_refs.resolve_model_path` when the config is loaded.
+MODEL_SETTINGS = {("pretrain", "plm"): (), ("pretrain", "generator"): (RANDOM_GENERATOR,),
+                  ("retriever", "plm"): ("pretrain",), ("reranker", "plm"): (),
+                  ("distill", "plm"): ("pretrain", *STUDENT_STARTS)}
+STAGE_WORDS = {word for words in MODEL_SETTINGS.values() for word in words}
 
 # A dataset name is a folder under results/ (and data/): one safe path segment.
 DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -183,7 +195,8 @@ def check_dataset_names(config: dict) -> None:
 def check_dataset_plan(config: dict, name: str) -> None:
     """Settings that cannot work for a dataset, caught before any job runs: its ``path`` a file, not a folder; the
     train split also an evaluation split (leakage, unless ``allow_overlap``); a warm-up as long as a fixed step
-    budget (``train_steps``); re-ranking deeper than the retriever searches."""
+    budget (``train_steps``); a model setting that names no model (:func:`check_model_settings`); re-ranking
+    deeper than the retriever searches."""
     from .data.text_files import dataset_folder
 
     dataset = config["datasets"][name]
@@ -208,11 +221,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
                               "(train_steps), so most of the run would train below the peak learning rate. Fix: "
                               f"set warmup_ratio (e.g. 0.1) or warmup_steps at most {params['train_steps'] // 2}, "
                               "or raise train_steps")
-    plm = stage_params(config, name, "retriever")["plm"]
-    if plm in STUDENT_STARTS:
-        raise ConfigError(f"config key datasets.{name}.stages.retriever.plm: {plm!r} is a model this block trains "
-                          "(Retriever1 and Retriever2 share it), so the stage would start from itself. Fix: start "
-                          "from `pretrain`, a Hub name or a folder; only distill.plm may name retriever1/retriever2")
+    check_model_settings(config, name)
     check_fusion(config, name)
     rerank, search = stage_params(config, name, "reranker")["rerank_depth"], \
         stage_params(config, name, "retriever")["search_depth"]
@@ -221,6 +230,41 @@ def check_dataset_plan(config: dict, name: str) -> None:
                           f"{search} hits per query that Retriever2 searches (retriever.search_depth), so the "
                           f"re-ranker would silently re-rank only {search}. Fix: set reranker.rerank_depth <= "
                           f"{search} or raise retriever.search_depth")
+
+
+def check_model_settings(config: dict, name: str) -> None:
+    """Every setting that names a model (MODEL_SETTINGS) as the dataset's jobs would read it, before any job runs:
+    a word it takes (``pretrain``, ``retriever2``, ``random``), else a model reference that resolves
+    (:func:`dpr_pipeline.model_refs.resolve_model_path`: a folder that exists is that folder and must be a model
+    folder; a path that does not exist, an invalid Hub name or a missing ``pkg:`` package stops here). No network
+    call: online a Hub name is only spelt right; offline (``HF_HUB_OFFLINE``) it must be in the Hugging Face cache
+    for the datasets of ``run_datasets`` (another dataset's first job that loads it says the same, at once)."""
+    overrides = config["datasets"][name].get("stages", {})
+    cached = name in config.get("run_datasets", [])
+    for (block, key), words in MODEL_SETTINGS.items():
+        value = stage_params(config, name, block)[key]
+        setting = f"datasets.{name}.stages.{block}.{key}" if key in overrides.get(block, {}) \
+            else f"stages.{block}.{key}"
+        if value in words:
+            continue
+        takes = f"it takes {', '.join(f'`{w}`' for w in words)} or a model" if words else "it takes a model"
+        if block == "retriever" and value in STUDENT_STARTS:
+            raise ConfigError(f"config key {setting}: {value!r} is a model this block trains (Retriever1 and "
+                              "Retriever2 share it), so the stage would start from itself. Fix: start from "
+                              "`pretrain`, a Hub name or a folder; only distill.plm may name retriever1/retriever2")
+        if value in STAGE_WORDS:
+            raise ConfigError(f"config key {setting}: {value!r} is not a model this setting can start from ({takes}: "
+                              "a folder, a Hugging Face Hub name or pkg:<module>). Fix: name a model there")
+        near = difflib.get_close_matches(value.lower(), words, n=1, cutoff=0.75) \
+            if "/" not in value and not Path(value).exists() else []
+        if near:
+            raise ConfigError(f"config key {setting}: {value!r} is neither a folder here nor one of the words this "
+                              f"setting takes ({takes}), and would be looked up as a Hugging Face Hub name. Fix: "
+                              f"write {near[0]!r} if you mean that")
+        try:
+            resolve_model_path(value, offline_cache=cached)
+        except DataError as err:
+            raise ConfigError(f"config key {setting}: {err}") from None
 
 
 def check_dev_split(dataset: dict, name: str) -> None:

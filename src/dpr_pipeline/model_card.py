@@ -88,11 +88,11 @@ def _path(value: Any) -> str | None:
 def hub_id(reference: str) -> str | None:
     """The Hub id of a ``plm`` reference: itself for a Hub name, the shipped model's for a known ``pkg:``
     reference, None for a local folder."""
-    from .models import PACKAGE_PREFIX, _looks_like_path
+    from .model_refs import PACKAGE_PREFIX, looks_like_path
 
     if reference.startswith(PACKAGE_PREFIX):
         return PACKAGED_MODELS.get(reference)
-    return None if _looks_like_path(reference) or Path(reference).exists() else reference
+    return None if looks_like_path(reference) or Path(reference).exists() else reference
 
 
 def base_model(plm: str, config: Mapping, dataset: str) -> tuple[str | None, str]:

