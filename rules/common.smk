@@ -30,8 +30,8 @@ def result_folders():
     stage's top folder)."""
     stage_folders = {stage.split("/")[0] for stage in STAGES + ABLATION_STAGES}
     folders = set()
-    for rule in workflow.rules:
-        for path in rule.output:
+    for declared in workflow.rules:
+        for path in declared.output:
             parts = strip_wildcard_constraints(str(path)).split("/")
             if parts[:2] == [RESULTS, "{dataset}"] and len(parts) > 3:
                 folders.update(stage_folders if parts[2].startswith("{") else [parts[2]])
@@ -42,7 +42,7 @@ def explain_error(error):
     """The project's message for an error that stops Snakemake before any job runs (dpr_pipeline.run_errors)."""
     datasets = config.get("datasets") if isinstance(config, dict) else None
     return run_errors.explain(error, datasets=datasets if isinstance(datasets, dict) else {},
-                              folders=result_folders(), configfiles=workflow.configfiles)
+                              folders=result_folders, configfiles=workflow.configfiles)
 
 
 def failed_jobs():

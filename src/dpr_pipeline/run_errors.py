@@ -102,11 +102,12 @@ def unknown_target(target: str, datasets: Iterable[str], folders: Iterable[str])
 _NO_RULE = re.compile(r"No rule to produce (\S+)")
 
 
-def explain(error: BaseException | None, *, datasets: Iterable[str] = (), folders: Iterable[str] = (),
-            configfiles: Iterable[str] = ()) -> str | None:
+def explain(error: BaseException | None, *, datasets: Iterable[str] = (),
+            folders: Callable[[], Iterable[str]] = tuple, configfiles: Iterable[str] = ()) -> str | None:
     """The message to show for ``error``, which stopped Snakemake before or while it built the job graph: the
     :class:`PipelineError` it is or wraps (Snakemake wraps one raised in an input function), or why a target
-    cannot be made (:func:`unknown_target`); None when the error is none of these."""
+    cannot be made (:func:`unknown_target`; ``folders()``: the folders rules write under a dataset's results);
+    None when the error is none of these."""
     from snakemake.exceptions import MissingRuleException
     from snakemake_interface_common.exceptions import WorkflowError
 
@@ -122,7 +123,7 @@ def explain(error: BaseException | None, *, datasets: Iterable[str] = (), folder
             return job_error_line(error)
         if isinstance(error, MissingRuleException):
             target = _NO_RULE.search(str(error))
-            return unknown_target(target.group(1), datasets, folders) if target else None
+            return unknown_target(target.group(1), datasets, folders()) if target else None
         if not isinstance(error, WorkflowError):
             return None
         error = error.__cause__ or error.__context__
@@ -141,7 +142,10 @@ class LastLines(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR and getattr(record, "exception", None):
-            text = self.report or self.explain(sys.exc_info()[1])
+            try:
+                text = self.report or self.explain(sys.exc_info()[1])
+            except Exception:       # never lose Snakemake's own message to a failure here
+                text = None
             if text:
                 record.msg, record.args = text, ()
         return True
