@@ -26,6 +26,12 @@ include: "rules/report.smk"
 include: "rules/transfer.smk"
 
 
+onerror:
+    # the failed jobs' messages (file, line, fix) become the run's last lines (rules/common.smk, LAST_LINES)
+    if failed_jobs():
+        LAST_LINES.report = run_errors.failed_jobs_report(failed_jobs(), log)
+
+
 rule all:
     input:
         final_targets(),

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 import yaml
+from snakemake.io import strip_wildcard_constraints
+from snakemake.logging import logger as snakemake_logger
 
 SRC = str(Path(workflow.basedir) / "src")
 # first on the path even when already present further back: an installed dpr_pipeline must not shadow this
@@ -20,7 +22,39 @@ from dpr_pipeline.config import train_split_of, validate_config
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  model_dir, release_dir, stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
+import dpr_pipeline.run_errors as run_errors
 
+
+def result_folders():
+    """The folders the rules write under results/{dataset}/ (a wildcard there, {stage} or {trained}: every
+    stage's top folder)."""
+    stage_folders = {stage.split("/")[0] for stage in STAGES + ABLATION_STAGES}
+    folders = set()
+    for declared in workflow.rules:
+        for path in declared.output:
+            parts = strip_wildcard_constraints(str(path)).split("/")
+            if parts[:2] == [RESULTS, "{dataset}"] and len(parts) > 3:
+                folders.update(stage_folders if parts[2].startswith("{") else [parts[2]])
+    return folders
+
+
+def explain_error(error):
+    """The project's message for an error that stops Snakemake before any job runs (dpr_pipeline.run_errors)."""
+    datasets = config.get("datasets") if isinstance(config, dict) else None
+    return run_errors.explain(error, datasets=datasets if isinstance(datasets, dict) else {},
+                              folders=result_folders, configfiles=workflow.configfiles)
+
+
+def failed_jobs():
+    """The jobs this run gave up on (after their retries), from Snakemake's scheduler."""
+    jobs = getattr(getattr(workflow, "scheduler", None), "failed", ())
+    return sorted((run_errors.FailedJob(job.rule.name, dict(job.wildcards.items()), tuple(map(str, job.log)))
+                   for job in jobs), key=run_errors.FailedJob.name)
+
+
+# The run ends with the project's message, not a traceback: the error Snakemake prints as it stops is replaced
+# by the failed jobs' messages (set by `onerror` in the Snakefile) or by explain_error's (docs/bad_inputs.md).
+LAST_LINES = run_errors.LastLines.install(snakemake_logger, explain_error)
 
 SCHEMA_FILE = Path(workflow.basedir, "schemas", "config.schema.yaml")
 SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())

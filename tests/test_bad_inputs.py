@@ -174,7 +174,8 @@ def _(tmp, bert):
     return split_call("beir", root, tmp)
 
 
-@case("beir-corpus-no-documents", DataError, "the corpus has no documents", "Fix: check the dataset's `path`")
+@case("beir-corpus-no-documents", DataError, "raw/corpus.jsonl: the corpus has no documents",
+      "Fix: check the dataset's `path`")
 def _(tmp, bert):
     root = write_beir(tmp / "raw")
     (root / "corpus.jsonl").write_text("\n\n")
@@ -194,6 +195,19 @@ def _(tmp, bert):
     root = write_beir(tmp / "raw")
     (root / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\n")
     return split_call("beir", root, tmp)
+
+
+@case("beir-qrels-only-unknown-ids", DataError, "raw/qrels/train.tsv: split 'train' has no judgements left",
+      "lacks. Fix: check that the qrels, queries and corpus belong to the same collection")
+def _(tmp, bert):
+    # every judgement names a query the queries file lacks (another collection's qrels), dropped under `warn`:
+    # the error names the qrels file (was: the dataset's folder)
+    root = write_beir(tmp / "raw", qrels={"train": [("x1", "d1", 1), ("x2", "d2", 1)]})
+    corpus = tmp / "corpus.parquet"
+    ingest_corpus("beir", root, corpus)
+    queries, qrels = tmp / "out" / "queries_train.parquet", tmp / "out" / "qrels_train.parquet"
+    return (lambda: ingest_split("beir", root, "train", corpus, queries, qrels, unknown_qrels_ids="warn")), [
+        queries, qrels]
 
 
 @case("msmarco-queries-one-column", DataError, "queries.train.tsv, line 2", "1 tab-separated columns, expected 2")

@@ -81,7 +81,7 @@ def test_bad_json_line(tmp_path):
     with open(root / "corpus.jsonl", "a") as out:
         out.write('{"_id": "d9", "text": "unterminated\n')
     err = corpus_error("beir", root, tmp_path)
-    assert err.line == 5 and "not valid JSON" in str(err)
+    assert err.line == 5 and "not valid JSON (Unterminated string starting at column" in str(err)
 
 
 def test_wrong_column_count(tmp_path):
@@ -116,12 +116,16 @@ def test_unknown_query_in_qrels_is_an_error(tmp_path):
     root = write_beir(tmp_path / "raw", qrels={"train": QRELS["train"] + [("q99", "d1", 1)]})
     err = split_error("beir", root, tmp_path)
     assert err.line == 4 and "query id 'q99'" in str(err) and "unknown_qrels_ids: warn" in str(err)
+    # the judgement's file is the error's location; the message names the queries file that lacks the id
+    assert err.path == str(root / "qrels" / "train.tsv")
+    assert f"is not in the queries file {root / 'queries.jsonl'} (1 of 1" in str(err)
 
 
 def test_unknown_document_in_qrels_is_an_error(tmp_path):
     root = write_beir(tmp_path / "raw", qrels={"train": [("q1", "d404", 1)] + QRELS["train"]})
     err = split_error("beir", root, tmp_path)
-    assert err.line == 2 and "doc id 'd404' is not in the corpus" in str(err)
+    assert err.line == 2 and f"doc id 'd404' is not in the corpus ({root / 'corpus.jsonl'})" in str(err)
+    assert err.path == str(root / "qrels" / "train.tsv")
 
 
 def test_unknown_ids_can_be_dropped_with_a_counted_warning(tmp_path, caplog):
@@ -140,6 +144,7 @@ def test_split_without_judgements(tmp_path):
     root = write_beir(tmp_path / "raw", qrels={"train": []})
     err = split_error("beir", root, tmp_path)
     assert "split 'train' has no judgements" in str(err)
+    assert err.path == str(root / "qrels" / "train.tsv")      # the empty file, not the dataset's folder
 
 
 def test_duplicate_query_id(tmp_path):

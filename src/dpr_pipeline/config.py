@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 
 from .data.dev_split import dev_split_of
+from .errors import PipelineError
 from .data.readers import FORMATS, reader_of, split_files_problem
 from .errors import DataError
 from .fetch import raw_layout
@@ -23,7 +24,7 @@ from .model_refs import resolve_model_path
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
-class ConfigError(ValueError):
+class ConfigError(PipelineError, ValueError):
     """The configuration breaks the schema; the message names the key."""
 
 

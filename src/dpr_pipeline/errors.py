@@ -1,5 +1,7 @@
 """The error types: bad input data (DataError), unusable checkpoints, outputs that cannot be written; each names
-the file, the problem and the fix."""
+the file, the problem and the fix. Each is a :class:`PipelineError`, as is ``config.ConfigError``: what a job or
+the workflow reports as the message alone, its traceback kept in the job's log (``workflow.logged``,
+``run_errors``)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,12 @@ from os import PathLike
 from pathlib import Path
 
 
-class DataError(ValueError):
+class PipelineError(Exception):
+    """An error in the user's data, config or files (not a bug): ``str(error)`` is the whole message, naming the
+    file (or config key), the line or row where there is one, the problem and ``Fix: ...``."""
+
+
+class DataError(PipelineError, ValueError):
     """Bad input data. ``str(error)`` reads ``<file>, <where>: <problem>. Fix: <fix>``."""
 
     def __init__(self, path: str | PathLike, problem: str, fix: str, *, line: int | None = None,
@@ -22,7 +29,7 @@ class DataError(ValueError):
         super().__init__(f"{location}: {problem}. Fix: {fix}")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(PipelineError, RuntimeError):
     """A training checkpoint that cannot be used. ``str(error)`` names the file, the problem and the fix."""
 
     FIX = "delete the checkpoint folder {folder} to restart this stage's training from the beginning"
@@ -35,7 +42,7 @@ class CheckpointError(RuntimeError):
         super().__init__(f"{self.path}: {problem}. Fix: {self.fix}")
 
 
-class OutputWriteError(OSError):
+class OutputWriteError(PipelineError, OSError):
     """An output that could not be written (disk full, file-size limit, no permission, read-only, not a folder).
 
     ``str(error)`` names the output, the cause and the fix; no partial output is left behind.

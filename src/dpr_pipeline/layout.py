@@ -37,6 +37,12 @@ def log_file(job: str, dataset: str = WILDCARD) -> str:
     return stage_file("logs", f"{job}.log", dataset)
 
 
+def error_file(log: str) -> str:
+    """The message of a job that failed, beside its log ``log`` (``….log`` -> ``….error``): written by
+    ``workflow.logged``, read by the Snakefile's ``onerror`` (``run_errors``)."""
+    return log[:-len(".log")] + ".error" if log.endswith(".log") else log + ".error"
+
+
 def benchmark_file(job: str, dataset: str = WILDCARD) -> str:
     """Snakemake's benchmark of a job: ``results/<dataset>/benchmarks/<job>.tsv`` (read by the throughput report)."""
     return stage_file("benchmarks", f"{job}.tsv", dataset)

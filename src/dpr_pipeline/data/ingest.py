@@ -19,8 +19,8 @@ from ..errors import DataError
 from ..ids import ID_FIX, id_problem
 from ..io import atomic_output, atomic_outputs
 from .dev_split import DevSplit, carved_query_ids, normal_text
-from .readers import (read_answers, read_documents, read_judgements, read_official_negatives, read_queries,
-                      reader_of)
+from .readers import (raw_files, raw_paths, read_answers, read_documents, read_judgements, read_official_negatives,
+                      read_queries, reader_of)
 from .records import Document
 from .schemas import SCHEMAS, read_artifact, write_artifact
 from .text_files import dataset_folder
@@ -88,7 +88,8 @@ def ingest_corpus(fmt: str, root: str | Path, output: str | Path, skip_empty_doc
             if len(batch) >= _BATCH_ROWS:
                 flush()
         if count == 0:
-            raise DataError(root, "the corpus has no documents", "check the dataset's `path` and `format`")
+            raise DataError(", ".join(map(str, raw_files(fmt, root))), "the corpus has no documents",
+                            "check the dataset's `path` and `format`")
         if batch:
             flush()
     if skipped:
@@ -157,18 +158,23 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
     doc_ids = set(read_artifact(corpus, "corpus", columns=["doc_id"])["doc_id"])
 
     judged_before = list(dict.fromkeys(j.query_id for j in judgements.values()))
-    kept = _drop_unknown(list(judgements.values()), "query_id", queries, "queries file", unknown_qrels_ids)
+    # the files an unknown id is missing from, named (the judgement's own file is the error's location)
+    queries_file = f"queries file {_path_of(queries.values(), fmt, root, split, files, 'queries')}"
+    corpus_files = f"corpus ({', '.join(map(str, raw_files(fmt, root)))})"
+    kept = _drop_unknown(list(judgements.values()), "query_id", queries, queries_file, unknown_qrels_ids)
     written = carve["name"] if carve is not None and carve["side"] == "dev" else split  # the split this job writes
     if carve is not None:
         kept, judged_before = _carve_side(kept, queries, carve, split)
     after_queries = {j.query_id for j in kept}
     if evaluation:
-        unknown_documents = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_qrels_ids, keep=True)
+        unknown_documents = _drop_unknown(kept, "doc_id", doc_ids, corpus_files, unknown_qrels_ids, keep=True)
     else:
-        kept = _drop_unknown(kept, "doc_id", doc_ids, "corpus", unknown_qrels_ids)
+        kept = _drop_unknown(kept, "doc_id", doc_ids, corpus_files, unknown_qrels_ids)
         unknown_documents = 0
     if not kept:
-        raise DataError(root, f"split {split!r} has no judgements left after dropping unknown ids",
+        raise DataError(_path_of(judgements.values(), fmt, root, split, files, "qrels"),
+                        f"split {split!r} has no judgements left after dropping those naming ids the "
+                        f"{queries_file} or the {corpus_files} lacks",
                         "check that the qrels, queries and corpus belong to the same collection")
 
     qrels = pd.DataFrame({"query_id": [j.query_id for j in kept], "doc_id": [j.doc_id for j in kept],
@@ -272,9 +278,17 @@ def _split_judgements(fmt: str, root, split: str, files: dict | None) -> dict:
                                 "keep one line per (query, document) pair")
         judgements[(j.query_id, j.doc_id)] = j
     if not judgements:
-        raise DataError(root, f"split {split!r} has no judgements", "give the split's qrels file "
-                        "judgement lines, or remove the split from the dataset's train_split/eval_splits")
+        raise DataError(_path_of((), fmt, root, split, files, "qrels"), f"split {split!r} has no judgements",
+                        "give the split's qrels file judgement lines, or remove the split from the dataset's "
+                        "train_split/eval_splits")
     return judgements
+
+
+def _path_of(records, fmt: str, root, split: str, files: dict | None, role: str) -> Path:
+    """The raw file ``records`` were read from (the first one's), else the split's file of ``role`` as the
+    format names it."""
+    first = next(iter(records), None)
+    return first.where.path if first is not None else raw_paths(fmt, root, split, files)[role]
 
 
 def _split_queries(fmt: str, root, split: str, files: dict | None, wanted: set[str]) -> dict:

@@ -348,10 +348,15 @@ def raw_files(fmt: str, root: str | Path, split: str | None = None, files: dict 
     A file that exists only gzipped is named with ``.gz``; a missing file keeps its plain name, so
     Snakemake reports it as missing input. A ``root`` that is a file is a DataError (:func:`dataset_folder`).
     """
+    return list(raw_paths(fmt, root, split, files).values())
+
+
+def raw_paths(fmt: str, root: str | Path, split: str | None = None, files: dict | None = None) -> dict[str, Path]:
+    """:func:`raw_files` by role (``corpus``, ``queries``, ``qrels``, …, as the format names them)."""
     reader, root = reader_of(fmt), dataset_folder(root)
     paths = reader.corpus_paths(root) if split is None else reader.split_paths(root, split, files)
-    found = []
-    for plain in paths.values():
+    found = {}
+    for role, plain in paths.items():
         gz = plain.with_name(plain.name + ".gz")
-        found.append(gz if not plain.exists() and gz.exists() else plain)
+        found[role] = gz if not plain.exists() and gz.exists() else plain
     return found

@@ -98,7 +98,8 @@ def iter_json_lines(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise DataError(path, f"not valid JSON ({err.msg} at column {err.colno})",
+            # err.msg may end in "at" ("Unterminated string starting at"): one "at" before the column
+            raise DataError(path, f"not valid JSON ({err.msg.removesuffix(' at')} at column {err.colno})",
                             "write one complete JSON object per line", line=number) from None
         if not isinstance(record, dict):
             raise DataError(path, "the line is JSON but not an object", "write one JSON object per line",
