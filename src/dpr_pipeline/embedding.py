@@ -188,6 +188,7 @@ class Prompts:
         if not self.query and not self.passage:
             return ("no prompts declared" if not any(self.declared.values()) else
                     f"no prompts applied (query: {self.query_origin}; passage: {self.passage_origin})") + also
+
         def shown(text: str) -> str:
             return repr(text) if text else "none"
         return (f"query prompt {shown(self.query)} ({self.query_origin}), passage prompt {shown(self.passage)} "
