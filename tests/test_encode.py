@@ -86,8 +86,8 @@ def test_a_batch_without_padding_gets_no_attention_mask_and_the_same_vectors(tin
     encoder, tokenizer = load_text_encoder(tiny_model, pooling), models.load_tokenizer(tiny_model)
     masks = []
     forward = encoder.forward
-    encoder.forward = lambda input_ids, attention_mask: masks.append(attention_mask) or forward(input_ids,
-                                                                                                 attention_mask)
+    encoder.forward = lambda input_ids, attention_mask, *prompt: masks.append(attention_mask) or forward(
+        input_ids, attention_mask, *prompt)
     same_length = ["one two", "red fox", "big cat"]
     batch = tokenizer(same_length, return_tensors="pt")
     assert batch["attention_mask"].all()

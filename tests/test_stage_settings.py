@@ -190,3 +190,19 @@ def test_the_rules_read_no_stage_block_themselves():
         code = [line for line in rules.read_text().splitlines() if not line.lstrip().startswith("#")]
         assert not [line for line in code if re.search(r"""\["stages"\]|\.get\("stages"|stage_params\(""", line)
                     and 'config["transfer"]["stages"]' not in line], rules.name
+
+
+def test_prompts_reach_a_bi_encoder_job_only_when_set(config):
+    """`query_prompt` / `passage_prompt` left at null (the model's own) are kept out of the jobs' params, so a
+    config that does not set them reruns nothing; set, they reach the stage's jobs ("" = none)."""
+    for stage in ("start", "retriever1", "distill"):
+        assert not {"query_prompt", "passage_prompt"} & settings.biencoder(config, "a", stage).keys()
+    assert "query_prompt" not in settings.encoding(config, "a")
+    config["datasets"]["a"]["stages"]["retriever"].update(query_prompt="query: ", passage_prompt="")
+    config = validate_config(config)
+    assert settings.biencoder(config, "a", "retriever1")["query_prompt"] == "query: "
+    assert settings.biencoder(config, "a", "start")["passage_prompt"] == ""
+    assert "query_prompt" not in settings.biencoder(config, "a", "distill")        # the distill block's own
+    config["datasets"]["a"]["stages"]["distill"]["query_prompt"] = 3
+    with pytest.raises(ConfigError, match="query_prompt"):
+        validate_config(config)

@@ -5,5 +5,5 @@ from dpr_pipeline.workflow import logged, write_job_manifest
 with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.retriever
     save_starting_model(params["plm"], params["pooling"], snakemake.output.model, params["passage_max_length"],
-                        params["query_max_length"])
+                        params["query_max_length"], params.get("query_prompt"), params.get("passage_prompt"))
     write_job_manifest(snakemake, "start", seed=None, model_card=True)

@@ -24,13 +24,25 @@ the pipeline's passage / query vectors and the next stage reads the pooling back
 Lengths: passages are cut at the folder's ``max_seq_length`` (the stage's ``passage_max_length``), queries at
 ``query_max_length``, recorded as the Transformer module's ``query_length`` (sentence-transformers applies it in
 ``encode_query``; plain ``encode`` cuts every text at ``max_seq_length``).
+
+Prompts (docs/prompts.md): a folder's ``config_sentence_transformers.json`` may declare ``prompts`` (name → text,
+e.g. bge's, e5's and gte's query instruction) and a ``default_prompt_name``. :func:`resolve_prompts` picks the
+texts ``encode_query`` and ``encode_document`` put before each query and passage, the way they pick them, and a
+stage's ``query_prompt`` / ``passage_prompt`` replace them (``""``: none). The :class:`TextEncoder` carries them:
+encoding and training put them before the texts, and :func:`save_text_encoder` writes them back, so
+``encode_query`` / ``encode_document`` of every saved folder still give the pipeline's vectors. A Pooling module
+with ``include_prompt: false`` (instructor-style models) leaves the prompt's tokens out of the pooled vector, here
+as in sentence-transformers. A model that declares no prompt gets none, and its folders get no prompt file.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +50,8 @@ import torch.nn.functional as F
 from .errors import DataError
 from .io import atomic_output
 from .models import load_encoder, load_tokenizer, resolve_model_path
+
+log = logging.getLogger(__name__)
 
 POOLING_MODES = ("cls", "mean")
 POOLING_SETTINGS = ("auto",) + POOLING_MODES
@@ -67,10 +81,21 @@ def recorded_pooling(reference: str) -> str | None:
 
     A pooling other than cls or mean, or a module other than Transformer, Pooling and Normalize, is a DataError.
     """
+    return _recorded_pooling_module(reference)[0]
+
+
+def recorded_include_prompt(reference: str) -> bool:
+    """Whether the folder's Pooling module pools the prompt's tokens too (sentence-transformers' ``include_prompt``;
+    True without one)."""
+    return _recorded_pooling_module(reference)[1]
+
+
+def _recorded_pooling_module(reference: str) -> tuple[str | None, bool]:
+    """(pooling mode or None, include_prompt) of the folder's sentence-transformers Pooling module."""
     folder = Path(resolve_model_path(reference))
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
-        return None
+        return None, True
     try:
         modules = json.loads(modules_file.read_text(encoding="utf-8"))
         entries = [(str(m.get("path", "")), str(m["type"])) for m in modules]
@@ -80,7 +105,7 @@ def recorded_pooling(reference: str) -> str | None:
     from sentence_transformers.util import import_from_string
 
     transformer_cls, pooling_cls, normalize_cls = _st_modules()
-    pooling = None
+    pooling, include_prompt = None, True
     for path, type_name in entries:
         try:
             with warnings.catch_warnings():
@@ -108,13 +133,13 @@ def recorded_pooling(reference: str) -> str | None:
             if mode not in POOLING_MODES:
                 raise DataError(config_file, f"the model pools with {mode!r}, which the pipeline does not "
                                 f"implement (it pools with one of {POOLING_MODES})", _POOLING_FIX)
-            pooling = mode
+            pooling, include_prompt = mode, bool(getattr(module, "include_prompt", True))
         elif not issubclass(module_cls, (transformer_cls, normalize_cls)):
             raise DataError(modules_file, f"module {type_name!r} ({path or 'root'}) changes the vectors and the "
                             "pipeline does not apply it (it embeds with transformer, pooling and normalisation "
                             "only)", "start from a model without that module, or delete modules.json and set the "
                             "stage's `pooling` to embed with the transformer alone")
-    return pooling
+    return pooling, include_prompt
 
 
 def resolve_pooling(reference: str, setting: str = "auto") -> str:
@@ -126,14 +151,129 @@ def resolve_pooling(reference: str, setting: str = "auto") -> str:
     return recorded_pooling(reference) or "cls"
 
 
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+PROMPTS_FILE = "config_sentence_transformers.json"
+#: The prompt names ``encode_query`` and ``encode_document`` look up, in their order.
+QUERY_PROMPT_NAMES = ("query",)
+DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
+_PROMPTS_FIX = ("write `prompts` as a mapping of prompt names to texts and `default_prompt_name` as one of its names "
+                "(or null), or save the model again with sentence-transformers")
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """The texts put before each query and each passage (``""``: none), where each came from, and the model
+    folder's own declaration (kept in the folders saved from it)."""
+    query: str = ""
+    passage: str = ""
+    query_origin: str = "none declared"
+    passage_origin: str = "none declared"
+    declared: Mapping[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+
+    def saved(self) -> dict | None:
+        """What a saved folder's config_sentence_transformers.json records: the declared prompts with the ones
+        used under ``query`` and ``document`` (the names ``encode_query`` / ``encode_document`` look up first);
+        None when no prompt has a text (no file, as before prompts were read)."""
+        prompts = {**self.declared, "query": self.query, "document": self.passage}
+        if not any(prompts.values()):
+            return None
+        return {"prompts": prompts, "default_prompt_name": self.default_prompt_name}
+
+    def describe(self) -> str:
+        """One line for the job log and the model card."""
+        unused = sorted(name for name, text in self.declared.items()
+                        if text and text not in (self.query, self.passage))
+        also = (f"; the model also declares {', '.join(repr(n) for n in unused)}, not applied (set the stage's "
+                "`query_prompt` / `passage_prompt` to apply one)") if unused else ""
+        if not self.query and not self.passage:
+            return ("no prompts declared" if not any(self.declared.values()) else
+                    f"no prompts applied (query: {self.query_origin}; passage: {self.passage_origin})") + also
+
+        def shown(text: str) -> str:
+            return repr(text) if text else "none"
+        return (f"query prompt {shown(self.query)} ({self.query_origin}), passage prompt {shown(self.passage)} "
+                f"({self.passage_origin})" + also)
+
+
+def declared_prompts(reference: str) -> tuple[dict[str, str], str | None]:
+    """The ``prompts`` and ``default_prompt_name`` a model folder's config_sentence_transformers.json declares
+    (nothing without the file: a plain Hugging Face folder, or a Hub name that is not a local folder)."""
+    path = Path(resolve_model_path(reference)) / PROMPTS_FILE
+    if not path.is_file():
+        return {}, None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(path, f"not valid JSON ({err})", _PROMPTS_FIX) from None
+    prompts = config.get("prompts") if isinstance(config, dict) else None
+    default = config.get("default_prompt_name") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or not isinstance(prompts or {}, dict) \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in (prompts or {}).items()):
+        raise DataError(path, "`prompts` is not a mapping of prompt names to texts", _PROMPTS_FIX)
+    if default is not None and not isinstance(default, str):
+        raise DataError(path, f"`default_prompt_name` {default!r} is not a prompt name", _PROMPTS_FIX)
+    return dict(prompts or {}), default
+
+
+def resolve_prompts(reference: str, query_prompt: str | None = None, passage_prompt: str | None = None) -> Prompts:
+    """The prompts a bi-encoder applies: the ones ``SentenceTransformer(reference).encode_query`` and
+    ``encode_document`` apply (the folder's prompts merged over sentence-transformers' own defaults, then the
+    first of ``QUERY_PROMPT_NAMES`` / ``DOCUMENT_PROMPT_NAMES`` present, else ``default_prompt_name``), each
+    replaced by a stage's ``query_prompt`` / ``passage_prompt`` that is not None (``""``: none)."""
+    from sentence_transformers import SentenceTransformer
+
+    declared, default = declared_prompts(reference)
+    # SentenceTransformer.__init__, _parse_model_config and _validate_prompts: its own names (query, document)
+    # are always there, "" unless the folder gives them a text
+    known = dict(SentenceTransformer._default_prompts)
+    for name, text in declared.items():
+        if known.get(name) is None:
+            known[name] = text
+    known = {name: text or "" for name, text in known.items()}
+    if default is not None and default not in known:
+        raise DataError(Path(resolve_model_path(reference)) / PROMPTS_FILE, f"`default_prompt_name` {default!r} "
+                        f"is none of the prompts ({', '.join(known)})", _PROMPTS_FIX)
+
+    def pick(names: tuple[str, ...], setting: str, override: str | None) -> tuple[str, str]:
+        if override is not None:
+            return override, f"`{setting}` in the config"
+        name = next((n for n in names if n in known), default)
+        text = known.get(name, "") if name is not None else ""
+        if text:
+            return text, f"the model's {name!r} prompt"
+        return text, (f"the model's {name!r} prompt is empty" if name in declared else "none declared")
+
+    query, query_origin = pick(QUERY_PROMPT_NAMES, "query_prompt", query_prompt)
+    passage, passage_origin = pick(DOCUMENT_PROMPT_NAMES, "passage_prompt", passage_prompt)
+    return Prompts(query, passage, query_origin, passage_origin, declared, default)
+
+
+def prompt_mask(attention_mask: torch.Tensor, prompt_tokens: int) -> torch.Tensor:
+    """``attention_mask`` with each row's first ``prompt_tokens`` real tokens (after any left padding) set to 0:
+    what sentence-transformers' Pooling pools with ``include_prompt: false``."""
+    first = attention_mask.to(torch.int32).argmax(dim=1, keepdim=True)
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device).unsqueeze(0)
+    return attention_mask.masked_fill(positions < first + prompt_tokens, 0)
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str,
+         prompt_tokens: int = 0) -> torch.Tensor:
     """One vector per text from the last-layer ``hidden`` [B, T, H] (not normalised), in float32 (float64 for
     float64 states) whatever precision the layers ran in; only the pooled values are converted.
 
     Positions outside ``attention_mask`` (padding) never reach the vector, whatever the last layer left there:
     they are selected away, not multiplied by 0 (0 x NaN is NaN; NaN at padded positions of BERT under bf16 SDPA
-    on CUDA is reported in transformers issue 31035). ``attention_mask`` None: every position is a token."""
+    on CUDA is reported in transformers issue 31035). ``attention_mask`` None: every position is a token.
+
+    ``prompt_tokens``: the texts' first tokens that are their prompt, left out (:func:`prompt_mask`); ``cls`` then
+    takes the first token after them, as sentence-transformers does."""
     dtype = torch.promote_types(hidden.dtype, torch.float32)
+    if prompt_tokens:
+        real = attention_mask if attention_mask is not None else hidden.new_ones(hidden.shape[:2], dtype=torch.long)
+        attention_mask = prompt_mask(real, prompt_tokens)
+        if pooling == "cls":
+            first = attention_mask.to(torch.int32).argmax(dim=1)
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device), first].to(dtype)
     if pooling == "cls":
         return hidden[:, 0].to(dtype)
     if pooling == "mean" and attention_mask is None:
@@ -145,15 +285,28 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, pooling: str
 
 
 class TextEncoder(torch.nn.Module):
-    """A transformer and its pooling: ``forward`` gives L2-normalised vectors, so a dot product is the cosine
-    of the paper's φ."""
+    """A transformer, its pooling and its prompts: ``forward`` gives L2-normalised vectors, so a dot product is
+    the cosine of the paper's φ. Whoever tokenizes queries or passages puts ``prompts.query`` / ``prompts.passage``
+    before them; with ``include_prompt`` False pooling leaves the prompt's tokens out (:meth:`prompt_tokens`)."""
 
-    def __init__(self, transformer: torch.nn.Module, pooling: str):
+    def __init__(self, transformer: torch.nn.Module, pooling: str, prompts: Prompts | None = None,
+                 include_prompt: bool = True):
         super().__init__()
         if pooling not in POOLING_MODES:
             raise ValueError(f"pooling {pooling!r}: use one of {POOLING_MODES}")
         self.transformer = transformer
         self.pooling = pooling
+        self.prompts = prompts if prompts is not None else Prompts()
+        self.include_prompt = include_prompt
+
+    def prompt_tokens(self, tokenizer, prompt: str) -> int:
+        """The leading tokens of a text that starts with ``prompt`` that pooling leaves out: none, unless the
+        model pools without its prompt (``include_prompt`` False), then the prompt's tokens as
+        sentence-transformers counts them (the prompt tokenized alone, without a trailing special token)."""
+        if self.include_prompt or not prompt:
+            return 0
+        ids = tokenizer(prompt)["input_ids"]
+        return len(ids) - (1 if ids and ids[-1] in tokenizer.all_special_ids else 0)
 
     @property
     def config(self):
@@ -162,25 +315,35 @@ class TextEncoder(torch.nn.Module):
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         self.transformer.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                prompt_tokens: int = 0) -> torch.Tensor:
         """``attention_mask`` None for a batch without padding: the transformer then builds and checks no mask
         (transformers reads a given mask's values on the host, a wait for a GPU's queued work, to see whether it
-        may skip it) and SDPA may use its fastest kernels."""
+        may skip it) and SDPA may use its fastest kernels. ``prompt_tokens``: :meth:`prompt_tokens` of the
+        prompt the texts start with."""
         hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return F.normalize(pool(hidden, attention_mask, self.pooling), dim=-1)
+        return F.normalize(pool(hidden, attention_mask, self.pooling, prompt_tokens), dim=-1)
 
 
-def load_text_encoder(reference: str, pooling: str = "auto", attention_dropout: float | None = None) -> TextEncoder:
-    """The model ``reference`` (any ``plm`` value) with the pooling ``pooling`` resolves to (and, for training,
-    its attention dropout overridden unless None)."""
-    return TextEncoder(load_encoder(reference, attention_dropout), resolve_pooling(reference, pooling))
+def load_text_encoder(reference: str, pooling: str = "auto", attention_dropout: float | None = None,
+                      query_prompt: str | None = None, passage_prompt: str | None = None) -> TextEncoder:
+    """The model ``reference`` (any ``plm`` value) with the pooling ``pooling`` resolves to, its prompts
+    (:func:`resolve_prompts`: the folder's, or the stage's ``query_prompt`` / ``passage_prompt`` where not None)
+    and, for training, its attention dropout overridden unless None. With ``auto`` the folder's Pooling module
+    also says whether the prompt's tokens are pooled (``include_prompt``); a ``cls`` or ``mean`` setting replaces
+    that module and pools every token."""
+    include_prompt = recorded_include_prompt(reference) if pooling == "auto" else True
+    return TextEncoder(load_encoder(reference, attention_dropout), resolve_pooling(reference, pooling),
+                       resolve_prompts(reference, query_prompt, passage_prompt), include_prompt)
 
 
 def save_text_encoder(encoder: TextEncoder, tokenizer, path: str | Path, max_length: int,
                       query_max_length: int | None = None) -> None:
     """``save_pretrained`` (safetensors) plus the sentence-transformers files, written by its own modules: the
     encoder's pooling, then normalisation. ``max_seq_length`` is ``max_length`` (the passages' length); with
-    ``query_max_length``, ``encode_query`` cuts queries there, as the pipeline does."""
+    ``query_max_length``, ``encode_query`` cuts queries there, as the pipeline does. The encoder's prompts go into
+    config_sentence_transformers.json (:meth:`Prompts.saved`; no file when it has none), in the keys
+    sentence-transformers writes there, so ``encode_query`` / ``encode_document`` apply them."""
     path = Path(path)
     encoder.transformer.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
@@ -195,16 +358,29 @@ def save_text_encoder(encoder: TextEncoder, tokenizer, path: str | Path, max_len
     if query_max_length is not None:
         transformer_config.update(query_length=query_max_length, document_length=max_length)
     (path / "sentence_bert_config.json").write_text(json.dumps(transformer_config, indent=2))
-    for folder, module in (("1_Pooling", pooling_cls(encoder.config.hidden_size, pooling_mode=encoder.pooling)),
+    for folder, module in (("1_Pooling", pooling_cls(encoder.config.hidden_size, pooling_mode=encoder.pooling,
+                                                     include_prompt=encoder.include_prompt)),
                            ("2_Normalize", normalize_cls())):
         (path / folder).mkdir(exist_ok=True)
         module.save(str(path / folder))
+    prompts = encoder.prompts.saved()
+    if prompts is not None:
+        import sentence_transformers
+        import transformers
+
+        versions = {"sentence_transformers": sentence_transformers.__version__,
+                    "transformers": transformers.__version__, "pytorch": torch.__version__}
+        (path / PROMPTS_FILE).write_text(json.dumps({"__version__": versions, "model_type": "SentenceTransformer",
+                                                     **prompts, "similarity_fn_name": "cosine"},
+                                                    indent=2, sort_keys=True))
 
 
 def save_starting_model(reference: str, pooling: str, output_dir: str | Path, max_length: int,
-                        query_max_length: int | None = None) -> None:
-    """The model a bi-encoder stage starts from, untrained, saved as a stage's model folder (its pooling
-    resolved and recorded), so the same encode/search/evaluate rules score it."""
-    encoder = load_text_encoder(reference, pooling)
+                        query_max_length: int | None = None, query_prompt: str | None = None,
+                        passage_prompt: str | None = None) -> None:
+    """The model a bi-encoder stage starts from, untrained, saved as a stage's model folder (its pooling and
+    prompts resolved and recorded), so the same encode/search/evaluate rules score it."""
+    encoder = load_text_encoder(reference, pooling, query_prompt=query_prompt, passage_prompt=passage_prompt)
+    log.info("%s: %s pooling; %s", reference, encoder.pooling, encoder.prompts.describe())
     with atomic_output(output_dir) as tmp:
         save_text_encoder(encoder, load_tokenizer(reference), tmp, max_length, query_max_length)

@@ -8,7 +8,8 @@ longest text, so batches carry almost no padding; rows come back in the input or
 (short texts in small batches leave the matrix multiplications underused), with the peak memory of a full batch
 of long texts. Batches are cut from the token array in pinned memory and copied without blocking, a batch without
 padding gets no attention mask, and vectors come back in bulk transfers of ``GATHER_ROWS`` rows, so the host
-keeps ahead of a GPU.
+keeps ahead of a GPU. Passages get the model's passage prompt and queries its query prompt
+(:class:`~dpr_pipeline.embedding.Prompts`, as ``encode_document`` / ``encode_query`` apply them), named in the log.
 
 A corpus is encoded in shards (:func:`encode_corpus_shard`): each job streams only its own contiguous
 range of ``corpus.parquet`` rows, so its memory is bounded by the shard, not by the corpus.
@@ -41,8 +42,11 @@ GATHER_ROWS = 65536  # vectors held on the device before one bulk copy back (768
 
 def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_length: int,
                  batch_size: int, device: str | torch.device | None = None, bf16: bool = False,
-                 progress: bool = False, gather_rows: int = GATHER_ROWS) -> np.ndarray:
+                 progress: bool = False, gather_rows: int = GATHER_ROWS, prompt: str = "") -> np.ndarray:
     """Encode ``texts`` into a float32 array ``[len(texts), hidden_size]`` of unit-length vectors.
+
+    ``prompt``: the text put before each one (the encoder's ``prompts.query`` for queries, ``prompts.passage``
+    for passages), cut with it at ``max_length`` tokens, as sentence-transformers does.
 
     A batch is ``batch_size`` texts of ``max_length`` tokens, or more texts when they are shorter (the same
     token budget, padding included). ``device`` defaults to where the encoder already is; with ``bf16`` the
@@ -62,7 +66,9 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     vectors = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
     if not texts:
         return vectors
-    tokens = token_arrays.tokenize(tokenizer, texts, max_length=max_length, token_type_ids=False)
+    tokens = token_arrays.tokenize(tokenizer, [prompt + text for text in texts] if prompt else texts,
+                                   max_length=max_length, token_type_ids=False)
+    prompt_tokens = encoder.prompt_tokens(tokenizer, prompt)
     lengths = tokens.lengths
     logger.info("%d of %d texts reach max_length %d tokens (those longer are truncated); %s on %s",
                 int((lengths >= max_length).sum()), len(texts), max_length,
@@ -75,7 +81,8 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
             batch = tokens.padded_batch(rows, tokenizer.pad_token_id, tokenizer.padding_side, pin_memory=pin)
             padded = lengths[rows].min() < lengths[rows].max()  # known here: no device value is read for it
             pending.append((rows, encoder(batch["input_ids"].to(device, non_blocking=pin),
-                                          batch["attention_mask"].to(device, non_blocking=pin) if padded else None)))
+                                          batch["attention_mask"].to(device, non_blocking=pin) if padded else None,
+                                          prompt_tokens)))
             if sum(len(r) for r, _ in pending) >= gather_rows:
                 _gather(pending, vectors, texts)
             bar.update(len(rows))
@@ -125,9 +132,11 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
     doc_ids, passages = read_corpus_rows(corpus, Path(corpus_parquet), start, stop)
     logger.info("shard %d/%d: encoding rows %d-%d of %s", shard, num_shards, start, stop, corpus_parquet)
     began = time.perf_counter()
-    vectors = encode_texts(load_text_encoder(model_path), models.load_tokenizer(model_path), passages,
-                           max_length=max_length, batch_size=batch_size, device=devices.default_device(),
-                           bf16=bf16, progress=True).astype(dtype)
+    encoder = load_text_encoder(model_path)
+    logger.info("%s: %s", model_path, encoder.prompts.describe())
+    vectors = encode_texts(encoder, models.load_tokenizer(model_path), passages, max_length=max_length,
+                           batch_size=batch_size, device=devices.default_device(), bf16=bf16, progress=True,
+                           prompt=encoder.prompts.passage).astype(dtype)
     elapsed = time.perf_counter() - began
     logger.info("shard %d/%d: %d passages in %.1f s (%.0f/s)", shard, num_shards, len(passages), elapsed,
                 len(passages) / max(elapsed, 1e-9))
@@ -141,7 +150,9 @@ def encode_queries(model_path: str, queries_parquet: str | Path, *, max_length: 
                    batch_size: int, bf16: bool = False) -> tuple[list[str], np.ndarray]:
     """Query ids and their float32 vectors, in the file's order."""
     queries = read_artifact(queries_parquet, "queries")
-    vectors = encode_texts(load_text_encoder(model_path), models.load_tokenizer(model_path),
-                           queries["text"].fillna("").tolist(), max_length=max_length, batch_size=batch_size,
-                           device=devices.default_device(), bf16=bf16)
+    encoder = load_text_encoder(model_path)
+    logger.info("%s: %s", model_path, encoder.prompts.describe())
+    vectors = encode_texts(encoder, models.load_tokenizer(model_path), queries["text"].fillna("").tolist(),
+                           max_length=max_length, batch_size=batch_size, device=devices.default_device(),
+                           bf16=bf16, prompt=encoder.prompts.query)
     return queries["query_id"].tolist(), vectors

@@ -5,7 +5,7 @@ and ``datasets`` where the Hub id is known) and a body: the base model, the pool
 data (dataset, split, number of queries, the negatives the stage trained on), the stage's resolved settings,
 and how to load the folder in sentence-transformers and transformers (with the query-length note:
 ``encode_query``/``encode_document`` give the pipeline's vectors, plain ``encode`` cuts queries at the passage
-length).
+length), and the prompts put before queries and passages where the model has any (docs/prompts.md).
 
 Two places, because a stage's metrics exist only after its ``evaluate`` job, and a rule never changes another
 rule's output (the model folder is the training rule's):
@@ -146,7 +146,28 @@ def _value(value: Any) -> str:
     return f"`{text}`".replace("|", "\\|")
 
 
-def _biencoder_usage(pooling: str, settings: Mapping) -> str:
+def has_prompts(prompts) -> bool:
+    """Whether a bi-encoder's card speaks of prompts: it applies or declares one (a card of a model without any
+    stays as it was)."""
+    return bool(prompts.query or prompts.passage or any(prompts.declared.values()))
+
+
+def _prompts_note(prompts, include_prompt: bool) -> str:
+    """The usage section's paragraph on the folder's prompts (none when it applies and declares none)."""
+    if not has_prompts(prompts):
+        return ""
+
+    def shown(text: str) -> str:
+        return _value(text) if text else "nothing"
+    pooled = ("" if include_prompt else " Pooling leaves the prompt's tokens out (the folder's Pooling "
+              "module has `include_prompt: false`): a plain transformers pooling would include them.")
+    return (f"\n**Prompts**: the pipeline put {shown(prompts.query)} before each query and {shown(prompts.passage)} "
+            "before each passage, in training and in search; the folder records them "
+            "(`config_sentence_transformers.json`), so `encode_query` and `encode_document` do the same. With "
+            "plain `model.encode` or transformers, put them before the texts yourself." + pooled + "\n")
+
+
+def _biencoder_usage(pooling: str, settings: Mapping, prompts, include_prompt: bool) -> str:
     query_length, passage_length = settings.get("query_max_length"), settings.get("passage_max_length")
     pooled = ("hidden[:, 0]" if pooling == "cls" else
               "(hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)")
@@ -170,7 +191,7 @@ scores = query_vectors @ passage_vectors.T  # the vectors are L2-normalised: dot
 text at `max_seq_length` ({passage_length}): for a query longer than {query_length} tokens its vector differs from
 the one the model was trained and evaluated with; use `encode_query` for queries. A passage is its title and text
 joined by a space (`"title text"`, the text alone without a title).
-
+{_prompts_note(prompts, include_prompt)}
 ### transformers
 
 ```python
@@ -278,7 +299,7 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
     """The card of a stage's model folder ``model_dir``; ``facts``: its manifest (or the same keys); with
     ``metrics`` (the stage's metrics.json), the release card; ``fusion_weight``: the re-ranker's weight in the
     re-ranked runs those metrics score (:mod:`.score_fusion`; None or 1: the re-ranker alone)."""
-    from .embedding import recorded_pooling
+    from .embedding import recorded_include_prompt, recorded_pooling, resolve_prompts
 
     stage, dataset = facts["stage"], facts["dataset"]
     config = facts.get("config") or {}
@@ -286,6 +307,7 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
     base, base_said = base_model(str(settings["plm"]), config, dataset)
     cross = is_cross_encoder(stage)
     pooling = None if cross else (recorded_pooling(str(model_dir)) or "cls")
+    prompts = None if cross else resolve_prompts(str(model_dir))   # what the folder records (docs/prompts.md)
     fields: dict[str, Any] = {
         "library_name": "sentence-transformers",
         "pipeline_tag": "text-ranking" if cross else "sentence-similarity",
@@ -320,6 +342,8 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
                        ["similarity", "dot product of the normalised vectors (cosine)"],
                        ["query / passage length", f"{settings.get('query_max_length')} / "
                                                   f"{settings.get('passage_max_length')} tokens"]]
+        if has_prompts(prompts):
+            model_rows.append(["prompts", prompts.describe().replace("|", "\\|")])
     settings_rows = [[f"`{key}`", _value(value)] for key, value in settings.items()]
     seed = facts.get("seed")
     return (_front_matter(fields)
@@ -332,7 +356,8 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
               "applied" + (f"; seed {seed}" if seed is not None else "") + "):\n\n"
             + _table(["setting", "value"], settings_rows) + "\n"
             + _metrics_section(stage, metrics, dataset, settings, fusion_weight) + "\n"
-            + (_cross_encoder_usage(settings) if cross else _biencoder_usage(pooling, settings)))
+            + (_cross_encoder_usage(settings) if cross else
+               _biencoder_usage(pooling, settings, prompts, recorded_include_prompt(str(model_dir)))))
 
 
 def write_model_card(model_dir: str | Path, facts: Mapping[str, Any]) -> Path:

@@ -6,6 +6,9 @@ query and each passage and outputs θ(q, d); the loss is the softmax cross-entro
 group. The trained model is saved with ``save_pretrained`` (safetensors) and loads as a
 ``transformers.AutoModelForSequenceClassification`` or a ``sentence_transformers.CrossEncoder`` whose
 ``predict`` returns θ itself (no sigmoid), the score ``score_pairs`` computes.
+
+Prompts: none. The pair goes in as it is, in training and in scoring; a ``plm`` folder's sentence-transformers
+prompts are not applied, and a warning names them (docs/prompts.md).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .data.schemas import read_artifact
 from .io import atomic_output
 from .losses import listwise_loss
 from .devices import autocast, model_device, to_device
+from .embedding import declared_prompts
 from .models import load_cross_encoder, load_tokenizer
 from .training.distributed import Distributed
 from .training.groups import Group, QueryGroups, read_texts
@@ -106,8 +110,12 @@ def train_reranker(negatives_path: str | Path, corpus_path: str | Path, queries_
     # default seed differs per process, and this head's start moved SciFact's nDCG@10 by 0.05 between runs)
     torch.manual_seed(params["seed"])
     model = load_cross_encoder(params["plm"], params.get("attention_dropout"))
-    log.info("re-ranker %s: %d queries, groups of 1 positive + %d negatives", params["plm"], len(groups),
-             params["negatives_per_query"])
+    log.info("re-ranker %s: %d queries, groups of 1 positive + %d negatives; no prompts (each (query, passage) "
+             "pair goes in as it is)", params["plm"], len(groups), params["negatives_per_query"])
+    declared = {name: text for name, text in declared_prompts(params["plm"])[0].items() if text}
+    if declared:
+        log.warning("the re-ranker's plm %s declares prompts %s, which the re-ranker does not apply (it is "
+                    "fine-tuned on the bare pairs; docs/prompts.md)", params["plm"], declared)
     model = train(model, groups, make_collate(tokenizer, params["max_length"]), listwise_batch_loss, settings,
                   checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker")
     if dist.is_main:

@@ -35,13 +35,16 @@ def pretrained_model(dataset: str, method: str) -> str:
 # Keys a settings function here resolves itself, kept out of the jobs' params (so that a release adding one
 # retrains nothing): Retriever2's start (:func:`initialisation`), the re-ranked runs' fusion (:func:`fusion`).
 RESOLVED_HERE = {"retriever": ("retriever2_start",), "reranker": ("fusion_weight", "fusion_metric")}
+# Keys a job gets only when set (not null): left at null they change nothing, and a release adding one reruns
+# nothing. The bi-encoders' prompts: null takes the model's own (embedding.resolve_prompts).
+ONLY_WHEN_SET = ("query_prompt", "passage_prompt")
 
 
 def job_params(config: dict, dataset: str, block: str) -> dict:
     """A config block's values (:func:`dpr_pipeline.config.stage_params`) as its jobs get them: without the keys
-    resolved here (``RESOLVED_HERE``)."""
+    resolved here (``RESOLVED_HERE``), nor those of ``ONLY_WHEN_SET`` left at null."""
     return {key: value for key, value in stage_params(config, dataset, block).items()
-            if key not in RESOLVED_HERE.get(block, ())}
+            if key not in RESOLVED_HERE.get(block, ()) and not (key in ONLY_WHEN_SET and value is None)}
 
 
 def initialisation(config: dict, dataset: str, stage: str) -> str:

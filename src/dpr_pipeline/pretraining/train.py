@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM
 
-from ..embedding import TextEncoder, save_text_encoder
+from ..embedding import TextEncoder, resolve_prompts, save_text_encoder
 from .. import models
 from ..config import RANDOM_GENERATOR
 from ..errors import DataError
@@ -146,7 +146,9 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
           cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})")
     if dist.is_main:
         with atomic_output(output_dir) as tmp:
-            # [CLS] pooling: the representation the bottleneck pre-trains
-            save_text_encoder(TextEncoder(model.encoder.cpu(), "cls"), tokenizer, tmp, corpus.max_length)
+            # [CLS] pooling: the representation the bottleneck pre-trains; the plm's prompts, if it declares any,
+            # stay with it for the retrievers that start from this encoder
+            save_text_encoder(TextEncoder(model.encoder.cpu(), "cls", resolve_prompts(params["plm"])), tokenizer,
+                              tmp, corpus.max_length)
         log.info("saved the encoder to %s", output_dir)
     finish(checkpoint_dir, dist)

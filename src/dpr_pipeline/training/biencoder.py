@@ -1,7 +1,8 @@
 """Bi-encoder training: Retriever₁ and Retriever₂ (Eq. 3) and the distilled retriever (Eq. 5 + α·Eq. 3).
 
 One shared :class:`~dpr_pipeline.embedding.TextEncoder` embeds queries and passages as L2-normalised pooled
-vectors (the stage's ``pooling``: ``auto`` takes the starting model's own). Vectors are
+vectors (the stage's ``pooling``: ``auto`` takes the starting model's own), each text after its prompt (the
+starting model's, or the stage's ``query_prompt`` / ``passage_prompt``), which the saved model keeps. Vectors are
 gathered across processes before the loss, so every query sees every process's passages as negatives
 (cross-device negatives); with one process the loss is the same as over the joint batch.
 """
@@ -17,7 +18,7 @@ import torch
 from ..data.schemas import read_artifact
 from ..io import atomic_output
 from ..losses import contrastive_loss, distillation_loss
-from ..embedding import TextEncoder, load_text_encoder, save_text_encoder
+from ..embedding import Prompts, TextEncoder, load_text_encoder, save_text_encoder
 from ..models import load_tokenizer
 from .distributed import Distributed
 from .groups import QueryGroups, read_texts
@@ -32,17 +33,19 @@ def passage_key(doc_id: str) -> int:
 
 
 class BiEncoderCollator:
-    """Tokenise a list of groups: queries [B] and passages [B·(1+n)] (each query's positive first)."""
+    """Tokenise a list of groups: queries [B] and passages [B·(1+n)] (each query's positive first), each after
+    its prompt (``prompts``: the encoder's; none by default)."""
 
-    def __init__(self, tokenizer, query_max_length: int, passage_max_length: int):
+    def __init__(self, tokenizer, query_max_length: int, passage_max_length: int, prompts: Prompts | None = None):
         self.tokenizer = tokenizer
         self.query_max_length = query_max_length
         self.passage_max_length = passage_max_length
+        self.prompts = prompts if prompts is not None else Prompts()
 
     def __call__(self, groups: list) -> dict:
-        queries = self.tokenizer([g.query for g in groups], truncation=True, max_length=self.query_max_length,
-                                 padding=True, return_tensors="pt")
-        passages = self.tokenizer([p for g in groups for p in g.passages], truncation=True,
+        queries = self.tokenizer([self.prompts.query + g.query for g in groups], truncation=True,
+                                 max_length=self.query_max_length, padding=True, return_tensors="pt")
+        passages = self.tokenizer([self.prompts.passage + p for g in groups for p in g.passages], truncation=True,
                                   max_length=self.passage_max_length, padding=True, return_tensors="pt")
         batch = {"query_input_ids": queries["input_ids"], "query_attention_mask": queries["attention_mask"],
                  "passage_input_ids": passages["input_ids"], "passage_attention_mask": passages["attention_mask"],
@@ -53,18 +56,21 @@ class BiEncoderCollator:
 
 
 class BiEncoder(torch.nn.Module):
-    """One shared encoder for queries and passages; one ``forward`` per step, as DDP requires."""
+    """One shared encoder for queries and passages; one ``forward`` per step, as DDP requires. ``prompt_tokens``:
+    the (query, passage) prompt tokens pooling leaves out (:meth:`TextEncoder.prompt_tokens`; none by default)."""
 
-    def __init__(self, encoder: TextEncoder):
+    def __init__(self, encoder: TextEncoder, prompt_tokens: tuple[int, int] = (0, 0)):
         super().__init__()
         self.encoder = encoder
+        self.prompt_tokens = prompt_tokens
 
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         self.encoder.gradient_checkpointing_enable(**kwargs)
 
     def forward(self, query_input_ids, query_attention_mask, passage_input_ids, passage_attention_mask):
-        return (self.encoder(query_input_ids, query_attention_mask),
-                self.encoder(passage_input_ids, passage_attention_mask))
+        query_prompt, passage_prompt = self.prompt_tokens
+        return (self.encoder(query_input_ids, query_attention_mask, query_prompt),
+                self.encoder(passage_input_ids, passage_attention_mask, passage_prompt))
 
 
 def embed_batch(model: torch.nn.Module, batch: dict, dist: Distributed) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,10 +119,13 @@ def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries
                          source=str(negatives_path))
     tokenizer = load_tokenizer(params["plm"])
     torch.manual_seed(params["seed"])  # any weights new to the loaded model start the same in every run
-    model = BiEncoder(load_text_encoder(params["plm"], params.get("pooling", "auto"),
-                                        params.get("attention_dropout")))
-    log.info("%s: %s pooling", params["plm"], model.encoder.pooling)
-    collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"])
+    encoder = load_text_encoder(params["plm"], params.get("pooling", "auto"), params.get("attention_dropout"),
+                                params.get("query_prompt"), params.get("passage_prompt"))
+    prompts = encoder.prompts
+    model = BiEncoder(encoder, (encoder.prompt_tokens(tokenizer, prompts.query),
+                                encoder.prompt_tokens(tokenizer, prompts.passage)))
+    log.info("%s: %s pooling; %s", params["plm"], encoder.pooling, prompts.describe())
+    collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"], prompts)
     step = distillation_step(params["temperature"], params["alpha"]) if distill \
         else contrastive_step(params["temperature"])
     train(model, groups, collate, step, settings, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
