@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from snakemake.logging import logger
 
 SRC = str(Path(workflow.basedir) / "src")
 # first on the path even when already present further back: an installed dpr_pipeline must not shadow this
@@ -15,7 +16,7 @@ sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 import dpr_pipeline.stage_settings as settings
 import dpr_pipeline.stages as stages
-from dpr_pipeline.cluster import job_resources, scaled
+from dpr_pipeline.cluster import job_resources, job_runtime, scaled, short_of_retries
 from dpr_pipeline.config import train_split_of, validate_config
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  model_dir, release_dir, stage_file)
@@ -38,6 +39,13 @@ ABLATION_STAGES = [f"ablation/{method}" for method in ["none"] + PRETRAIN_METHOD
 # Stages with an encoder, a corpus index and dense runs; stages that re-rank another stage's runs.
 BIENCODERS = stages.chain(stages.BIENCODER) + ABLATION_STAGES
 CROSS_ENCODERS = stages.chain(stages.CROSS_ENCODER)
+
+
+# A training longer than the cluster's longest job runs as several attempts (cluster.max_runtime): say when
+# --retries gives too few, as the run starts (onstart: not in a dry run, not in each cluster job)
+onstart:
+    if short := short_of_retries(config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES):
+        logger.warning(short)
 
 
 wildcard_constraints:
@@ -80,12 +88,13 @@ def threads_of(rule_name):
 
 def resources_of(rule_name):
     """A rule's portable resources (docs/cluster.md): mem_mb and runtime (minutes) from config `resources`, times
-    the attempt number on a retry; gpu: the stage's `processes` for a trainer (torchrun starts one process per
-    GPU), 1 for the other GPU rules, 0 for CPU rules."""
+    the attempt number on a retry (runtime at most cluster.max_runtime); gpu: the stage's `processes` for a
+    trainer (torchrun starts one process per GPU), 1 for the other GPU rules, 0 for CPU rules; nodes: 1 for
+    GPU rules (torchrun --standalone: one node)."""
     first = lambda wildcards: job_resources(config, wildcards.dataset, rule_name)
     resources = {
         "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], attempt),
-        "runtime": lambda wildcards, attempt: scaled(first(wildcards)["runtime"], attempt),
+        "runtime": lambda wildcards, attempt: job_runtime(config, first(wildcards)["runtime"], attempt),
         "gpu": 0,
     }
     if rule_name in stages.GPU_TRAINING_RULES:
@@ -93,6 +102,8 @@ def resources_of(rule_name):
         resources["gpu"] = lambda wildcards: settings.training_processes(config, wildcards.dataset, block)
     elif rule_name in stages.GPU_INFERENCE_RULES:
         resources["gpu"] = 1
+    if rule_name in stages.GPU_RULES:
+        resources["nodes"] = 1
     return resources
 
 

@@ -8,8 +8,8 @@ The test runs, in a copy of the repository and from its root, exactly the comman
 
 (ingestion, BM25, Retriever 1 trained, the corpus encoded in 2 shards, indexed, searched, evaluated: 12 jobs;
 DPR_SLURM_TEST_TARGET=results/scifact/distill/metrics.json runs the whole chain, 28 jobs, about 11 minutes
-on 2 cores) with a tiny config (2-layer random BERTs, small resources), jobs in this venv
-(DPR_PIPELINE_SOFTWARE=env: no conda here) and the first status check after 2 s instead of 40
+on 2 cores) with a tiny config (2-layer random BERTs, small resources), jobs in this venv (the profile's
+default: no conda) and the first status check after 2 s instead of 40
 (--slurm-init-seconds-before-status-checks). It checks that every job went through sbatch and finished in
 Slurm's accounting, that GPU rules asked for GPUs and CPU rules for none, that the retriever was trained by
 torchrun with 2 processes in a job given 2 GPUs, and that a job made to fail once (an injected fault: its
@@ -81,7 +81,7 @@ def checkout(tmp_path_factory):
 def run(slurm, checkout):
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TARGET, "--configfile", "tiny.yaml",
                "--slurm-init-seconds-before-status-checks", "2"]
-    env = {**os.environ, "DPR_PIPELINE_SOFTWARE": "env", "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     began = time.monotonic()
     done = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=env, timeout=1800)
