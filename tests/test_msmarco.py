@@ -71,7 +71,7 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     cpu = resources("ingest_corpus")
     assert cpu["gpu"] == "0" and cpu["slurm_partition"] == "cpu"
     assert re.search(r"rule train_reranker:(?:.|\n)*?threads: 32", out)              # not capped by this machine
-    blocks = [block for block in out.split("\n\n") if block.lstrip().startswith("rule ")]
+    blocks = [block for block in out.split("\n\n") if re.search(r"^rule \w+:", block, re.M)]
     gpu_jobs = [block for block in blocks if re.search(r"\bgpu=[1-9]", block)]
     assert len(gpu_jobs) > 100                                                       # shards, training, search
     assert all(re.search(r"\bnodes=1\b", block) for block in gpu_jobs)
@@ -79,8 +79,9 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     assert all("slurm_extra=--signal=TERM@120" in block for block in blocks)         # time to save a checkpoint
     assert resources("pretrain")["runtime"] == "4320"                                # 72 h: no cap by default
 
+    (root / "my_cluster.yaml").write_text("cluster: {max_runtime: 1440}\n")     # a 24 h partition
     capped = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile",
-                           "tests/data/msmarco/standin.yaml", "--config", "cluster={max_runtime: 1440}")
+                           "tests/data/msmarco/standin.yaml", "my_cluster.yaml")
     assert capped.returncode == 0, capped.stderr[-4000:]
     runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", capped.stdout)]
     assert len(runtimes) == len(blocks) and max(runtimes) == 1440 and 60 in runtimes
