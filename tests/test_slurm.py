@@ -189,17 +189,17 @@ def time_limit_run(slurm, tmp_path_factory):
                "tiny.yaml", "--slurm-init-seconds-before-status-checks", "2", "--retries", "3",
                # the profile's SIGTERM 2 minutes early would come at once in a one-minute job: Slurm's own at the
                # time limit instead (the harder case: KillWait seconds to save)
-               "--set-resources", "train_retriever:slurm_extra=''"]
+               "--set-resources", "train_retriever:slurm_extra=''", "train_retriever:slurm_partition='gpu'"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     began = time.monotonic()
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env, timeout=1800)
     output = done.stdout + done.stderr
-    logs = sorted((root / "logs" / "slurm" / "train_retriever").rglob("*.log"), key=lambda p: int(p.stem))
-    accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,Timelimit,Elapsed,AllocTRES",
+    logs = sorted((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log"), key=lambda p: int(p.stem))
+    accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,Timelimit,Elapsed,AllocTRES,Partition",
                                  "-j", ",".join(p.stem for p in logs) or "0"], capture_output=True, text=True).stdout
     with LOG.open("a") as log:
         log.write(f"\n\n$ {' '.join(command)}   (time-limit test, in {root}; {time.monotonic() - began:.0f} s, exit "
-                  f"{done.returncode})\ntrain_retriever's jobs (JobID|State|ExitCode|Timelimit|Elapsed|AllocTRES):\n"
+                  f"{done.returncode})\ntrain_retriever's jobs (JobID|State|ExitCode|Timelimit|Elapsed|AllocTRES|Partition):\n"
                   f"{accounting}\n" + "".join(f"--- {p.name} (stop/resume lines)\n" + "".join(
                       line + "\n" for line in p.read_text().splitlines() if "SIGTERM" in line or "resuming" in line)
                       for p in logs))
@@ -214,6 +214,7 @@ def test_a_training_stopped_at_its_time_limit_saves_a_checkpoint_and_the_retry_r
     states = [row[1] for row in time_limit_run["sacct"]]
     assert len(states) >= 2 and states[0] == "TIMEOUT" and states[-1] == "COMPLETED", time_limit_run["sacct"]
     assert time_limit_run["sacct"][0][3] == "00:01:00" and all("gres/gpu=2" in row[5] for row in time_limit_run["sacct"])
+    assert all(row[6] == "gpu" for row in time_limit_run["sacct"])
     stopped = [int(step) for step in re.findall(rf"retriever stopped by SIGTERM at step (\d+) of {TRAIN_STEPS}",
                                                 first)]
     # both torchrun processes stopped at the same step, mid-run
