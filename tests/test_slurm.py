@@ -197,6 +197,7 @@ def time_limit_run(slurm, tmp_path_factory):
     logs = sorted((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log"), key=lambda p: int(p.stem))
     accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,Timelimit,Elapsed,AllocTRES,Partition",
                                  "-j", ",".join(p.stem for p in logs) or "0"], capture_output=True, text=True).stdout
+    LOG.parent.mkdir(parents=True, exist_ok=True)
     with LOG.open("a") as log:
         log.write(f"\n\n$ {' '.join(command)}   (time-limit test, in {root}; {time.monotonic() - began:.0f} s, exit "
                   f"{done.returncode})\ntrain_retriever's jobs (JobID|State|ExitCode|Timelimit|Elapsed|AllocTRES|Partition):\n"
