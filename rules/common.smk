@@ -17,7 +17,7 @@ sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
 
 import dpr_pipeline.stage_settings as settings
 import dpr_pipeline.stages as stages
-from dpr_pipeline.cluster import job_resources, scaled
+from dpr_pipeline.cluster import job_resources, job_runtime, scaled, short_of_retries
 from dpr_pipeline.config import train_split_of, validate_config
 from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  model_dir, release_dir, stage_file)
@@ -74,6 +74,13 @@ BIENCODERS = stages.chain(stages.BIENCODER) + ABLATION_STAGES
 CROSS_ENCODERS = stages.chain(stages.CROSS_ENCODER)
 
 
+# A training longer than the cluster's longest job runs as several attempts (cluster.max_runtime): say when
+# --retries gives too few, as the run starts (onstart: not in a dry run, not in each cluster job)
+onstart:
+    if short := short_of_retries(config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES):
+        snakemake_logger.warning(short)
+
+
 wildcard_constraints:
     dataset="|".join(map(re.escape, config["datasets"])),
     split=r"[A-Za-z0-9._-]+",
@@ -114,12 +121,13 @@ def threads_of(rule_name):
 
 def resources_of(rule_name):
     """A rule's portable resources (docs/cluster.md): mem_mb and runtime (minutes) from config `resources`, times
-    the attempt number on a retry; gpu: the stage's `processes` for a trainer (torchrun starts one process per
-    GPU), 1 for the other GPU rules, 0 for CPU rules."""
+    the attempt number on a retry (runtime at most cluster.max_runtime); gpu: the stage's `processes` for a
+    trainer (torchrun starts one process per GPU), 1 for the other GPU rules, 0 for CPU rules; nodes: 1 for
+    GPU rules (torchrun --standalone: one node)."""
     first = lambda wildcards: job_resources(config, wildcards.dataset, rule_name)
     resources = {
         "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], attempt),
-        "runtime": lambda wildcards, attempt: scaled(first(wildcards)["runtime"], attempt),
+        "runtime": lambda wildcards, attempt: job_runtime(config, first(wildcards)["runtime"], attempt),
         "gpu": 0,
     }
     if rule_name in stages.GPU_TRAINING_RULES:
@@ -127,6 +135,8 @@ def resources_of(rule_name):
         resources["gpu"] = lambda wildcards: settings.training_processes(config, wildcards.dataset, block)
     elif rule_name in stages.GPU_INFERENCE_RULES:
         resources["gpu"] = 1
+    if rule_name in stages.GPU_RULES:
+        resources["nodes"] = 1
     return resources
 
 

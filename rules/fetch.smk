@@ -19,7 +19,7 @@ def fetch_resources(dataset):
     first = job_resources(config, dataset, "fetch")
     return {
         "mem_mb": lambda wildcards, attempt: scaled(first["mem_mb"], attempt),
-        "runtime": lambda wildcards, attempt: scaled(first["runtime"], attempt),
+        "runtime": lambda wildcards, attempt: job_runtime(config, first["runtime"], attempt),
         "gpu": 0,
     }
 

@@ -161,7 +161,7 @@ def planned_jobs(output: str) -> dict[str, int]:
 
 
 def slurm_dry_run(root: Path, *args: str) -> subprocess.CompletedProcess:
-    """``snakemake --profile slurm -n ARGS`` in a repository copy ``root``, as a user types it there (no conda
-    here: DPR_PIPELINE_SOFTWARE=env)."""
+    """``snakemake --profile slurm -n ARGS`` in a repository copy ``root``, as a user types it there (the profile
+    needs no conda: jobs run in this environment)."""
     return subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", *args], cwd=root,
-                          capture_output=True, text=True, env={**os.environ, "DPR_PIPELINE_SOFTWARE": "env"})
+                          capture_output=True, text=True)

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpr_pipeline.dense_index import build_index
-from dpr_pipeline.dense_search import gpus_available, search_index
+from dpr_pipeline.dense_search import cpu_search_note, gpus_available, search_index
 
 
 @pytest.fixture
@@ -43,3 +43,11 @@ def test_gpu_search_equals_cpu_search(index):
         # the same documents, except where two scores tie within float rounding
         same = sum(a == b for (a, _), (b, _) in zip(cpu_hits, gpu_hits))
         assert same >= len(cpu_hits) - 2
+
+
+def test_a_gpu_job_with_the_cpu_build_of_faiss_says_it_searches_on_the_cpu():
+    """A GPU node whose install lacks faiss's GPU build: the job searches on the CPU (same hits) and says so,
+    naming the fix; nothing to say without CUDA or with a faiss that uses the GPUs."""
+    note = cpu_search_note(cuda_gpus=1, faiss_gpus=0)
+    assert note.startswith("searching on the CPU: 1 CUDA GPU(s) visible, but this faiss") and "`gpu` extra" in note
+    assert cpu_search_note(cuda_gpus=0, faiss_gpus=0) is None and cpu_search_note(cuda_gpus=2, faiss_gpus=2) is None

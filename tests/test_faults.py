@@ -237,6 +237,46 @@ def damage(path: Path, how: str) -> None:
         torch.save({"step": 4, "weights": torch.zeros(3)}, path)   # loads, but is not a training checkpoint
 
 
+def terminated_training(checkpoint_dir: Path, term_step: int, **kwargs) -> trainer.TrainingStopped:
+    """Run tiny_training and send this process SIGTERM (as Slurm does at a time limit) during step ``term_step``'s
+    loss; the TrainingStopped it ends with."""
+    original, calls = trainer.train, []
+
+    def train(model, data, collate, loss, *args, **kw):
+        def terminating(*a):
+            calls.append(1)
+            if len(calls) == term_step:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return loss(*a)
+        return original(model, data, collate, terminating, *args, **kw)
+
+    trainer.train = train
+    try:
+        with pytest.raises(trainer.TrainingStopped) as stopped:
+            tiny_training(checkpoint_dir, **kwargs)
+    finally:
+        trainer.train = original
+    return stopped.value
+
+
+def test_sigterm_saves_the_step_reached_and_the_rerun_resumes_there_to_the_same_weights(tmp_path, caplog):
+    """Slurm's time limit sends SIGTERM: the step in progress (3 of 6, between the checkpoints of every 2 steps)
+    finishes, its checkpoint is saved and the job fails; the retry resumes at step 3, not 2 or 0, and ends with
+    an uninterrupted run's weights and loss log. The handler is gone afterwards (SIGTERM's default again)."""
+    caplog.set_level("INFO", logger="dpr_pipeline.training.trainer")
+    reference = tiny_training(tmp_path / "reference")
+    before = signal.getsignal(signal.SIGTERM)
+    stopped = terminated_training(tmp_path / "ckpt", term_step=3)
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert stopped.step == 3 and "stopped by SIGTERM at step 3 of 6" in str(stopped)
+    assert torch.load(tmp_path / "ckpt" / "latest" / "state.pt", weights_only=True)["step"] == 3
+    assert torch.load(tmp_path / "ckpt" / "previous" / "state.pt", weights_only=True)["step"] == 2
+    model, losses = tiny_training(tmp_path / "ckpt")
+    assert "resuming training from checkpoint step 3 of 6" in caplog.text
+    assert losses == reference[1] and [s for s, _, _ in losses] == [1, 2, 3, 4, 5, 6]
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference[0].state_dict().values()))
+
+
 @pytest.mark.parametrize("how", ["truncated", "random bytes", "empty", "foreign"])
 def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, how, caplog):
     reference = tiny_training(tmp_path / "reference")

@@ -49,7 +49,9 @@ def test_trec_dl_official_files_ingest(tmp_path):
 @pytest.mark.slow
 def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     """`snakemake --profile slurm -n results/msmarco/distill/metrics.json` with the stand-in for the data: the
-    whole DAG, each job with the resources sbatch gets (no conda here: DPR_PIPELINE_SOFTWARE=env)."""
+    whole DAG, each job with the resources sbatch gets. No conda here and no environment variable set: the
+    profile runs jobs in this environment. Every GPU job asks for one node (torchrun --standalone), and with
+    cluster.max_runtime no job asks for more than it, on any attempt."""
     root = copy_repo(tmp_path / "repo")
     done = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile", "tests/data/msmarco/standin.yaml")
     assert done.returncode == 0, done.stderr[-4000:]
@@ -69,6 +71,20 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     cpu = resources("ingest_corpus")
     assert cpu["gpu"] == "0" and cpu["slurm_partition"] == "cpu"
     assert re.search(r"rule train_reranker:(?:.|\n)*?threads: 32", out)              # not capped by this machine
+    blocks = [block for block in out.split("\n\n") if re.search(r"^rule \w+:", block, re.M)]
+    gpu_jobs = [block for block in blocks if re.search(r"\bgpu=[1-9]", block)]
+    assert len(gpu_jobs) > 100                                                       # shards, training, search
+    assert all(re.search(r"\bnodes=1\b", block) for block in gpu_jobs)
+    assert not any("nodes=" in block for block in blocks if block not in gpu_jobs)
+    assert all("slurm_extra=--signal=TERM@120" in block for block in blocks)         # time to save a checkpoint
+    assert resources("pretrain")["runtime"] == "4320"                                # 72 h: no cap by default
+
+    (root / "my_cluster.yaml").write_text("cluster: {max_runtime: 1440}\n")     # a 24 h partition
+    capped = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile",
+                           "tests/data/msmarco/standin.yaml", "my_cluster.yaml")
+    assert capped.returncode == 0, capped.stderr[-4000:]
+    runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", capped.stdout)]
+    assert len(runtimes) == len(blocks) and max(runtimes) == 1440 and 60 in runtimes
 
 
 @pytest.mark.slow

@@ -276,7 +276,7 @@ def test_json_array_streams_across_chunk_boundaries_with_line_numbers(tmp_path):
 
 @pytest.mark.slow
 def test_slurm_dry_run_of_the_nq_chain(tmp_path):
-    """The cluster plan of the real NQ run, with the stand-in for the data (no conda: DPR_PIPELINE_SOFTWARE=env)."""
+    """The cluster plan of the real NQ run, with the stand-in for the data."""
     done = slurm_dry_run(copy_repo(tmp_path / "repo"), "results/nq/distill/metrics.json", "--configfile",
                          "tests/data/nq/standin.yaml")
     assert done.returncode == 0, done.stderr[-4000:]

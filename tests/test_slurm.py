@@ -8,8 +8,8 @@ The test runs, in a copy of the repository and from its root, exactly the comman
 
 (ingestion, BM25, Retriever 1 trained, the corpus encoded in 2 shards, indexed, searched, evaluated: 12 jobs;
 DPR_SLURM_TEST_TARGET=results/scifact/distill/metrics.json runs the whole chain, 28 jobs, about 11 minutes
-on 2 cores) with a tiny config (2-layer random BERTs, small resources), jobs in this venv
-(DPR_PIPELINE_SOFTWARE=env: no conda here) and the first status check after 2 s instead of 40
+on 2 cores) with a tiny config (2-layer random BERTs, small resources), jobs in this venv (the profile's
+default: no conda) and the first status check after 2 s instead of 40
 (--slurm-init-seconds-before-status-checks). It checks that every job went through sbatch and finished in
 Slurm's accounting, that GPU rules asked for GPUs and CPU rules for none, that the retriever was trained by
 torchrun with 2 processes in a job given 2 GPUs, and that a job made to fail once (an injected fault: its
@@ -17,6 +17,7 @@ script exits non-zero on the first attempt) is resubmitted with twice the memory
 The Slurm job ids and the sacct table go to logs/slurm_test.log (.ci/run prints it).
 """
 
+import json
 import os
 import re
 import shutil
@@ -81,7 +82,7 @@ def checkout(tmp_path_factory):
 def run(slurm, checkout):
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TARGET, "--configfile", "tiny.yaml",
                "--slurm-init-seconds-before-status-checks", "2"]
-    env = {**os.environ, "DPR_PIPELINE_SOFTWARE": "env", "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     began = time.monotonic()
     done = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=env, timeout=1800)
@@ -149,3 +150,79 @@ def test_gpu_rules_request_gpus_and_training_uses_one_process_per_gpu(run):
     # torchrun's processes log to the job's Slurm log (logs/slurm/, kept by the profile)
     logs = [p.read_text() for p in (run["root"] / "logs" / "slurm").rglob("*.log") if "train_retriever" in str(p)]
     assert any(re.search(r"\d+ steps of \d+, 2 process\(es\)", text) for text in logs), logs
+
+
+# --- a training longer than its time limit: SIGTERM -> checkpoint -> the retry resumes -------------------------
+
+TIME_LIMIT_TARGET = "results/scifact/retriever1/manifest.json"
+TRAIN_STEPS = 200
+SLOW_STEPS = '''
+
+# Injected by tests/test_slurm.py: every optimizer step 0.4 s longer, so that this training outlasts its job's
+# one-minute time limit.
+_optimizer_step_in_time = _optimizer_step
+
+
+def _optimizer_step(*args, **kwargs):
+    time.sleep(0.4)
+    return _optimizer_step_in_time(*args, **kwargs)
+'''
+
+
+@pytest.fixture(scope="module")
+def time_limit_run(slurm, tmp_path_factory):
+    """In a repository copy: Retriever 1 trains 200 steps (0.4 s longer each, injected into the copy's trainer)
+    by torchrun with 2 processes in a 2-GPU job whose first attempt has a one-minute time limit (resources
+    runtime 1: attempt n gets n minutes). No save_steps checkpoint comes before the end: the only one is the one
+    saved on Slurm's SIGTERM at the limit (the test cluster's KillWait: 5 s)."""
+    root = copy_repo(tmp_path_factory.mktemp("slurm_time_limit") / "repo")
+    trainer = root / "src" / "dpr_pipeline" / "training" / "trainer.py"
+    trainer.write_text(trainer.read_text() + SLOW_STEPS)
+    config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
+    config["run_datasets"] = ["scifact"]
+    retriever = config["datasets"]["scifact"]["stages"]["retriever"]
+    retriever.update(processes=2, train_steps=TRAIN_STEPS, save_steps=10 * TRAIN_STEPS)
+    config["datasets"]["scifact"]["resources"] = {"default": {"threads": 1, "mem_mb": 2000, "runtime": 30},
+                                                  "train_retriever": {"runtime": 1}}
+    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TIME_LIMIT_TARGET, "--configfile",
+               "tiny.yaml", "--slurm-init-seconds-before-status-checks", "2", "--retries", "3",
+               # the profile's SIGTERM 2 minutes early would come at once in a one-minute job: Slurm's own at the
+               # time limit instead (the harder case: KillWait seconds to save)
+               "--set-resources", "train_retriever:slurm_extra=''", "train_retriever:slurm_partition='gpu'"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    began = time.monotonic()
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env, timeout=1800)
+    output = done.stdout + done.stderr
+    logs = sorted((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log"), key=lambda p: int(p.stem))
+    accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,Timelimit,Elapsed,AllocTRES,Partition",
+                                 "-j", ",".join(p.stem for p in logs) or "0"], capture_output=True, text=True).stdout
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    with LOG.open("a") as log:
+        log.write(f"\n\n$ {' '.join(command)}   (time-limit test, in {root}; {time.monotonic() - began:.0f} s, exit "
+                  f"{done.returncode})\ntrain_retriever's jobs (JobID|State|ExitCode|Timelimit|Elapsed|AllocTRES|Partition):\n"
+                  f"{accounting}\n" + "".join(f"--- {p.name} (stop/resume lines)\n" + "".join(
+                      line + "\n" for line in p.read_text().splitlines() if "SIGTERM" in line or "resuming" in line)
+                      for p in logs))
+    if done.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed:\n{output[-8000:]}")
+    return {"root": root, "logs": [p.read_text() for p in logs],
+            "sacct": [line.split("|") for line in accounting.splitlines() if line]}
+
+
+def test_a_training_stopped_at_its_time_limit_saves_a_checkpoint_and_the_retry_resumes_from_it(time_limit_run):
+    first, *_, last = time_limit_run["logs"]
+    states = [row[1] for row in time_limit_run["sacct"]]
+    assert len(states) >= 2 and states[0] == "TIMEOUT" and states[-1] == "COMPLETED", time_limit_run["sacct"]
+    assert time_limit_run["sacct"][0][3] == "00:01:00" and all("gres/gpu=2" in row[5] for row in time_limit_run["sacct"])
+    assert all(row[6] == "gpu" for row in time_limit_run["sacct"])
+    stopped = [int(step) for step in re.findall(rf"retriever stopped by SIGTERM at step (\d+) of {TRAIN_STEPS}",
+                                                first)]
+    # both torchrun processes stopped at the same step, mid-run
+    assert len(stopped) >= 2 and len(set(stopped)) == 1 and 0 < stopped[0] < TRAIN_STEPS, first[-3000:]
+    resumed = re.findall(rf"resuming retriever from checkpoint step (\d+) of {TRAIN_STEPS}", time_limit_run["logs"][1])
+    assert resumed and int(resumed[0]) == stopped[0], time_limit_run["logs"][1][-3000:]   # not from step 0
+    loss_log = time_limit_run["root"] / "results" / "scifact" / "retriever1" / "loss_log.jsonl"
+    steps = [json.loads(line)["step"] for line in loss_log.read_text().splitlines()]
+    assert steps == list(range(1, TRAIN_STEPS + 1))
+    assert "2 process(es)" in last

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -174,6 +175,57 @@ def test_two_gloo_processes_match_one_process_over_the_joint_batch(tmp_path):
     assert max((one[n] - start[n]).abs().max().item() for n in one) > 1.5e-3
     for name in one:
         torch.testing.assert_close(two[name], one[name], atol=2e-4, rtol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_to_the_same_weights(tmp_path):
+    """Slurm signals every process of a job at its time limit: SIGTERM to the launcher, torchrun and both gloo
+    workers (a process group here) mid-run. The workers agree on the step to stop at, rank 0 saves it, the run
+    fails; the rerun resumes from that step (not 0, no save_steps checkpoint before it) and ends with the
+    weights and loss log of an uninterrupted two-process run."""
+    if visible_gpus() == 1:
+        pytest.skip("one GPU visible: two processes are a ConfigError there")
+    data = write_training_data(tmp_path / "data")
+    plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)
+    params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 6, "seed": 3,
+              "save_steps": 100, "negatives_per_query": 2, "temperature": 0.05, "query_max_length": 16,
+              "passage_max_length": 24}
+
+    def spec(name):
+        return {"negatives_path": str(data / "negatives.parquet"), "corpus_path": str(data / "corpus.parquet"),
+                "queries_path": str(data / "queries.parquet"), "output_dir": str(tmp_path / name),
+                "checkpoint_dir": str(tmp_path / f"{name}.ckpt"), "loss_log": str(tmp_path / f"{name}.jsonl"),
+                "params": params}
+
+    run_training(train_biencoder, 2, **spec("straight"))
+    (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "seconds_per_step": 0.5}))
+    scripts = REPO / "tests" / "scripts"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "src")]), "OMP_NUM_THREADS": "1"}
+    with open(tmp_path / "stopped.stderr", "w") as stderr:
+        run = subprocess.Popen([sys.executable, str(scripts / "slow_training.py"), str(tmp_path / "spec.json")],
+                               env=env, stderr=stderr, start_new_session=True)
+    log = tmp_path / "stopped.ckpt" / "loss_log.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and run.poll() is None and (
+            not log.exists() or len(log.read_text().splitlines()) < 3):
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGTERM)                       # every process, as Slurm does
+    code = run.wait(timeout=120)
+    output = (tmp_path / "stopped.stderr").read_text()
+    assert code != 0, output[-3000:]
+    step = torch.load(tmp_path / "stopped.ckpt" / "latest" / "state.pt", weights_only=True)["step"]
+    assert 3 <= step < 12, output[-3000:]                    # 12 steps in all: stopped mid-run
+    # both ranks stopped at the same step (each logs it once, then raises it)
+    assert output.count(f"trainer: retriever stopped by SIGTERM at step {step} of 12") == 2, output[-3000:]
+    assert not (tmp_path / "stopped").exists()
+
+    run_training(train_biencoder, 2, **spec("stopped"))
+    straight, resumed = ([json.loads(line) for line in (tmp_path / f"{n}.jsonl").open()] for n in ("straight", "stopped"))
+    assert [r["step"] for r in resumed] == list(range(1, 13))
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
+    expected, weights = (load_encoder(str(tmp_path / n)).state_dict() for n in ("straight", "stopped"))
+    for name in expected:
+        torch.testing.assert_close(weights[name], expected[name], rtol=0, atol=0, msg=name)
 
 
 def test_groups_name_the_file_row_of_an_unknown_document():

@@ -77,6 +77,13 @@ def _search_past_ties(index: faiss.Index, batch: np.ndarray, depth: int) -> tupl
         k = min(2 * k, index.ntotal)
 
 
+def _cuda_gpus() -> int:
+    """CUDA GPUs visible to PyTorch (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def gpus_available() -> int:
     """GPUs faiss can search on: 0 without faiss-gpu (faiss-cpu has no GPU code) or without a visible GPU."""
     if not hasattr(faiss, "StandardGpuResources"):
@@ -84,10 +91,22 @@ def gpus_available() -> int:
     return int(faiss.get_num_gpus())
 
 
+def cpu_search_note(cuda_gpus: int, faiss_gpus: int) -> str | None:
+    """The log line of a search that stays on the CPU although CUDA sees ``cuda_gpus`` GPUs, because this faiss
+    (``faiss_gpus``: the GPUs it can use) is the CPU build; None where there is nothing to say."""
+    if cuda_gpus == 0 or faiss_gpus > 0:
+        return None
+    return (f"searching on the CPU: {cuda_gpus} CUDA GPU(s) visible, but this faiss ({faiss.__version__}) has no GPU "
+            "support. Install faiss's GPU build to search on them: the project's `gpu` extra (docs/cluster.md, "
+            "'Software')")
+
+
 def _search_device(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
     """The index itself (CPU), or a copy sharded over every visible GPU (flat and IVF kinds)."""
     gpus = gpus_available()
     if use_gpu is False or (use_gpu is None and gpus == 0):
+        if use_gpu is None and (note := cpu_search_note(_cuda_gpus(), gpus)):
+            logger.warning(note)
         return index
     if gpus == 0:
         raise RuntimeError("use_gpu=True but faiss sees no GPU (install faiss-gpu and run where a GPU is visible)")

@@ -72,6 +72,14 @@ class Distributed:
         parts[self.rank] = tensor
         return torch.cat(parts, dim=0)
 
+    def any_process(self, flag: bool) -> bool:
+        """Whether ``flag`` is true in any process (every process gets the same answer; one process: ``flag``)."""
+        if not self.enabled:
+            return flag
+        value = torch.tensor([int(flag)], device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier()

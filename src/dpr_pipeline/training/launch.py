@@ -64,9 +64,18 @@ def run_training(function: Callable, processes: int, *, stage: str = "training",
     src = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
            STAGE_VARIABLE: stage}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+               "-m", "dpr_pipeline.training.launch", out.name]
     try:
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                        str(processes), "-m", "dpr_pipeline.training.launch", out.name], check=True, env=env)
+        # SIGTERM reaches every process of a Slurm job at once (time limit, preemption): torchrun passes it on to
+        # its workers, which save a checkpoint before they exit; this process waits for them rather than die
+        # first (a job step whose first process ends has its other processes killed)
+        from .trainer import stop_signals
+
+        with stop_signals():
+            code = subprocess.Popen(command, env=env).wait()
+        if code != 0:
+            raise subprocess.CalledProcessError(code, command)
     finally:
         os.unlink(out.name)
 

@@ -14,6 +14,11 @@ scheduler, RNG states and the step are saved to ``checkpoint_dir/latest`` (atomi
 ``previous``; tensors and plain containers only, loaded with ``weights_only=True``); a rerun with the same
 folder continues from there and ends with the same weights as an uninterrupted run. ``checkpoint_dir`` must not
 be a declared Snakemake output, since Snakemake deletes those when a job fails.
+
+SIGTERM (what Slurm sends at a job's time limit, or ``--signal``'s time before it, and on preemption) does not
+kill a training: the step in progress finishes, every process agrees on stopping there, rank 0 saves the
+checkpoint of that step and :class:`TrainingStopped` ends the job with an error, so that Snakemake's retry (or
+the next run) resumes from that step rather than from the last ``save_steps`` one.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import logging
 import math
 import random
 import shutil
+import signal
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -44,6 +50,16 @@ log = logging.getLogger(__name__)
 
 LOSS_LOG = "loss_log.jsonl"
 CHECKPOINT_STATE = "state.pt"
+
+
+class TrainingStopped(RuntimeError):
+    """A training stopped by a signal after saving the checkpoint of the step it reached; a rerun resumes there."""
+
+    def __init__(self, description: str, signal_name: str, step: int, steps: int, checkpoint: Path):
+        self.step = step
+        super().__init__(f"{description} stopped by {signal_name} at step {step} of {steps} (the job's time limit, "
+                         f"a preemption or a cancellation): checkpoint saved to {checkpoint}; the job's retry or the "
+                         f"next run resumes from step {step}")
 
 
 class TrainingData(Protocol):
@@ -277,7 +293,8 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
              steps, settings.batch_size, dist.world_size, device, uses_bf16(device, settings.bf16))
     began = time.monotonic()
     progress = tqdm(total=steps, initial=start, desc=description, disable=not dist.is_main, mininterval=5)
-    with open(log_path, "a", encoding="utf-8") if dist.is_main else contextlib.nullcontext() as loss_file:
+    with (open(log_path, "a", encoding="utf-8") if dist.is_main else contextlib.nullcontext() as loss_file,
+          stop_signals() as received):
         for step in range(start, steps):
             epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
             share = len(indices) // dist.world_size
@@ -296,12 +313,45 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
                 loss_file.flush()
                 if (step + 1) % settings.save_steps == 0 and step + 1 < steps:
                     _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step + 1, settings, dist.rank)
+            if dist.any_process(bool(received)):
+                progress.close()
+                _stop(checkpoint_dir, model, optimizer, scheduler, step + 1, steps, settings, dist, description,
+                      received)
     progress.close()
     dist.barrier()
     if dist.is_main and loss_log is not None:
         Path(loss_log).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(log_path, loss_log)
     return model
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """Within: SIGTERM no longer ends the process but is appended to the yielded list (the trainer stops at the
+    end of its step). Outside the main thread, where no handler can be installed, the list stays empty."""
+    received: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    except ValueError:            # not the main thread
+        yield received
+        return
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(checkpoint_dir: Path, model, optimizer, scheduler, step: int, steps: int, settings: TrainingSettings,
+          dist: Distributed, description: str, received: list[int]) -> None:
+    """A stop signal reached some process during ``step``: rank 0 saves that step's checkpoint (unless the
+    ``save_steps`` schedule just did), every process waits for it, then :class:`TrainingStopped`."""
+    name = signal.Signals(received[0]).name if received else "a signal to another process"
+    if dist.is_main and (step % settings.save_steps or step == steps):
+        _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step, settings, dist.rank)
+    dist.barrier()
+    error = TrainingStopped(description, name, step, steps, checkpoint_dir / "latest")
+    log.warning("%s", error)
+    raise error
 
 
 def _prepare(model: torch.nn.Module, settings: TrainingSettings, device: torch.device, steps: int):
