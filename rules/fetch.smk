@@ -4,8 +4,8 @@
 #                           and the job writes corpus.parquet, queries_<split>.parquet, qrels_<split>.parquet
 #                           into the dataset's path (the parquet layout ingestion reads)
 #   download_<dataset>_<f>  one per `downloads` entry: url + md5/sha256 into the dataset's path
-#   fetch_<dataset>         target of all of them and of the dataset's models: `snakemake --cores 1 fetch_msmarco`
-#                           on a login node
+#   fetch_<dataset>         target of all of them and of the models its chain loads: `snakemake --cores 1
+#                           fetch_msmarco` on a login node
 # A file already in the dataset's path is used as it is: no job produces it, so none can remove it (fetch.py,
 # missing_downloads). Ingestion (rules/data.smk) reads these files.
 # Models given as Hugging Face Hub names, one rule per model (shared by the datasets naming it; model_fetch.py):
@@ -14,7 +14,7 @@
 from dpr_pipeline.fetch import (check_fetch_config, fetched_files, ir_datasets_ids, missing_downloads, missing_exports,
                                 raw_inputs, raw_layout, rule_suffix, with_downloads)
 from dpr_pipeline.layout import fetched_model_log
-from dpr_pipeline.model_fetch import missing_models, named_models
+from dpr_pipeline.model_fetch import chain_models, missing_models
 
 check_fetch_config(config)
 FETCH = config["fetch"]
@@ -81,13 +81,13 @@ for _name, _dataset in config["datasets"].items():
             script:
                 "../workflow_scripts/download_file.py"
 
-    if fetched_files(_dataset) or named_models(config, _name):
+    if fetched_files(_dataset) or chain_models(config, _name):
 
         rule:
             name:
                 f"fetch_{_suffix}"
             input:
-                fetched_files(_dataset) + list(named_models(config, _name)),
+                fetched_files(_dataset) + chain_models(config, _name),
             localrule: True
 
 

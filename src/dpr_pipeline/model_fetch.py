@@ -15,8 +15,8 @@ killed job's rerun continues); a folder already there is used as it is (no job, 
 The jobs get the folder instead of the Hub name (:func:`model_source`, through
 :mod:`dpr_pipeline.stage_settings`), take it as an input (so the fetch runs first), and load it with
 ``HF_HUB_OFFLINE=1`` (workflow_scripts/_library.py). Loading a fetched folder checks it against its manifest
-once per process (:func:`verify_fetched_model`, called by :func:`dpr_pipeline.model_refs.resolve_model_path`):
-a missing or changed file is one DataError naming it.
+(:func:`verify_fetched_model`, called by :func:`dpr_pipeline.model_refs.resolve_model_path`): a missing or
+changed file is one DataError naming it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def is_fetched(config: dict, path: str) -> bool:
 
 def named_models(config: dict, dataset: str) -> dict[str, dict]:
     """``{folder: {repo_id, revision}}`` of the Hub names among a dataset's model settings
-    (:data:`dpr_pipeline.config.MODEL_SETTINGS`, the words they take aside): what ``fetch_<dataset>`` fetches."""
+    (:data:`dpr_pipeline.config.MODEL_SETTINGS`, the words they take aside): each has a fetch rule, whose job
+    runs when a target needs the model."""
     from .config import MODEL_SETTINGS, stage_params
 
     models = {}
@@ -82,6 +83,23 @@ def named_models(config: dict, dataset: str) -> dict[str, dict]:
         if folder is not None:
             models[folder] = {"repo_id": reference, "revision": config["fetch"]["revisions"].get(reference)}
     return models
+
+
+def chain_models(config: dict, dataset: str) -> list[str]:
+    """The fetched folders the jobs of a dataset's chain (the default target) load: each bi-encoder's and the
+    re-ranker's start, and pre-training's encoder and generator when the chain pre-trains (what ``fetch_<dataset>``
+    fetches; the pre-training ablation's models are fetched when a target needs them)."""
+    from . import stage_settings as settings
+    from .pretraining.methods import pretraining_method
+
+    models = [settings.initialisation(config, dataset, stage) for stage in ("start", "retriever1", "retriever2",
+                                                                           "distill")]
+    models.append(settings.reranker(config, dataset)["plm"])
+    for stage in settings.pretraining_in_chain(config, dataset):
+        pretrain = settings.pretrain(config, dataset, stage.split("/", 1)[1])
+        models += [pretrain["plm"]] + ([pretrain["generator"]] if pretraining_method(pretrain["method"]).generator
+                                       else [])
+    return [model for model in dict.fromkeys(models) if is_fetched(config, model)]
 
 
 def missing_models(config: dict) -> dict[str, dict]:
@@ -169,8 +187,8 @@ def fetch_model(repo_id: str, folder: str | Path, *, revision: str | None = None
                          "fetches (`hf auth login`, or HF_TOKEN)") from None
     except RevisionNotFoundError:
         raise FetchError(folder, f"the Hub model {repo_id} has no revision {asked!r}",
-                         f"fix fetch.revisions.{repo_id} in the config (a branch, tag or commit of {where}/{repo_id})"
-                         ) from None
+                         f"set fetch.revisions.{repo_id} in the config to one it has (a branch, tag or commit "
+                         f"of {where}/{repo_id})") from None
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise FetchError(folder, f"fetching {repo_id} from {where} failed ({type(err).__name__}: {reason})",
@@ -204,21 +222,31 @@ def read_manifest(folder: str | Path) -> dict | None:
 
 
 def verify_fetched_model(folder: str | Path) -> dict:
-    """Check a fetched folder against its manifest: every file there, its size and its sha256 as recorded (once
-    per process and manifest: the jobs call it through ``resolve_model_path`` each time they load). Returns the
-    manifest; a missing or changed file is one DataError naming it."""
-    folder = Path(folder)
-    stat = (folder / MANIFEST).stat()
-    return _verified(str(folder.resolve()), stat.st_mtime_ns, stat.st_size)
+    """Check a fetched folder against its manifest: every file there, its size and its sha256 as recorded. Returns
+    the manifest; a missing or changed file is one DataError naming it. The jobs call it each time they resolve
+    the folder (``resolve_model_path``): the hashes are computed once per process and state of the files (their
+    sizes and modification times)."""
+    root = Path(folder).resolve()
+    manifest = read_manifest(root)
+    state = tuple((name, *_stat(root / name)) for name in manifest["files"])
+    _verified(str(root), json.dumps(manifest, sort_keys=True), state)
+    return manifest
+
+
+def _stat(path: Path) -> tuple[int, int] | tuple[None, None]:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None, None
+    return stat.st_size, stat.st_mtime_ns
 
 
 @functools.lru_cache(maxsize=None)
-def _verified(folder: str, _mtime_ns: int, _size: int) -> dict:
+def _verified(folder: str, manifest_text: str, _state: tuple) -> None:
     root = Path(folder)
-    manifest = read_manifest(root)
     fix = (f"delete the folder {root} and fetch it again (any snakemake target that needs it plans its "
            "fetch_model job; `snakemake fetch_<dataset>` fetches it alone)")
-    for name, entry in manifest["files"].items():
+    for name, entry in json.loads(manifest_text)["files"].items():
         path = root / name
         if not path.is_file():
             raise DataError(path, f"missing: the manifest {MANIFEST} of this fetched model lists it", fix)
@@ -230,4 +258,3 @@ def _verified(folder: str, _mtime_ns: int, _size: int) -> dict:
         if sha256 != entry["sha256"]:
             raise DataError(path, f"sha256 {sha256} differs from {entry['sha256']} in its fetch manifest: the file "
                             "changed after it was fetched", fix)
-    return manifest
