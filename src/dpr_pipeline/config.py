@@ -272,19 +272,21 @@ def check_model_settings(config: dict, name: str) -> None:
 
 def check_fetchable(config: dict, name: str, setting: str, reference: str, offline: bool) -> None:
     """A Hub name is fetched into a folder before its jobs run (:mod:`dpr_pipeline.model_fetch`); with the Hub
-    offline here (``HF_HUB_OFFLINE``, checked for the datasets of ``run_datasets``: ``offline``) that folder must
-    already be complete, since the fetch job could not download it."""
-    from .model_fetch import MANIFEST, fetched_folder
+    offline here (``HF_HUB_OFFLINE``, checked for the datasets of ``run_datasets``: ``offline``) the folder of a
+    model the dataset's chain loads must already be complete, since its fetch job could not download it (another
+    target's model: its fetch job says so, at once)."""
+    from .model_fetch import MANIFEST, chain_models, fetched_folder
 
     folder = fetched_folder(config, reference)
     variable = offline_variable()
-    if folder is None or not offline or variable is None or (Path(folder) / MANIFEST).is_file():
+    if folder is None or not offline or variable is None or folder not in chain_models(config, name) \
+            or (Path(folder) / MANIFEST).is_file():
         return
-    raise ConfigError(f"config key {setting}: {reference} is a Hugging Face Hub name, not fetched yet (no complete "
+    raise ConfigError(f"config key {setting}: {reference}: a Hugging Face Hub name, not fetched yet (no complete "
                       f"folder {folder}), and {variable} is set (offline), so its fetch job cannot download it. Fix: "
-                      f"fetch it where the Hub is reachable (`snakemake --cores 1 fetch_{rule_suffix(name)}` without "
-                      f"{variable}, with the same fetch.models folder), or save the model into a folder and point "
-                      "the setting at it")
+                      f"fetch it where the Hub is reachable, without {variable} and with the same fetch.models "
+                      f"(`snakemake --cores 1 {folder}`; `fetch_{rule_suffix(name)}` fetches all the dataset needs), "
+                      "or save the model into a folder and point the setting at it")
 
 
 def check_dev_split(dataset: dict, name: str) -> None:
