@@ -8,7 +8,7 @@
 #                           fetch_msmarco` on a login node
 # A file already in the dataset's path is used as it is: no job produces it, so none can remove it (fetch.py,
 # missing_downloads). Ingestion (rules/data.smk) reads these files.
-# Models given as Hugging Face Hub names, one rule per model (shared by the datasets naming it; model_fetch.py):
+# Models given as Hugging Face Hub names, one job each, shared by the datasets naming them (model_fetch.py)
 #   fetch_model_<name>      the model's files + fetch_manifest.json (commit, sha256s) into fetch.models/<org>--<name>;
 #                           the jobs that load it take that folder as an input and run with the Hub offline
 from dpr_pipeline.fetch import (check_fetch_config, fetched_files, ir_datasets_ids, missing_downloads, missing_exports,
