@@ -4,11 +4,17 @@
 #                           and the job writes corpus.parquet, queries_<split>.parquet, qrels_<split>.parquet
 #                           into the dataset's path (the parquet layout ingestion reads)
 #   download_<dataset>_<f>  one per `downloads` entry: url + md5/sha256 into the dataset's path
-#   fetch_<dataset>         target of all of them: `snakemake --cores 1 fetch_msmarco` on a login node
+#   fetch_<dataset>         target of all of them and of the models its chain loads: `snakemake --cores 1
+#                           fetch_msmarco` on a login node
 # A file already in the dataset's path is used as it is: no job produces it, so none can remove it (fetch.py,
 # missing_downloads). Ingestion (rules/data.smk) reads these files.
+# Models given as Hugging Face Hub names, one job each, shared by the datasets naming them (model_fetch.py)
+#   fetch_model_<name>      the model's files + fetch_manifest.json (commit, sha256s) into fetch.models/<org>--<name>;
+#                           the jobs that load it take that folder as an input and run with the Hub offline
 from dpr_pipeline.fetch import (check_fetch_config, fetched_files, ir_datasets_ids, missing_downloads, missing_exports,
                                 raw_inputs, raw_layout, rule_suffix, with_downloads)
+from dpr_pipeline.layout import fetched_model_log
+from dpr_pipeline.model_fetch import chain_models, missing_models
 
 check_fetch_config(config)
 FETCH = config["fetch"]
@@ -75,11 +81,38 @@ for _name, _dataset in config["datasets"].items():
             script:
                 "../workflow_scripts/download_file.py"
 
-    if fetched_files(_dataset):
+    if fetched_files(_dataset) or chain_models(config, _name):
 
         rule:
             name:
                 f"fetch_{_suffix}"
             input:
-                fetched_files(_dataset),
+                fetched_files(_dataset) + chain_models(config, _name),
             localrule: True
+
+
+for _folder, _model in missing_models(config).items():
+
+    rule:
+        name:
+            f"fetch_model_{rule_suffix(Path(_folder).name)}"
+        output:
+            directory(_folder),
+        params:
+            repo_id=_model["repo_id"],
+            revision=_model["revision"],
+        threads: 1
+        resources:
+            **fetch_resources(_model["dataset"]),
+        retries: FETCH["retries"]
+        # always on the host Snakemake runs on (the login node under --profile slurm): compute nodes may have no
+        # internet, and the jobs that load the model run with the Hub offline
+        localrule: True
+        log:
+            fetched_model_log(_folder),
+        benchmark:
+            fetched_model_log(_folder, ".benchmark.tsv")
+        conda:
+            "../envs/data.yaml"
+        script:
+            "../workflow_scripts/fetch_model.py"

@@ -1,4 +1,7 @@
 # Input functions: which files a job reads, from the config and the wildcards (paths from dpr_pipeline.layout).
+from dpr_pipeline.config import RANDOM_GENERATOR
+from dpr_pipeline.model_fetch import is_fetched
+from dpr_pipeline.pretraining.methods import pretraining_method
 
 
 def leakage_inputs(wildcards):
@@ -69,13 +72,40 @@ def token_shards(wildcards):
 
 def initialisation_input(stage=None):
     """The model a bi-encoder job starts from (``stage``'s, else the job's {stage}'s) as a job input when the
-    workflow builds it (a pre-training output), else nothing (a Hub name or local folder)."""
+    workflow builds it (a pre-training output) or fetches it (a Hub name's folder), else nothing (a local folder,
+    ``pkg:``)."""
 
     def inputs(wildcards):
         model = settings.initialisation(config, wildcards.dataset, stage or wildcards.stage)
-        return [model] if model.startswith(f"{RESULTS}/") else []
+        return [model] if model.startswith(f"{RESULTS}/") or is_fetched(config, model) else []
 
     return inputs
+
+
+def fetched_inputs(*models):
+    """Of the models a job loads, the fetched Hub models' folders (model_fetch.py), so that their fetch jobs run
+    first: ``models`` are functions of the wildcards giving a model reference each, as the job gets it."""
+
+    def inputs(wildcards):
+        return [model for model in (get(wildcards) for get in models) if is_fetched(config, model)]
+
+    return inputs
+
+
+def pretrain_plm(wildcards):
+    """The encoder pre-training (and its tokenisation, its n-gram counts) starts from."""
+    return settings.pretrain(config, wildcards.dataset)["plm"]
+
+
+def pretrain_generator(wildcards):
+    """The generator a ``pretrain/{method}`` job loads: `pretrain.generator` when the method has one (the words
+    ``random`` and none are no model)."""
+    uses = pretraining_method(wildcards.method).generator
+    return settings.pretrain(config, wildcards.dataset)["generator"] if uses else RANDOM_GENERATOR
+
+
+def reranker_plm(wildcards):
+    return settings.reranker(config, wildcards.dataset)["plm"]
 
 
 def evaluation_inputs(wildcards):

@@ -8,6 +8,7 @@ from dpr_pipeline.pretraining.methods import pretraining_method
 rule tokenize_corpus:
     input:
         corpus=data_file("corpus.parquet"),
+        plm=fetched_inputs(pretrain_plm),
     output:
         stage_file("tokens", "part_{shard}.parquet"),
     params:
@@ -27,7 +28,8 @@ rule tokenize_corpus:
 
 rule count_ngrams:
     input:
-        token_shards,
+        tokens=token_shards,
+        plm=fetched_inputs(pretrain_plm),
     output:
         stage_file("tokens", "ngram_counts.npz"),
     params:
@@ -53,6 +55,7 @@ rule pretrain:
             if pretraining_method(wc.method).ngram_counts
             else []
         ),
+        models=fetched_inputs(pretrain_plm, pretrain_generator),
     output:
         model=directory(stage_file("pretrain", "{method}/model")),
         loss_log=stage_file("pretrain", "{method}/loss_log.jsonl"),

@@ -7,6 +7,7 @@ rule train_reranker:
         negatives=stage_file("retriever2", "negatives.parquet"),
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
+        init=fetched_inputs(reranker_plm),
     output:
         model=directory(stage_file("reranker", "model")),
         loss_log=stage_file("reranker", "loss_log.jsonl"),

@@ -1,16 +1,21 @@
-"""Shared fixtures and helpers: tiny raw datasets in each layout, a tiny BERT, a fresh-clone copy of the
-repository, and running Snakemake on a working folder (its command, its run, the jobs a dry run plans)."""
+"""Shared fixtures and helpers: tiny raw datasets in each layout, a tiny BERT, a stand-in for the Hugging Face
+Hub, a fresh-clone copy of the repository, and running Snakemake on a working folder (its command, its run, the
+jobs a dry run plans)."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -77,6 +82,105 @@ def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0) -> Path:
     save_text_encoder(TextEncoder(BertModel(config, add_pooling_layer=False), "cls"), tokenizer, path, max_length=64)
     return path
 
+
+
+# ------------------------------------------------------------------------------------ stand-in Hugging Face Hub
+class StandInHub(ThreadingHTTPServer):
+    """A Hugging Face Hub on 127.0.0.1 serving model folders (``{repo id: folder}``) in the HTTP shape
+    huggingface_hub reads: ``/api/models/<repo>[/revision/<rev>]`` (the commit and the files, their LFS sha256
+    with ``?blobs=True``), ``/api/models/<repo>/tree/<rev>`` (the listing ``snapshot_download`` takes) and
+    ``/<repo>/resolve/<rev>/<file>`` (HEAD and GET: X-Repo-Commit, ETag, Content-Length); unknown repositories and
+    revisions answer 404 with the Hub's X-Error-Code. Each repository has one commit, ``main``. ``requests``: the
+    paths asked for. Use as a context manager: it serves in a thread until the block ends."""
+
+    def __init__(self, models: dict[str, Path]):
+        super().__init__(("127.0.0.1", 0), _HubHandler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.requests: list[str] = []
+        self.repos = {}
+        for repo_id, folder in models.items():
+            files = {str(f.relative_to(folder)): f.read_bytes() for f in sorted(Path(folder).rglob("*")) if f.is_file()}
+            commit = hashlib.sha1(repr(sorted((n, hashlib.sha256(b).hexdigest()) for n, b in files.items()))
+                                  .encode()).hexdigest()
+            self.repos[repo_id] = {"commit": commit, "files": files}
+
+    def __enter__(self):
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        self.server_close()
+
+    def entry(self, name: str, data: bytes) -> dict:
+        """A file as the Hub lists it: git blob id, size, and LFS (sha256) for weights."""
+        blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        entry = {"size": len(data), "blobId": blob}
+        if name.endswith((".safetensors", ".bin")):
+            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        return entry
+
+
+class _HubHandler(BaseHTTPRequestHandler):
+    def do_HEAD(self):
+        self._answer(body=False)
+
+    def do_GET(self):
+        self._answer(body=True)
+
+    def _send(self, status: int, data: bytes, headers: dict, body: bool):
+        self.send_response(status)
+        for key, value in {"Content-Length": str(len(data)), **headers}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def _json(self, value, body: bool):
+        self._send(200, json.dumps(value).encode(), {"Content-Type": "application/json"}, body)
+
+    def _missing(self, code: str, body: bool):
+        self._send(404, json.dumps({"error": code}).encode(), {"X-Error-Code": code,
+                                                                "Content-Type": "application/json"}, body)
+
+    def _answer(self, body: bool):
+        hub: StandInHub = self.server
+        path = unquote(urlsplit(self.path).path)
+        hub.requests.append(path)
+        if path.startswith("/api/models/"):
+            rest = path[len("/api/models/"):]
+            kind = "/tree/" if "/tree/" in rest else "/revision/"
+            repo_id, _, revision = rest.partition(kind)
+            revision = revision or "main"           # /api/models/<repo>: the model at main
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                return self._missing("RepoNotFound", body)
+            if revision not in ("main", repo["commit"]):
+                return self._missing("RevisionNotFound", body)
+            entries = {name: hub.entry(name, data) for name, data in repo["files"].items()}
+            if kind == "/revision/":
+                return self._json({"id": repo_id, "sha": repo["commit"],
+                                   "siblings": [{"rfilename": n, **e} for n, e in entries.items()]}, body)
+            return self._json([{"type": "file", "path": n, "size": e["size"], "oid": e["blobId"],
+                                **({"lfs": {"oid": e["lfs"]["sha256"], "size": e["size"], "pointerSize": 134}}
+                                   if "lfs" in e else {})} for n, e in entries.items()], body)
+        repo_id, _, rest = path.lstrip("/").partition("/resolve/")
+        revision, _, name = rest.partition("/")
+        repo = hub.repos.get(repo_id)
+        if repo is None:
+            return self._missing("RepoNotFound", body)
+        if revision not in ("main", repo["commit"]):
+            return self._missing("RevisionNotFound", body)
+        if name not in repo["files"]:
+            return self._missing("EntryNotFound", body)
+        data = repo["files"][name]
+        entry = hub.entry(name, data)
+        etag = entry["lfs"]["sha256"] if "lfs" in entry else entry["blobId"]
+        self._send(200, data, {"X-Repo-Commit": repo["commit"], "ETag": f'"{etag}"',
+                               "Content-Type": "application/octet-stream"}, body)
+
+    def log_message(self, *args):
+        pass
 
 
 def pytest_collection_modifyitems(config, items):

@@ -26,15 +26,16 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import DOCS, QUERIES, REPO, config_block, write_beir, write_msmarco
+from conftest import DOCS, QUERIES, REPO, StandInHub, config_block, write_beir, write_msmarco
 from dpr_pipeline import models
 from dpr_pipeline.config import ConfigError, load_config
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.dense_index import build_index
 from dpr_pipeline.dense_search import search_index
-from dpr_pipeline.errors import DataError
+from dpr_pipeline.errors import DataError, FetchError
 from dpr_pipeline.metrics import evaluate_splits
+from dpr_pipeline.model_fetch import fetch_model
 from dpr_pipeline.pretraining.tokens import read_token_shards
 from dpr_pipeline.pretraining.train import load_masked_lm
 from dpr_pipeline.runs import read_trec_run, write_trec_run
@@ -872,13 +873,39 @@ def _(tmp, bert):
     return model_setting_call(tmp, lambda c: scifact_stage(c, "retriever").update(plm="pretrian"))
 
 
-@case("config-plm-hub-name-offline-not-cached", ConfigError, "config key datasets.scifact.stages.reranker.plm: "
-      "google/electra-base-discriminator: a Hugging Face Hub name, not in the Hugging Face cache",
-      "and HF_HUB_OFFLINE is set (offline)", "Fix: download it into that cache where there is network "
-      "(`hf download google/electra-base-discriminator` with the same HF_HOME)")
+@case("config-plm-hub-name-offline-not-fetched", ConfigError, "config key datasets.scifact.stages.reranker.plm: "
+      "google/electra-base-discriminator: a Hugging Face Hub name, not fetched yet (no complete folder "
+      "data/models/google--electra-base-discriminator), and HF_HUB_OFFLINE is set (offline)",
+      "Fix: fetch it where the Hub is reachable, without HF_HUB_OFFLINE and with the same fetch.models "
+      "(`snakemake --cores 1 data/models/google--electra-base-discriminator`")
 def _(tmp, bert):
     return model_setting_call(tmp, lambda c: scifact_stage(c, "reranker").update(
-        plm="google/electra-base-discriminator"), env=offline(tmp))
+        plm="google/electra-base-discriminator"), env=offline(tmp), workdir=tmp)
+
+
+@case("fetch-model-not-on-the-hub", FetchError, "models/tiny-org--no-such-model: the Hub at http://127.0.0.1:",
+      "has no model 'tiny-org/no-such-model' (or it is private)", "Fix: check the Hub name in the config")
+def _(tmp, bert):
+    folder = tmp / "models" / "tiny-org--no-such-model"
+
+    def call():
+        with StandInHub({"tiny-org/tiny-bert": bert}) as hub:
+            fetch_model("tiny-org/no-such-model", folder, endpoint=hub.url)
+    return call, [folder, folder.with_name(folder.name + ".part")]
+
+
+@case("fetched-model-file-changed", DataError, "models/tiny-org--tiny-bert/model.safetensors: sha256 ",
+      "differs from", "in its fetch manifest: the file changed after it was fetched",
+      "Fix: delete the folder", "and fetch it again")
+def _(tmp, bert):
+    folder = tmp / "models" / "tiny-org--tiny-bert"
+    with StandInHub({"tiny-org/tiny-bert": bert}) as hub:
+        fetch_model("tiny-org/tiny-bert", folder, endpoint=hub.url)
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    return (lambda: models.load_encoder(str(folder))), []
 
 
 # --------------------------------------------------------------------------------------------------- tests
@@ -905,9 +932,9 @@ def test_bad_input(case_id, tmp_path, tiny_bert):
     (ISSUE_PLM, False, {}, "config key datasets.scifact.stages.retriever.plm: data/mymodel: the model folder "
      "does not exist"),
     ("google/electra-base-discriminator", False, "offline", "config key datasets.scifact.stages.retriever.plm: "
-     "google/electra-base-discriminator: a Hugging Face Hub name, not in the Hugging Face cache"),
+     "google/electra-base-discriminator: a Hugging Face Hub name, not fetched yet"),
     (ISSUE_PLM, True, {}, None),
-], ids=["folder-missing", "offline-not-cached", "folder-there"])
+], ids=["folder-missing", "offline-not-fetched", "folder-there"])
 def test_the_dry_run_checks_every_model_setting_at_once(tmp_path, tiny_bert, plm, folder, env, expected):
     """`snakemake -n` (the issue: `plm: data/mymodel` passed the dry run, then its job waited 27 s on the network
     and blamed the Hub name): a bad model setting stops the dry run within seconds with the one message; the

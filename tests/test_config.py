@@ -19,17 +19,17 @@ def test_shipped_config_is_valid_and_scifact_is_the_default():
     assert config["datasets"]["scifact"]["path"] == "data/scifact"
 
 
-def test_offline_the_shipped_config_loads_and_run_datasets_need_their_hub_models_cached(tmp_path, monkeypatch):
-    """HF_HUB_OFFLINE=1 with an empty Hugging Face cache: SciFact (pkg: models) loads, though msmarco's defaults
-    are Hub names (looked up offline only for run_datasets, the others' jobs say the same at once); running
-    msmarco too stops at start-up naming its setting (model_refs.py)."""
+def test_offline_the_shipped_config_loads_and_run_datasets_need_their_hub_models_fetched(tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE=1 and no fetched models: SciFact (pkg: models) loads, though msmarco's defaults are Hub
+    names (checked offline only for run_datasets, the others' fetch jobs say the same at once); running msmarco
+    too stops at start-up naming its setting (config.check_fetchable)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     load_config(REPO / "config.yaml")
     config = copy.deepcopy(CONFIG)
     config["run_datasets"] = ["scifact", "msmarco"]
     with pytest.raises(ConfigError, match=r"config key stages.pretrain.plm: bert-base-uncased: a Hugging Face Hub "
-                       r"name, not in the Hugging Face cache"):
+                       r"name, not fetched yet \(no complete folder data/models/bert-base-uncased\)"):
         validate_config(config)
 
 

@@ -259,11 +259,15 @@ def test_a_wrong_checksum_stops_the_fetch_job_with_one_error_and_leaves_nothing(
     assert not (tmp_path / "data" / "x").exists() or list((tmp_path / "data" / "x").iterdir()) == []
 
 
+HUB_MODEL_JOBS = {"fetch_model_bert_base_uncased": 1, "fetch_model_google_electra_base_generator": 1,
+                  "fetch_model_google_electra_base_discriminator": 1}    # the schema's default models (model_fetch.py)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset, fetch_jobs", [
-    ("msmarco", {"ir_datasets_msmarco": 1, "download_msmarco_qidpidtriples_train_full_2_tsv_gz": 1}),
+    ("msmarco", {"ir_datasets_msmarco": 1, "download_msmarco_qidpidtriples_train_full_2_tsv_gz": 1, **HUB_MODEL_JOBS}),
     ("nq", {"download_nq_psgs_w100_tsv_gz": 1, "download_nq_biencoder_nq_train_json_gz": 1,
-            "download_nq_nq_test_qa_csv": 1}),
+            "download_nq_nq_test_qa_csv": 1, **HUB_MODEL_JOBS}),
 ])
 def test_a_fresh_clone_plans_the_whole_chain_with_the_fetch_jobs_first(tmp_path, dataset, fetch_jobs):
     """`snakemake --profile slurm -n results/<dataset>/distill/metrics.json` with no data: no MissingInputException,

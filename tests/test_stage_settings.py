@@ -34,10 +34,11 @@ def test_bi_encoders_start_from_their_block_plm_resolved_to_the_workflow_output(
         assert settings.initialisation(config, "a", stage) == simlm
         assert settings.biencoder(config, "a", stage)["plm"] == simlm
         assert settings.biencoder(config, "a", stage)["learning_rate"] == 2e-5      # the retriever block
-    assert settings.biencoder(config, "a", "distill")["plm"] == "some/hub-model"
+    # a Hub name: the folder its fetch job writes (model_fetch.py)
+    assert settings.biencoder(config, "a", "distill")["plm"] == "data/models/some--hub-model"
     assert settings.biencoder(config, "a", "distill")["alpha"] == 0.2               # the distill block
     assert settings.initialisation(config, "a", "ablation/cdmae") == "results/a/pretrain/cdmae/model"
-    assert settings.initialisation(config, "a", "ablation/none") == "bert-base-uncased"   # pretrain.plm
+    assert settings.initialisation(config, "a", "ablation/none") == "data/models/bert-base-uncased"   # pretrain.plm
 
 
 def test_training_processes_come_from_the_stage_block(config):

@@ -4,4 +4,4 @@ from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0]):
     p = snakemake.params.pretrain
-    write_corpus_ngram_counts(list(snakemake.input), p["plm"], snakemake.output[0], max_n=p["cdmae_window"])
+    write_corpus_ngram_counts(list(snakemake.input.tokens), p["plm"], snakemake.output[0], max_n=p["cdmae_window"])

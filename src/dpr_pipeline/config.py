@@ -18,8 +18,8 @@ from .data.dev_split import dev_split_of
 from .errors import PipelineError
 from .data.readers import FORMATS, reader_of, split_files_problem
 from .errors import DataError
-from .fetch import raw_layout
-from .model_refs import resolve_model_path
+from .fetch import raw_layout, rule_suffix
+from .model_refs import offline_variable, resolve_model_path
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
@@ -238,10 +238,11 @@ def check_model_settings(config: dict, name: str) -> None:
     a word it takes (``pretrain``, ``retriever2``, ``random``), else a model reference that resolves
     (:func:`dpr_pipeline.model_refs.resolve_model_path`: a folder that exists is that folder and must be a model
     folder; a path that does not exist, an invalid Hub name or a missing ``pkg:`` package stops here). No network
-    call: online a Hub name is only spelt right; offline (``HF_HUB_OFFLINE``) it must be in the Hugging Face cache
-    for the datasets of ``run_datasets`` (another dataset's first job that loads it says the same, at once)."""
+    call: online a Hub name is only spelt right (its fetch job downloads it); offline (``HF_HUB_OFFLINE``) it must
+    be fetched already for the datasets of ``run_datasets`` (:func:`check_fetchable`; another dataset's fetch job
+    says the same, at once)."""
     overrides = config["datasets"][name].get("stages", {})
-    cached = name in config.get("run_datasets", [])
+    run = name in config.get("run_datasets", [])
     for (block, key), words in MODEL_SETTINGS.items():
         value = stage_params(config, name, block)[key]
         setting = f"datasets.{name}.stages.{block}.{key}" if key in overrides.get(block, {}) \
@@ -263,9 +264,29 @@ def check_model_settings(config: dict, name: str) -> None:
                               f"setting takes ({takes}), and would be looked up as a Hugging Face Hub name. Fix: "
                               f"write {near[0]!r} if you mean that")
         try:
-            resolve_model_path(value, offline_cache=cached)
+            resolve_model_path(value, offline_cache=False)
         except DataError as err:
             raise ConfigError(f"config key {setting}: {err}") from None
+        check_fetchable(config, name, setting, value, run)
+
+
+def check_fetchable(config: dict, name: str, setting: str, reference: str, offline: bool) -> None:
+    """A Hub name is fetched into a folder before its jobs run (:mod:`dpr_pipeline.model_fetch`); with the Hub
+    offline here (``HF_HUB_OFFLINE``, checked for the datasets of ``run_datasets``: ``offline``) the folder of a
+    model the dataset's chain loads must already be complete, since its fetch job could not download it (another
+    target's model: its fetch job says so, at once)."""
+    from .model_fetch import MANIFEST, chain_models, fetched_folder
+
+    folder = fetched_folder(config, reference)
+    variable = offline_variable()
+    if folder is None or not offline or variable is None or folder not in chain_models(config, name) \
+            or (Path(folder) / MANIFEST).is_file():
+        return
+    raise ConfigError(f"config key {setting}: {reference}: a Hugging Face Hub name, not fetched yet (no complete "
+                      f"folder {folder}), and {variable} is set (offline), so its fetch job cannot download it. Fix: "
+                      f"fetch it where the Hub is reachable, without {variable} and with the same fetch.models "
+                      f"(`snakemake --cores 1 {folder}`; `fetch_{rule_suffix(name)}` fetches all the dataset needs), "
+                      "or save the model into a folder and point the setting at it")
 
 
 def check_dev_split(dataset: dict, name: str) -> None:

@@ -63,3 +63,18 @@ def release_dir(stage: str, dataset: str = WILDCARD) -> str:
     """``results/<dataset>/<stage>/release``: a stage's model folder ready to publish (its files hard-linked and a
     card with the stage's metrics; rule ``release_model``, not part of the default target)."""
     return stage_file(stage, "release", dataset)
+
+
+def fetched_model_dir(root: str, repo_id: str, revision: str | None = None) -> str:
+    """``<root>/<org>--<name>``: a Hugging Face Hub model fetched for the jobs (rule ``fetch_model_<name>``;
+    ``root``: config ``fetch.models``), shared by every dataset that names it; a pinned ``revision`` (config
+    ``fetch.revisions``) gets a folder of its own, ``<org>--<name>@<revision>``."""
+    name = repo_id.replace("/", "--")
+    return f"{root}/{name}" + (f"@{revision.replace('/', '--')}" if revision else "")
+
+
+def fetched_model_log(folder: str, suffix: str = ".log") -> str:
+    """The fetch job's log of a fetched model folder: ``<root>/logs/<folder name>.log`` (its benchmark: the same
+    with ``suffix`` ``.benchmark.tsv``)."""
+    root, _, name = folder.rpartition("/")
+    return f"{root}/logs/{name}{suffix}"

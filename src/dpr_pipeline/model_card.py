@@ -87,11 +87,15 @@ def _path(value: Any) -> str | None:
 
 def hub_id(reference: str) -> str | None:
     """The Hub id of a ``plm`` reference: itself for a Hub name, the shipped model's for a known ``pkg:``
-    reference, None for a local folder."""
+    reference, the fetched one's for a fetched Hub model's folder (its fetch manifest), None for another local
+    folder."""
+    from .model_fetch import read_manifest
     from .model_refs import PACKAGE_PREFIX, looks_like_path
 
     if reference.startswith(PACKAGE_PREFIX):
         return PACKAGED_MODELS.get(reference)
+    if Path(reference).is_dir():
+        return (read_manifest(reference) or {}).get("repo_id")
     return None if looks_like_path(reference) or Path(reference).exists() else reference
 
 

@@ -5,11 +5,14 @@ A reference (a ``plm``, ``pretrain.generator``) is, in this order:
 
 * ``pkg:<module>``: the model folder an installed Python package ships (its module's ``get_model_path()``);
 * an existing folder, relative to the working directory or absolute, however many ``/`` it has (``data/mymodel``
-  is that folder, never a Hub name): it must hold ``config.json`` or sentence-transformers' ``modules.json``;
+  is that folder, never a Hub name): it must hold ``config.json`` or sentence-transformers' ``modules.json``; a
+  folder fetched from the Hub (:mod:`dpr_pipeline.model_fetch`, with a ``fetch_manifest.json``) is checked against
+  its manifest;
 * anything that looks like a path (:func:`looks_like_path`) and does not exist: an error, at once;
 * else a Hugging Face Hub name (``name`` or ``org/name``, huggingface_hub's repo-id rules). Offline
   (``HF_HUB_OFFLINE=1`` or ``TRANSFORMERS_OFFLINE=1``) it must be in the local Hugging Face cache; online only its
-  spelling is checked here (no network call: the job that loads it downloads it).
+  spelling is checked here (no network call). The workflow's jobs never get one: a fetch job downloads it into a
+  folder first, and they load that folder (:mod:`dpr_pipeline.model_fetch`).
 
 Each failure is one :class:`~dpr_pipeline.errors.DataError` naming the reference, the problem and the fix. The
 stage references (``pretrain``, ``retriever1``, ...) are the config's (:func:`dpr_pipeline.config.check_model_settings`).
@@ -30,6 +33,9 @@ PACKAGE_PREFIX = "pkg:"
 #: module list.
 MODEL_FOLDER_FILES = ("config.json", "modules.json")
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+#: A fetched Hub model's manifest (:data:`dpr_pipeline.model_fetch.MANIFEST`; named here so that resolving a
+#: folder imports nothing more).
+FETCH_MANIFEST = "fetch_manifest.json"
 MODEL_FOLDER_FIX = ("point `plm` at a folder written by `save_pretrained` (config.json, model.safetensors and the "
                     "tokenizer files), a Hugging Face Hub name, or `pkg:<module>`; for a results/ folder, delete it "
                     "and rerun the rule that writes it")
@@ -43,6 +49,13 @@ def looks_like_path(reference: str) -> bool:
     ``data/`` folder here); ``results/...`` is always a path (the pipeline's own outputs)."""
     return (reference.startswith(("/", ".", "~", "results/")) or "\\" in reference or reference.endswith("/")
             or reference.count("/") > 1 or ("/" in reference and Path(reference.split("/", 1)[0]).is_dir()))
+
+
+def is_hub_name(reference: str) -> bool:
+    """Whether a model reference is read as a Hugging Face Hub name (the last case of the module docstring): not
+    ``pkg:``, not an existing folder or file, not path-like. Its spelling is :func:`resolve_model_path`'s to check."""
+    return not (reference.startswith(PACKAGE_PREFIX) or Path(reference).expanduser().exists()
+                or looks_like_path(reference))
 
 
 def offline_variable() -> str | None:
@@ -75,6 +88,10 @@ def resolve_model_path(reference: str, *, offline_cache: bool = True) -> str:
     local = Path(reference).expanduser()
     if local.exists():
         _check_model_folder(reference, local)
+        if (local / FETCH_MANIFEST).is_file():      # a fetched Hub model: checked against its manifest
+            from .model_fetch import verify_fetched_model
+
+            verify_fetched_model(local)
         return str(local)
     if looks_like_path(reference):
         raise DataError(reference, f"the model folder does not exist{_missing_folder_hint(local)}",

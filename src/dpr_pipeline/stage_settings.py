@@ -3,15 +3,17 @@ wildcards (stage, method, split, target B of a transfer).
 
 Each starts from :func:`dpr_pipeline.config.stage_params` (the top-level stage values merged with the dataset's
 overrides) and resolves what depends on the job: the model a bi-encoder starts from, the corpus side of a transfer,
-how deep a run is searched. Rules call them through ``settings`` in ``rules/common.smk``; no rule or input function
+how deep a run is searched. A model named by a Hugging Face Hub name becomes the folder it is fetched into
+(:func:`dpr_pipeline.model_fetch.model_source`): no job gets a Hub name. Rules call them through ``settings`` in ``rules/common.smk``; no rule or input function
 reads the config's stage blocks itself.
 """
 
 from __future__ import annotations
 
-from .config import STUDENT_STARTS, stage_params
+from .config import RANDOM_GENERATOR, STUDENT_STARTS, stage_params
 from .data.dev_split import dev_split_of
 from .layout import stage_file
+from .model_fetch import model_source
 from .stages import stage as declared
 
 
@@ -21,9 +23,11 @@ def bm25(config: dict, dataset: str) -> dict:
 
 
 def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
-    """Pre-training settings (`pretrain`); ``method``: the one a ``pretrain/{method}`` job trains, not
-    ``pretrain.method`` (the one the main chain starts from)."""
+    """Pre-training settings (`pretrain`), ``plm`` and ``generator`` as the jobs load them; ``method``: the one a
+    ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from)."""
     params = stage_params(config, dataset, "pretrain")
+    params = {**params, "plm": model_source(config, params["plm"]), "generator": model_source(
+        config, params["generator"]) if params["generator"] != RANDOM_GENERATOR else RANDOM_GENERATOR}
     return params if method is None else {**params, "method": method}
 
 
@@ -65,7 +69,7 @@ def initialisation(config: dict, dataset: str, stage: str) -> str:
         return pretrained_model(dataset, pretrain(config, dataset)["method"])
     if stage == "distill" and plm in STUDENT_STARTS:
         return stage_file(plm, "model", dataset)
-    return plm
+    return model_source(config, plm)
 
 
 def biencoder(config: dict, dataset: str, stage: str) -> dict:
@@ -112,6 +116,7 @@ def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
     """The re-ranker's training and scoring settings (`reranker` but the fusion's); re-ranking target B's BM25 run
     goes `transfer.rerank_depth` deep."""
     params = job_params(config, dataset, "reranker")
+    params["plm"] = model_source(config, params["plm"])
     return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
 
 
