@@ -39,7 +39,7 @@ fails while this page is out of date. -->
 
 `config.yaml` is validated against `schemas/config.schema.yaml` when the workflow starts: defaults are filled in,
 and an unknown or misspelt key stops the run at start-up naming it and the keys allowed there (`config key
-config.stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: …`). Every default lives
+stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: …`). Every default lives
 in the schema, next to its description (the tables below are generated from it); `config.yaml` sets only what
 differs from them (the datasets, with their own `stages`, and the jobs' resources), and a test refuses a key set
 there to its default.

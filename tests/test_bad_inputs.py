@@ -395,22 +395,22 @@ def _(tmp, bert):
     return (lambda: load_config(tmp / "no-such-config.yaml")), []
 
 
-@case("config-wrong-type", ConfigError, "config.stages.retriever.batch_size: '64' is not of type 'integer'")
+@case("config-wrong-type", ConfigError, "config key stages.retriever.batch_size: '64' is not of type 'integer'")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: config_block(c, "stages", "retriever").update(batch_size="64"))
 
 
-@case("config-missing-required-key", ConfigError, "config.datasets.scifact: 'path' is a required property")
+@case("config-missing-required-key", ConfigError, "config key datasets.scifact: 'path' is a required property")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].pop("path"))
 
 
-@case("config-eval-splits-not-a-list", ConfigError, "config.datasets.scifact.eval_splits: 'test' is not of type 'array'")
+@case("config-eval-splits-not-a-list", ConfigError, "config key datasets.scifact.eval_splits: 'test' is not of type 'array'")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(eval_splits="test"))
 
 
-@case("config-split-name-with-slash", ConfigError, "config.datasets.scifact.eval_splits[0]: 'qrels/test' does not match")
+@case("config-split-name-with-slash", ConfigError, "config key datasets.scifact.eval_splits[0]: 'qrels/test' does not match")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(eval_splits=["qrels/test"]))
 
@@ -420,35 +420,35 @@ def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["retriever"].update(batch_size=0))
 
 
-@case("config-unknown-pretrain-method", ConfigError, "config.stages.pretrain.method: 'simcse' is not one of")
+@case("config-unknown-pretrain-method", ConfigError, "config key stages.pretrain.method: 'simcse' is not one of")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: config_block(c, "stages", "pretrain").update(method="simcse"))
 
 
-@case("config-min-relevance-zero", ConfigError, "config.datasets.scifact.min_relevance: 0 is less than the minimum of 1")
+@case("config-min-relevance-zero", ConfigError, "config key datasets.scifact.min_relevance: 0 is less than the minimum of 1")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(min_relevance=0))
 
 
-@case("config-unknown-metric", ConfigError, "config.evaluation.metrics[1]: unknown metric 'MRR@ten'",
+@case("config-unknown-metric", ConfigError, "config key evaluation.metrics[1]: unknown metric 'MRR@ten'",
       "use ir-measures names")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c.update(evaluation={"metrics": ["nDCG@10", "MRR@ten"]}))
 
 
-@case("config-split-files-beir", ConfigError, "config.datasets.scifact.split_files: only the msmarco and dpr layouts")
+@case("config-split-files-beir", ConfigError, "config key datasets.scifact.split_files: only the msmarco and dpr layouts")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(
         split_files={"test": {"queries": "topics.tsv"}}))
 
 
-@case("config-split-files-dpr-qrels", ConfigError, "config.datasets.nq.split_files: split 'test' renames 'qrels', "
+@case("config-split-files-dpr-qrels", ConfigError, "config key datasets.nq.split_files: split 'test' renames 'qrels', "
       "but a dpr dataset renames only 'queries'", "remove 'qrels' from split_files.test")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["nq"]["split_files"]["test"].update(qrels="qrels.tsv"))
 
 
-@case("config-answers-relevance-not-dpr", ConfigError, "config.datasets.scifact.relevance: `answers` needs format `dpr`")
+@case("config-answers-relevance-not-dpr", ConfigError, "config key datasets.scifact.relevance: `answers` needs format `dpr`")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(relevance="answers"))
 
@@ -650,7 +650,7 @@ def leakage_call(tmp, test_qrels, queries=QUERIES, allow_overlap=False):
                                  train_queries=train, allow_overlap=allow_overlap)), [queries_out, qrels_out]
 
 
-@case("config-train-split-is-eval-split", ConfigError, "config.datasets.scifact.train_split: 'train' is also one of "
+@case("config-train-split-is-eval-split", ConfigError, "config key datasets.scifact.train_split: 'train' is also one of "
       "its eval_splits", "leakage", "allow_overlap: true if you mean it")
 def _(tmp, bert):
     return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"].update(eval_splits=["test", "train"]))

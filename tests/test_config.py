@@ -120,7 +120,7 @@ def test_unknown_keys_are_rejected_by_name(edit, key):
 def test_bad_values_name_their_key():
     config = copy.deepcopy(CONFIG)
     config["datasets"]["scifact"]["format"] = "csv"
-    with pytest.raises(ConfigError, match=r"config\.datasets\.scifact\.format: 'csv' is not one of"):
+    with pytest.raises(ConfigError, match=r"config key datasets\.scifact\.format: 'csv' is not one of"):
         validate_config(config)
     config = copy.deepcopy(CONFIG)
     config["run_datasets"] = ["nope"]
@@ -157,18 +157,18 @@ def test_top_level_and_dataset_blocks_give_the_same_form():
         with pytest.raises(ConfigError) as err:
             validate_config(config)
         messages.append(str(err.value))
-    assert messages[0] == ("config key config.stages.bm25: Additional properties are not allowed ('kk' was "
+    assert messages[0] == ("config key stages.bm25: Additional properties are not allowed ('kk' was "
                            "unexpected). Fix: correct or remove the key; the keys allowed here are ['b', 'depth', "
                            "'fields', 'java_heap', 'k1', 'threads']")
-    assert messages[1] == messages[0].replace("config key config.stages.bm25", "config key datasets.scifact.stages.bm25")
+    assert messages[1] == messages[0].replace("config key stages.bm25", "config key datasets.scifact.stages.bm25")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where, edit, expected", [
     ("top-level", lambda c: config_block(c, "stages", "retriever").update(batch_size="64"),
-     "config key config.stages.retriever.batch_size: '64' is not of type 'integer'. Fix: write it as integer"),
+     "config key stages.retriever.batch_size: '64' is not of type 'integer'. Fix: write it as integer"),
     ("top-level", lambda c: config_block(c, "stages", "bm25").update(kk=3),
-     "config key config.stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: correct or "
+     "config key stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: correct or "
      "remove the key"),
     ("dataset", lambda c: c["datasets"]["scifact"]["stages"].update(bm25={"kk": 3}),
      "config key datasets.scifact.stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: "

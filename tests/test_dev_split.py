@@ -95,8 +95,8 @@ def test_an_existing_split_as_dev_split_is_read_from_its_own_files():
     ({"dev_split": "train"}, "'train' is the train split"),
     ({"dev_split": {"fraction": 0.1, "name": "test"}}, "already one of the eval_splits"),
     ({"format": "dpr", "dev_split": {"count": 10}}, "DPR question files identify questions by their position"),
-    ({"dev_split": {"fraction": 0.1, "count": 3}}, "config key config.datasets.a.dev_split"),
-    ({"dev_split": {"fraction": 1.5}}, "config key config.datasets.a.dev_split"),
+    ({"dev_split": {"fraction": 0.1, "count": 3}}, "config key datasets.a.dev_split"),
+    ({"dev_split": {"fraction": 1.5}}, "config key datasets.a.dev_split"),
 ])
 def test_a_dev_split_that_cannot_work_stops_at_start_up(edit, message):
     config = copy.deepcopy(CONFIG)

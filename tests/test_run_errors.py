@@ -77,7 +77,7 @@ def test_a_config_error_at_start_up_is_one_message(workdir):
     assert 'File "' not in done.stdout + done.stderr and "common.smk" not in done.stdout + done.stderr
     head, message = last_lines(done, 2)
     assert head.startswith("Error in the config (") and str(workdir / "bad.yaml") in head
-    assert message == ("config key config.datasets.scifact.unknown_qrels_ids: 'sometimes' is not one of "
+    assert message == ("config key datasets.scifact.unknown_qrels_ids: 'sometimes' is not one of "
                        "['error', 'warn']. Fix: use one of ['error', 'warn']")
 
 

@@ -74,7 +74,7 @@ def test_an_evaluation_only_dataset_validates_and_has_no_train_split():
     (lambda c: c["datasets"]["arguana_mini"].update(transfer_to=["scifact"]),
      r"datasets.arguana_mini.transfer_to: dataset 'arguana_mini' has no train_split"),
     (lambda c: c.update(transfer={"metric": "nDCG@20"}), r"transfer.metric: 'nDCG@20' is not one of"),
-    (lambda c: c.update(transfer={"stages": ["bm25"]}), r"config.transfer.stages\[0\]"),
+    (lambda c: c.update(transfer={"stages": ["bm25"]}), r"config key transfer.stages\[0\]"),
     (lambda c: config_block(c, "stages", "bm25").update(remove_query_id_hits=True), r"'remove_query_id_hits' was unexpected"),
 ])
 def test_bad_transfer_configuration_is_rejected_by_name(change, message):

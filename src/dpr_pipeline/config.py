@@ -168,16 +168,16 @@ def check_config_values(config: dict) -> None:
         try:
             parse_metric(name)
         except ValueError as err:
-            raise ConfigError(f"config key config.evaluation.metrics[{position}]: {err}") from None
+            raise ConfigError(f"config key evaluation.metrics[{position}]: {err}") from None
     check_dataset_names(config)
     for name, dataset in config["datasets"].items():
         if dataset.get("relevance") == "answers" and not reader_of(raw_layout(dataset)).question_files:
             needed = " or ".join(f"`{n}`" for n, layout in FORMATS.items() if layout.question_files)
-            raise ConfigError(f"config key config.datasets.{name}.relevance: `answers` needs format {needed} (the "
+            raise ConfigError(f"config key datasets.{name}.relevance: `answers` needs format {needed} (the "
                               f"answers come from DPR's question files), the dataset is {dataset['format']!r}")
         problem = split_files_problem(dataset["format"], dataset.get("split_files"))
         if problem:
-            raise ConfigError(f"config key config.datasets.{name}.split_files: {problem}")
+            raise ConfigError(f"config key datasets.{name}.split_files: {problem}")
         check_dataset_plan(config, name)
 
 
@@ -207,7 +207,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
     if train is None:  # evaluation-only: nothing is trained on it
         return
     if train in dataset["eval_splits"] and dataset.get("allow_overlap", False) is not True:
-        raise ConfigError(f"config key config.datasets.{name}.train_split: {train!r} is also one of its eval_splits "
+        raise ConfigError(f"config key datasets.{name}.train_split: {train!r} is also one of its eval_splits "
                           f"{dataset['eval_splits']}, so the models would be evaluated on the queries they were "
                           f"trained on (leakage). Fix: train on another split, or set datasets.{name}.allow_overlap: "
                           "true if you mean it (a list of query ids allows only those queries, not a whole split)")
@@ -295,7 +295,7 @@ def check_dev_split(dataset: dict, name: str) -> None:
     dev = dev_split_of(dataset)
     if dev is None:
         return
-    key = f"config key config.datasets.{name}.dev_split"
+    key = f"config key datasets.{name}.dev_split"
     if dev.name == dataset.get("train_split"):
         raise ConfigError(f"{key}: {dev.name!r} is the train split, so settings would be chosen on the queries "
                           "the models train on. Fix: name another split, or carve one: dev_split: {fraction: 0.1}")
@@ -366,7 +366,7 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
         cause = err.__context__
         if not isinstance(cause, jsonschema.ValidationError):
             raise
-        raise _schema_error(cause, _path(cause, "config")) from None
+        raise _schema_error(cause, _path(cause).lstrip(".") or "(the top level)") from None
     check_stage_overrides(config, yaml.safe_load(Path(schema_path).read_text()))
     check_config_values(config)
     return add_dev_splits(config)
