@@ -37,7 +37,7 @@ def held_out_reranker_loss(config: dict, dataset: str) -> dict:
         groups = Path(tmp) / "dev_groups.parquet"
         mine_hard_negatives(str(REPO / stage_file("retriever2", f"run_{dev.name}.trec", dataset)), str(qrels),
                             str(groups), depth=depth, keep=depth, seed=params["seed"], source=dev.name)
-        loss = {name: listwise_loss_of(reference, groups, REPO / data_file("corpus.parquet", dataset), queries,
+        loss = {name: listwise_loss_of(reference, groups, REPO / data_file("passages.arrow", dataset), queries,
                                        negatives_per_query=params["negatives_per_query"],
                                        max_length=params["max_length"], seed=params["seed"], bf16=params["bf16"])
                 for name, reference in (("untrained", params["plm"]),

@@ -24,6 +24,26 @@ rule ingest_corpus:
         "../workflow_scripts/ingest_corpus.py"
 
 
+# The corpus's passage strings in one memory-mapped Arrow file that the training, re-ranking and teacher jobs
+# share across their processes instead of each holding the corpus (src/dpr_pipeline/data/passage_store.py).
+rule passage_store:
+    input:
+        data_file("corpus.parquet"),
+    output:
+        data_file("passages.arrow"),
+    threads: threads_of("passage_store")
+    resources:
+        **resources_of("passage_store"),
+    log:
+        log_file("passage_store"),
+    benchmark:
+        benchmark_file("passage_store")
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/passage_store.py"
+
+
 rule ingest_split:
     input:
         unpack(leakage_inputs),

@@ -5,7 +5,7 @@
 rule train_reranker:
     input:
         negatives=stage_file("retriever2", "negatives.parquet"),
-        corpus=data_file("corpus.parquet"),
+        passages=data_file("passages.arrow"),
         queries=train_queries,
         init=fetched_inputs(reranker_plm),
     output:
@@ -32,7 +32,7 @@ rule rerank:
     input:
         model=stage_file("reranker", "model"),
         run=stage_file("retriever2", "run_{split}.trec"),
-        corpus=data_file("corpus.parquet"),
+        passages=data_file("passages.arrow"),
         queries=data_file("queries_{split}.parquet"),
     output:
         stage_file("reranker", "cross_encoder/run_{split}.trec"),
@@ -98,7 +98,7 @@ rule teacher_scores_shard:
     input:
         model=stage_file("reranker", "model"),
         negatives=stage_file("retriever2", "negatives.parquet"),
-        corpus=data_file("corpus.parquet"),
+        passages=data_file("passages.arrow"),
         queries=train_queries,
     output:
         stage_file("reranker", "teacher/shard_{shard}.parquet"),
@@ -138,7 +138,7 @@ rule merge_teacher_scores:
 rule train_distill:
     input:
         negatives=stage_file("reranker", "teacher_scores.parquet"),
-        corpus=data_file("corpus.parquet"),
+        passages=data_file("passages.arrow"),
         queries=train_queries,
         init=initialisation_input("distill"),
     output:

@@ -32,7 +32,7 @@ rule train_retriever:
             if wc.stage == "retriever2"
             else stage_file("bm25", "negatives.parquet", wc.dataset)
         ),
-        corpus=data_file("corpus.parquet"),
+        passages=data_file("passages.arrow"),
         queries=train_queries,
         init=initialisation_input(),
     output:

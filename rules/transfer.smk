@@ -74,7 +74,7 @@ use rule rerank as transfer_rerank with:
     input:
         model=stage_file("reranker", "model"),
         run=stage_file("bm25", "run_{split}.trec", "{target}"),
-        corpus=data_file("corpus.parquet", "{target}"),
+        passages=data_file("passages.arrow", "{target}"),
         queries=data_file("queries_{split}.parquet", "{target}"),
         leakage=TRANSFER_LEAKAGE,
     output:

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from dpr_pipeline.data.schemas import read_artifact, write_artifact
+from dpr_pipeline.data.schemas import read_artifact, read_negatives_table, write_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.io import atomic_output
 from dpr_pipeline.runs import read_trec_run
@@ -41,3 +41,22 @@ def test_run_file_with_bad_score(tmp_path):
     (tmp_path / "r.trec").write_text("q1 Q0 d1 1 1.5 t\nq1 Q0 d2 2 nan? t\n")
     with pytest.raises(DataError, match=r"r\.trec, line 2: .*score 'nan\?'"):
         read_trec_run(tmp_path / "r.trec")
+
+
+@pytest.mark.parametrize("rows", [
+    [("q1", ["d1"], [0.0], ["d2"], [0.0]), ("q1", ["d2"], [0.0], [], [])],           # a repeated query
+    [("q1", ["d1"], [0.0], ["d2"], [0.0]), (" ", ["d2"], [0.0], [], [])],            # an empty query id
+    [("q1", ["d1"], [0.0], ["d2"], [0.0]), ("q2", [], [], ["d1"], [0.0])],           # no positive
+    [("q1", ["d1"], [0.0], ["d2"], [0.0]), ("q2", ["d2"], [0.0], ["d1"], [])],       # ids without scores
+])
+def test_a_negatives_table_is_checked_as_the_frame_is(tmp_path, rows):
+    """The training jobs read negatives as an Arrow table (no Python string per id): the same errors, rows and
+    fixes as the DataFrame reader."""
+    path = tmp_path / "negatives.parquet"
+    pd.DataFrame(rows, columns=["query_id", "positive_ids", "positive_scores", "negative_ids", "negative_scores"]) \
+        .to_parquet(path)
+    with pytest.raises(DataError) as frame_error:
+        read_artifact(path, "negatives")
+    with pytest.raises(DataError) as table_error:
+        read_negatives_table(path)
+    assert str(table_error.value) == str(frame_error.value) and table_error.value.row == 2

@@ -30,6 +30,7 @@ from conftest import DOCS, QUERIES, REPO, StandInHub, config_block, write_beir, 
 from dpr_pipeline import models
 from dpr_pipeline.config import ConfigError, load_config
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
+from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.dense_index import build_index
 from dpr_pipeline.dense_search import search_index
@@ -40,7 +41,7 @@ from dpr_pipeline.pretraining.tokens import read_token_shards
 from dpr_pipeline.pretraining.train import load_masked_lm
 from dpr_pipeline.runs import read_trec_run, write_trec_run
 from dpr_pipeline.score_fusion import write_fused_run
-from dpr_pipeline.training.groups import QueryGroups, read_texts
+from dpr_pipeline.training.groups import read_query_groups
 
 CATALOGUE = REPO / "docs" / "bad_inputs.md"
 
@@ -561,9 +562,8 @@ def _(tmp, bert):
 def _(tmp, bert):
     path = tmp / "official_negatives.parquet"
     write_artifact(negatives_frame(scores=float("nan")), path, "negatives")
-    passages, queries = read_texts(corpus_artifact(tmp), queries_artifact(tmp))
-    return (lambda: QueryGroups(read_artifact(path, "negatives"), passages, queries, 1, 0, with_scores=True,
-                                source=str(path))), []
+    write_passage_store(corpus_artifact(tmp), tmp / "passages.arrow")
+    return (lambda: read_query_groups(path, tmp / "passages.arrow", queries_artifact(tmp), 1, 0, with_scores=True)), []
 
 
 @case("trec-run-five-columns", DataError, "run_test.trec, line 2", "5 whitespace-separated columns, expected 6")

@@ -1,13 +1,10 @@
 """Portable job resources (config `resources`, per dataset, attempt-scaled) and shard-bounded teacher reads."""
 
-import pandas as pd
 import yaml
 
-from conftest import REPO, write_beir
+from conftest import REPO
 from dpr_pipeline.cluster import (attempts_needed, job_resources, job_runtime, processes_for, scaled,
                                   short_of_retries)
-from dpr_pipeline.teacher_scores import read_passages
-from dpr_pipeline.data.ingest import ingest_corpus
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 
@@ -42,11 +39,3 @@ def test_max_runtime_caps_every_attempt_and_says_when_retries_are_too_few():
     assert "msmarco's pretrain (4320 min: 3 attempts)" in message and "nq's pretrain (7200 min: 5 attempts)" in message
     assert "train_reranker" not in message                                  # 2 attempts: --retries 1 is enough
     assert message.endswith("Fix: run with --retries 4 or more, or raise cluster.max_runtime")
-
-
-def test_teacher_shards_read_only_their_passages(tmp_path):
-    raw = write_beir(tmp_path / "raw")
-    ingest_corpus("beir", raw, tmp_path / "corpus.parquet")
-    passages = read_passages(tmp_path / "corpus.parquet", {"d2", "007", "missing"})
-    assert passages == {"d2": "Dogs Dogs bark at the mail carrier.", "007": "A document whose id looks like a number."}
-    assert len(pd.read_parquet(tmp_path / "corpus.parquet")) == 4

@@ -16,6 +16,8 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from dpr_pipeline.cross_encoder_scoring import score_pairs
+from dpr_pipeline.data.passage_store import PassageStore
+from dpr_pipeline.data.schemas import to_table
 from dpr_pipeline.devices import model_device, to_device
 from dpr_pipeline.embedding import TextEncoder
 from dpr_pipeline.encode import encode_texts
@@ -67,7 +69,8 @@ def test_the_reranker_loss_feeds_the_model_on_its_own_device(tokenizer):
     negatives = pd.DataFrame({"query_id": ["q1", "q2"], "positive_ids": [["d1"], ["d2"]],
                               "positive_scores": [[np.nan], [np.nan]], "negative_ids": [["d2"], ["d1"]],
                               "negative_scores": [[np.nan], [np.nan]]})
-    groups = QueryGroups(negatives, {"d1": "cats purr", "d2": "dogs bark"}, {"q1": "cats", "q2": "dogs"}, 1, 0)
+    groups = QueryGroups(to_table(negatives, "negatives"), PassageStore.of({"d1": "cats purr", "d2": "dogs bark"}),
+                         {"q1": "cats", "q2": "dogs"}, 1, 0)
     with pytest.raises(Called):
         mean_listwise_loss(model, make_collate(tokenizer, 16), groups, batch_size=2)
     assert seen and set(seen) == {model_device(model)}

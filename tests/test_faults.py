@@ -24,6 +24,7 @@ from safetensors.torch import load_file
 from transformers import BertConfig, BertForSequenceClassification
 
 from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, snakemake_command
+from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import CheckpointError
 from dpr_pipeline.models import load_tokenizer
@@ -52,6 +53,7 @@ def stage_inputs(tmp_path_factory) -> dict[str, Path]:
     docs = [(f"d{i}", "", f"all about why {t} loudly") for i, t in enumerate(TOPICS)]
     docs += [(f"x{i}", "Extra", f"an unrelated passage number {i}") for i in range(8)]
     write_artifact(pd.DataFrame(docs, columns=["doc_id", "title", "text"]), root / "corpus.parquet", "corpus")
+    write_passage_store(root / "corpus.parquet", root / "passages.arrow")
     write_artifact(pd.DataFrame([(f"q{i}", f"why do {t}") for i, t in enumerate(TOPICS)],
                                 columns=["query_id", "text"]), root / "queries.parquet", "queries")
     rows = [{"query_id": f"q{i}", "positive_ids": [f"d{i}"], "positive_scores": [5.0 + i / 10],
@@ -67,7 +69,7 @@ def stage_inputs(tmp_path_factory) -> dict[str, Path]:
                                              num_attention_heads=2, intermediate_size=64, num_labels=1)) \
         .save_pretrained(root / "cross_encoder")
     tokenizer.save_pretrained(root / "cross_encoder")
-    return {"root": root, "corpus": root / "corpus.parquet", "queries": root / "queries.parquet",
+    return {"root": root, "passages": root / "passages.arrow", "queries": root / "queries.parquet",
             "negatives": root / "negatives.parquet", "bert": root / "bert", "tokens": root / "tokens.parquet",
             "cross_encoder": root / "cross_encoder"}
 
@@ -76,7 +78,7 @@ def stage_spec(stage: str, inputs: dict[str, Path], folder: Path) -> dict:
     """Keyword arguments of the stage's function: 8 optimizer steps, a checkpoint every 2."""
     outputs = {"output_dir": str(folder / "model"), "checkpoint_dir": str(folder / "checkpoints"),
                "loss_log": str(folder / "loss_log.jsonl")}
-    texts = {"negatives_path": str(inputs["negatives"]), "corpus_path": str(inputs["corpus"]),
+    texts = {"negatives_path": str(inputs["negatives"]), "passages_path": str(inputs["passages"]),
              "queries_path": str(inputs["queries"])}
     if stage == "pretrain":
         params = {**PRETRAIN_DEFAULTS, **SETTINGS, "plm": str(inputs["bert"]), "method": "simlm", "train_steps": 8,

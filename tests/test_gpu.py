@@ -16,7 +16,10 @@ from dpr_pipeline.config import ConfigError
 from dpr_pipeline.devices import autocast, uses_bf16
 from dpr_pipeline.embedding import load_text_encoder
 from dpr_pipeline.encode import encode_texts
-from dpr_pipeline.models import load_tokenizer, passage_text
+from dpr_pipeline.data.corpus_shards import passage_text
+from dpr_pipeline.data.passage_store import PassageStore
+from dpr_pipeline.data.schemas import to_table
+from dpr_pipeline.models import load_tokenizer
 from dpr_pipeline.reranker import make_collate, mean_listwise_loss
 from dpr_pipeline.training.groups import QueryGroups
 from dpr_pipeline.training.launch import run_training, visible_gpus
@@ -108,7 +111,8 @@ def test_a_cuda_model_is_fed_its_batches_on_cuda():
     negatives = pd.DataFrame({"query_id": ["q1", "q2"], "positive_ids": [["d1"], ["d2"]],
                               "positive_scores": [[np.nan], [np.nan]], "negative_ids": [["d2"], ["d1"]],
                               "negative_scores": [[np.nan], [np.nan]]})
-    groups = QueryGroups(negatives, {"d1": "cats purr", "d2": "dogs bark"}, {"q1": "cats", "q2": "dogs"}, 1, 0)
+    groups = QueryGroups(to_table(negatives, "negatives"), PassageStore.of({"d1": "cats purr", "d2": "dogs bark"}),
+                         {"q1": "cats", "q2": "dogs"}, 1, 0)
     collate = make_collate(tokenizer, 16)
     on_cpu = mean_listwise_loss(model, collate, groups, batch_size=2)
     on_gpu = mean_listwise_loss(model.to(CUDA), collate, groups, batch_size=2)

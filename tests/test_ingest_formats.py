@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 from conftest import REPO, write_beir, write_msmarco
+from dpr_pipeline.data import ingest
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
 from dpr_pipeline.data.readers import FORMATS, raw_files, read_documents, read_judgements, read_queries
 from dpr_pipeline.data.schemas import SCHEMAS, read_artifact
+from dpr_pipeline.errors import DataError
 from dpr_pipeline.fetch import raw_layout
 
 
@@ -71,6 +73,26 @@ def test_official_negatives(msmarco, tmp_path, layout):
     assert list(frame.loc[0, "negative_ids"]) == ["d2", "d3"]  # the positive d1 is removed
     assert list(frame.loc[0, "positive_ids"]) == ["d1"]
     assert pd.isna(frame.loc[0, "negative_scores"]).all()
+
+
+def test_official_negatives_are_written_a_batch_of_queries_at_a_time(msmarco, tmp_path, monkeypatch):
+    """Bounded memory: a row group per OFFICIAL_NEGATIVES_BATCH queries, the same rows as one write; a query
+    repeated in a later batch (triples not grouped by query) is the same error as within one."""
+    ingest_all("msmarco", msmarco, tmp_path)
+    path = tmp_path / "negatives.tsv"
+    path.write_text("q1\td1\td2\nq1\td1\td2\nq1\td1\td3\nq2\td2\td1\nq3\td3\td1\n")
+    qrels = tmp_path / "qrels_train.parquet"
+    whole = ingest_official_negatives(path, qrels, tmp_path / "whole.parquet")
+    monkeypatch.setattr(ingest, "OFFICIAL_NEGATIVES_BATCH", 1)
+    assert ingest_official_negatives(path, qrels, tmp_path / "batched.parquet") == whole
+    assert pq.ParquetFile(tmp_path / "batched.parquet").metadata.num_row_groups == whole
+    pd.testing.assert_frame_equal(read_artifact(tmp_path / "batched.parquet", "negatives"),
+                                  read_artifact(tmp_path / "whole.parquet", "negatives"))
+    assert list(read_artifact(tmp_path / "batched.parquet", "negatives").loc[0, "negative_ids"]) == ["d2", "d3"]
+    path.write_text("q1\td1\td2\nq2\td2\td1\nq1\td1\td3\n")
+    with pytest.raises(DataError, match=r"repeated.parquet, row 3: duplicate query_id \(q1\)"):
+        ingest_official_negatives(path, qrels, tmp_path / "repeated.parquet")
+    assert not (tmp_path / "repeated.parquet").exists()
 
 
 def test_raw_files_names_the_inputs(beir, msmarco):

@@ -190,7 +190,7 @@ def test_training_applies_the_prompts_and_the_trained_folder_keeps_them(hf_folde
               "passage_max_length": 24, "bf16": False}
     out = tmp_path / "model"
     with caplog.at_level(logging.INFO):
-        train_biencoder(data / "negatives.parquet", data / "corpus.parquet", data / "queries.parquet", out,
+        train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,
                         tmp_path / "ckpt", tmp_path / "loss.jsonl", params)
     assert "query prompt 'query: ' (the model's 'query' prompt), passage prompt 'passage: '" in caplog.text
     assert json.loads((out / PROMPTS_FILE).read_text())["prompts"] == PROMPTS

@@ -17,10 +17,12 @@ from dpr_pipeline.cross_encoder_scoring import score_pairs
 from dpr_pipeline.reranking import rerank_run
 from dpr_pipeline.runs import append_tail
 from dpr_pipeline.teacher_scores import merge_teacher_shards, score_teacher_shard, shard_slice
+from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.losses import listwise_loss
-from dpr_pipeline.models import load_cross_encoder, load_tokenizer, passage_text
+from dpr_pipeline.data.corpus_shards import passage_text
+from dpr_pipeline.models import load_cross_encoder, load_tokenizer
 from dpr_pipeline.reranker import listwise_loss_of, train_reranker
 from dpr_pipeline.training.trainer import TrainingSettings, parameter_groups
 from dpr_pipeline.runs import read_trec_run, write_trec_run
@@ -49,8 +51,10 @@ def tiny_cross_encoder(tmp_path_factory) -> Path:
 @pytest.fixture
 def dataset(tmp_path: Path) -> dict[str, Path]:
     """Corpus and queries artifacts of eight one-topic documents and queries."""
-    paths = {"corpus": tmp_path / "corpus.parquet", "queries": tmp_path / "queries.parquet"}
+    paths = {"corpus": tmp_path / "corpus.parquet", "passages": tmp_path / "passages.arrow",
+             "queries": tmp_path / "queries.parquet"}
     write_artifact(pd.DataFrame(DOCS + FILLERS, columns=["doc_id", "title", "text"]), paths["corpus"], "corpus")
+    write_passage_store(paths["corpus"], paths["passages"])
     write_artifact(pd.DataFrame(QUERIES, columns=["query_id", "text"]), paths["queries"], "queries")
     return paths
 
@@ -113,7 +117,7 @@ def test_rerank_run_sorts_top_depth_by_score_and_keeps_the_tail(tiny_cross_encod
     run_path, output = tmp_path / "run.trec", tmp_path / "reranked.trec"
     hits = {"q1": [f"d{i}" for i in range(6)], "q4": [f"d{i}" for i in (7, 6, 5, 4, 3)]}
     write_trec_run(((q, [(d, 10.0 - r) for r, d in enumerate(docs)]) for q, docs in hits.items()), run_path, "bm25")
-    rerank_run(tiny_cross_encoder, run_path, dataset["corpus"], dataset["queries"], output, depth=4,
+    rerank_run(tiny_cross_encoder, run_path, dataset["passages"], dataset["queries"], output, depth=4,
                max_length=MAX_LENGTH, batch_size=3, tag="reranker")
     reranked = read_trec_run(output)
     passages, queries = texts()
@@ -140,7 +144,8 @@ def test_rerank_run_orders_equal_scores_by_doc_id(tiny_cross_encoder: Path, tmp_
                    corpus, "corpus")
     write_artifact(pd.DataFrame([("q1", "birds")], columns=["query_id", "text"]), queries, "queries")
     write_trec_run([("q1", [("z_copy", 3.0), ("other", 2.0), ("a_copy", 1.0)])], tmp_path / "run.trec", "bm25")
-    rerank_run(tiny_cross_encoder, tmp_path / "run.trec", corpus, queries, tmp_path / "out.trec", depth=3,
+    write_passage_store(corpus, tmp_path / "passages.arrow")
+    rerank_run(tiny_cross_encoder, tmp_path / "run.trec", tmp_path / "passages.arrow", queries, tmp_path / "out.trec", depth=3,
                max_length=MAX_LENGTH, batch_size=1, tag="reranker")
     ranked = read_trec_run(tmp_path / "out.trec")
     copies = ranked[ranked["doc_id"].str.endswith("_copy")]
@@ -160,7 +165,7 @@ def test_rerank_run_rejects_unknown_ids_naming_the_run(tiny_cross_encoder: Path,
     qid, did = ("q_unknown", "d1") if unknown == "query" else ("q1", "d_unknown")
     write_trec_run([(qid, [(did, 1.0)])], run_path, "bm25")
     with pytest.raises(DataError, match=f"{unknown} .*unknown") as err:
-        rerank_run(tiny_cross_encoder, run_path, dataset["corpus"], dataset["queries"], tmp_path / "out.trec",
+        rerank_run(tiny_cross_encoder, run_path, dataset["passages"], dataset["queries"], tmp_path / "out.trec",
                    depth=10, max_length=MAX_LENGTH, batch_size=2, tag="reranker")
     assert err.value.path == str(run_path)
     assert not (tmp_path / "out.trec").exists()
@@ -175,7 +180,7 @@ def score_shards(model_dir: Path, dataset, tmp_path: Path, num_shards: int) -> p
     write_artifact(negatives_frame(TEACHER_ROWS), negatives, "negatives")
     shards = [tmp_path / f"teacher_{num_shards}_{shard}.parquet" for shard in range(num_shards)]
     for shard, path in enumerate(shards):
-        score_teacher_shard(model_dir, negatives, dataset["corpus"], dataset["queries"], path, shard=shard,
+        score_teacher_shard(model_dir, negatives, dataset["passages"], dataset["queries"], path, shard=shard,
                             num_shards=num_shards, max_length=MAX_LENGTH, batch_size=4)
     merged = tmp_path / f"teacher_{num_shards}.parquet"
     merge_teacher_shards(shards, merged)
@@ -237,7 +242,7 @@ def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_e
     params = {"plm": str(tiny_cross_encoder), "learning_rate": 5e-3, "warmup_steps": 0, "batch_size": 4,
               "epochs": 12, "max_length": MAX_LENGTH, "negatives_per_query": 3, "seed": 7, "save_steps": 5,
               "gradient_checkpointing": False, "bf16": False}
-    train_reranker(negatives, dataset["corpus"], dataset["queries"], output, checkpoints, loss_log, params)
+    train_reranker(negatives, dataset["passages"], dataset["queries"], output, checkpoints, loss_log, params)
 
     losses = [json.loads(line)["loss"] for line in loss_log.read_text().splitlines()]
     assert len(losses) == 24
@@ -253,9 +258,9 @@ def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_e
                                scores, atol=1e-5)
     assert scores[0] > scores[1:].max()  # the topic document beats filler after training
     # on the same groups without training, Eq. 4 of the trained model is far below the untrained one's (~ln 4)
-    untrained = listwise_loss_of(tiny_cross_encoder, negatives, dataset["corpus"], dataset["queries"],
+    untrained = listwise_loss_of(tiny_cross_encoder, negatives, dataset["passages"], dataset["queries"],
                                  negatives_per_query=3, max_length=MAX_LENGTH, seed=7, batch_size=3)
-    trained = listwise_loss_of(output, negatives, dataset["corpus"], dataset["queries"], negatives_per_query=3,
+    trained = listwise_loss_of(output, negatives, dataset["passages"], dataset["queries"], negatives_per_query=3,
                                max_length=MAX_LENGTH, seed=7, batch_size=3)
     assert abs(untrained - np.log(4)) < 0.1 and trained < 0.5 * untrained
 
@@ -268,7 +273,7 @@ def test_listwise_loss_of_is_the_mean_of_eq4_over_every_group(tiny_cross_encoder
     by_hand = [float(listwise_loss(torch.from_numpy(score_directly(tiny_cross_encoder, [queries[q]] * 3,
                                                                     [passages[d] for d in (*p, *n)]))[None]))
                for q, p, n in rows]
-    got = listwise_loss_of(tiny_cross_encoder, negatives, dataset["corpus"], dataset["queries"],
+    got = listwise_loss_of(tiny_cross_encoder, negatives, dataset["passages"], dataset["queries"],
                            negatives_per_query=2, max_length=MAX_LENGTH, batch_size=2)  # batches of 2, 2, 1
     assert got == pytest.approx(np.mean(by_hand), abs=1e-5)
 
@@ -299,7 +304,7 @@ def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert,
     weights = []
     for run in ("first", "second"):
         torch.rand(7)                                   # whatever ran before in the process
-        train_reranker(negatives, dataset["corpus"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
+        train_reranker(negatives, dataset["passages"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
                        tmp_path / f"{run}.jsonl", params)
         weights.append(load_file(tmp_path / run / "model.safetensors"))
     assert weights[0].keys() == weights[1].keys() and any("classifier" in name for name in weights[0])

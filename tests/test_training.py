@@ -16,12 +16,14 @@ import pytest
 import torch
 
 from conftest import REPO, make_tiny_bert
-from dpr_pipeline.data.schemas import write_artifact
+from dpr_pipeline.data.corpus_shards import passage_text
+from dpr_pipeline.data.passage_store import PassageStore, write_passage_store
+from dpr_pipeline.data.schemas import read_artifact, to_table, write_artifact
 from dpr_pipeline.embedding import load_text_encoder
 from dpr_pipeline.encode import encode_texts
 from dpr_pipeline.models import load_encoder, load_tokenizer
 from dpr_pipeline.training.biencoder import train_biencoder
-from dpr_pipeline.training.groups import read_texts
+from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.config import ConfigError
 from dpr_pipeline.training.launch import check_processes, run_training, visible_gpus
 from dpr_pipeline.training.trainer import batch_indices, total_steps, TrainingSettings
@@ -36,6 +38,7 @@ def write_training_data(root: Path) -> Path:
     docs = [(f"d{i}", "", f"all about why {t} loudly") for i, t in enumerate(TOPICS)]
     docs += [(f"x{i}", "Extra", f"an unrelated passage number {i}") for i in range(8)]
     write_artifact(pd.DataFrame(docs, columns=["doc_id", "title", "text"]), root / "corpus.parquet", "corpus")
+    write_passage_store(root / "corpus.parquet", root / "passages.arrow")
     write_artifact(pd.DataFrame([(f"q{i}", f"why do {t}") for i, t in enumerate(TOPICS)],
                                 columns=["query_id", "text"]), root / "queries.parquet", "queries")
     rows = [{"query_id": f"q{i}", "positive_ids": [f"d{i}"], "positive_scores": [np.nan],
@@ -67,12 +70,13 @@ def corpus_loss(model: Path, data: Path, temperature: float = 0.1) -> float:
     """Mean over the eight queries of −log softmax(cos(q, d) / τ) at the query's own passage, over all 16
     passages of the corpus: the model's retrieval loss on fixed data, computed on the CPU in float32 (so it
     measures what the model learned, wherever it was trained, without a mini-batch's draw of negatives)."""
-    passages, queries = read_texts(data / "corpus.parquet", data / "queries.parquet")
+    corpus, queries = read_artifact(data / "corpus.parquet", "corpus"), read_queries(data / "queries.parquet")
     encoder, tokenizer = load_text_encoder(str(model)), load_tokenizer(str(model))
-    doc_ids = list(passages)
+    doc_ids = corpus["doc_id"].tolist()
+    passages = [passage_text(title, text) for title, text in zip(corpus["title"], corpus["text"])]
     q = encode_texts(encoder, tokenizer, [queries[f"q{i}"] for i in range(len(TOPICS))], max_length=16,
                      batch_size=8, device="cpu")
-    d = encode_texts(encoder, tokenizer, list(passages.values()), max_length=24, batch_size=16, device="cpu")
+    d = encode_texts(encoder, tokenizer, passages, max_length=24, batch_size=16, device="cpu")
     targets = torch.tensor([doc_ids.index(f"d{i}") for i in range(len(TOPICS))])
     return torch.nn.functional.cross_entropy(torch.from_numpy(q @ d.T) / temperature, targets).item()
 
@@ -94,7 +98,7 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, seed):
               "seed": seed, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
               "query_max_length": 16, "passage_max_length": 24}
     out, checkpoints, log = tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl"
-    train_biencoder(data / "negatives.parquet", data / "corpus.parquet", data / "queries.parquet", out,
+    train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,
                     checkpoints, log, params)
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, 41))
@@ -164,7 +168,7 @@ def test_two_gloo_processes_match_one_process_over_the_joint_batch(tmp_path):
               "passage_max_length": 24}
     for name, processes in (("one", 1), ("two", 2)):
         run_training(train_biencoder, processes, negatives_path=str(data / "negatives.parquet"),
-                     corpus_path=str(data / "corpus.parquet"), queries_path=str(data / "queries.parquet"),
+                     passages_path=str(data / "passages.arrow"), queries_path=str(data / "queries.parquet"),
                      output_dir=str(tmp_path / name), checkpoint_dir=str(tmp_path / f"{name}.ckpt"),
                      loss_log=str(tmp_path / f"{name}.jsonl"), params=params)
     one_losses, two_losses = ([json.loads(line)["loss"] for line in (tmp_path / f"{n}.jsonl").open()]
@@ -192,7 +196,7 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
               "passage_max_length": 24}
 
     def spec(name):
-        return {"negatives_path": str(data / "negatives.parquet"), "corpus_path": str(data / "corpus.parquet"),
+        return {"negatives_path": str(data / "negatives.parquet"), "passages_path": str(data / "passages.arrow"),
                 "queries_path": str(data / "queries.parquet"), "output_dir": str(tmp_path / name),
                 "checkpoint_dir": str(tmp_path / f"{name}.ckpt"), "loss_log": str(tmp_path / f"{name}.jsonl"),
                 "params": params}
@@ -232,9 +236,9 @@ def test_groups_name_the_file_row_of_an_unknown_document():
     from dpr_pipeline.errors import DataError
     from dpr_pipeline.training.groups import QueryGroups
 
-    rows = pd.DataFrame({"query_id": ["q0", "q1"], "positive_ids": [["d0"], ["d1"]],
-                         "positive_scores": [[np.nan], [np.nan]], "negative_ids": [[], ["d404"]],
-                         "negative_scores": [[], [1.0]]})
+    rows = to_table(pd.DataFrame({"query_id": ["q0", "q1"], "positive_ids": [["d0"], ["d1"]],
+                                  "positive_scores": [[np.nan], [np.nan]], "negative_ids": [[], ["d404"]],
+                                  "negative_scores": [[], [1.0]]}), "negatives")
     with pytest.raises(DataError, match="'d404' is not in the corpus") as err:
-        QueryGroups(rows, {"d0": "a", "d1": "b"}, {"q0": "x", "q1": "y"}, 1, 0, source="neg.parquet")
+        QueryGroups(rows, PassageStore.of({"d0": "a", "d1": "b"}), {"q0": "x", "q1": "y"}, 1, 0, source="neg.parquet")
     assert err.value.row == 2                            # the file's row, though row 1 has no negative

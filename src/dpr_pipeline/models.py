@@ -43,11 +43,6 @@ def load_pretrained(reference: str, what: str, load: Callable, **kwargs):
         raise DataError(reference, f"cannot load the {what} ({reason})", fix) from None
 
 
-def passage_text(title: str | None, text: str) -> str:
-    """One string per passage: ``title text`` (the BEIR convention), or the text alone without a title."""
-    return f"{title} {text}" if title else text
-
-
 def load_model_config(reference: str):
     """The model's ``config.json`` (``AutoConfig``)."""
     folder = Path(resolve_model_path(reference))

@@ -20,14 +20,13 @@ from typing import Callable
 import torch
 
 from .cross_encoder_scoring import encode_pairs, load_scorer
-from .data.schemas import read_artifact
 from .io import atomic_output
 from .losses import listwise_loss
 from .devices import autocast, model_device, to_device
 from .embedding import declared_prompts
 from .models import load_cross_encoder, load_tokenizer
 from .training.distributed import Distributed
-from .training.groups import Group, QueryGroups, read_texts
+from .training.groups import Group, QueryGroups, read_query_groups
 from .training.trainer import TrainingSettings, finish, train
 
 log = logging.getLogger(__name__)
@@ -54,13 +53,12 @@ def listwise_batch_loss(model: torch.nn.Module, batch: dict, dist: Distributed) 
     return listwise_loss(logits.float().view(-1, batch[GROUP_SIZE]))
 
 
-def listwise_loss_of(model_dir: str | Path, negatives_path: str | Path, corpus_path: str | Path,
+def listwise_loss_of(model_dir: str | Path, negatives_path: str | Path, passages_path: str | Path,
                      queries_path: str | Path, *, negatives_per_query: int, max_length: int, seed: int = 42,
                      batch_size: int = 8, bf16: bool = False) -> float:
     """The mean Eq. 4 loss of a saved re-ranker (or any ``plm``: an untrained head scores ~ln(1 + n)) over the
     groups of a negatives artifact (epoch 0's draw), without training: on held-out queries, whether it learned."""
-    groups = QueryGroups(read_artifact(negatives_path, "negatives"), *read_texts(corpus_path, queries_path),
-                         negatives_per_query, seed, source=str(negatives_path))
+    groups = read_query_groups(negatives_path, passages_path, queries_path, negatives_per_query, seed)
     model, tokenizer = load_scorer(model_dir)
     return mean_listwise_loss(model, make_collate(tokenizer, max_length), groups, batch_size=batch_size, bf16=bf16)
 
@@ -93,7 +91,7 @@ def save_reranker(model: torch.nn.Module, tokenizer, output_dir: str | Path, max
         tokenizer.save_pretrained(tmp)
 
 
-def train_reranker(negatives_path: str | Path, corpus_path: str | Path, queries_path: str | Path,
+def train_reranker(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                    output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict) -> None:
     """Train the re-ranker ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
 
@@ -102,9 +100,8 @@ def train_reranker(negatives_path: str | Path, corpus_path: str | Path, queries_
     """
     dist = Distributed.from_environment()
     settings = TrainingSettings.from_params(params)
-    passages, queries = read_texts(corpus_path, queries_path)
-    groups = QueryGroups(read_artifact(negatives_path, "negatives"), passages, queries,
-                         params["negatives_per_query"], params["seed"], source=str(negatives_path))
+    groups = read_query_groups(negatives_path, passages_path, queries_path, params["negatives_per_query"],
+                               params["seed"])
     tokenizer = load_tokenizer(params["plm"])
     # the classification head is new (random): seeded, so that a rerun trains the same re-ranker (torch's
     # default seed differs per process, and this head's start moved SciFact's nDCG@10 by 0.05 between runs)

@@ -10,47 +10,45 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
 from .cross_encoder_scoring import load_scorer, score_pairs
 from .errors import DataError
 from .runs import append_tail, read_trec_run, write_trec_run
-from .training.groups import read_texts
+from .data.passage_store import PassageStore
+from .training.groups import read_queries
 
 log = logging.getLogger(__name__)
 
 
-def _check_run_known(run: pd.DataFrame, run_path: str | Path, passages: dict[str, str], queries: dict[str, str],
-                     queries_path: str | Path, corpus_path: str | Path) -> None:
-    unknown_query = next((q for q in run["query_id"].unique() if q not in queries), None)
-    if unknown_query is not None:
-        raise DataError(run_path, f"query {unknown_query!r} is not in the queries artifact {queries_path}",
-                        "re-rank a run of the same dataset and split as the queries artifact")
-    unknown_doc = next((d for d in run["doc_id"].unique() if d not in passages), None)
-    if unknown_doc is not None:
-        raise DataError(run_path, f"document {unknown_doc!r} is not in the corpus {corpus_path}",
-                        "re-rank a run retrieved from the same dataset's corpus")
-
-
-def rerank_run(model_dir: str | Path, run_path: str | Path, corpus_path: str | Path, queries_path: str | Path,
+def rerank_run(model_dir: str | Path, run_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                output_run: str | Path, *, depth: int, max_length: int, batch_size: int, tag: str,
                bf16: bool = False) -> None:
     """Re-score each query's top ``depth`` hits of a TREC run with θ(q, d), sorted by θ, followed by the
     query's remaining hits (:func:`~dpr_pipeline.runs.append_tail`).
 
-    Every query of the run must be in the queries artifact and every document in the corpus. Equal θ are
-    ordered by doc id (:func:`~dpr_pipeline.runs.rank_order`), as every run the pipeline writes.
+    Every query of the run must be in the queries artifact and every document in the passage store
+    ``passages_path`` (the corpus). Equal θ are ordered by doc id (:func:`~dpr_pipeline.runs.rank_order`), as
+    every run the pipeline writes.
     """
-    passages, queries = read_texts(corpus_path, queries_path)
+    store = PassageStore.open(passages_path)
+    queries = read_queries(queries_path)
     run = read_trec_run(run_path)
     ranked = run.assign(rank=run.groupby("query_id", sort=False).cumcount())
     top = ranked[ranked["rank"] < depth].reset_index(drop=True)
-    _check_run_known(top, run_path, passages, queries, queries_path, corpus_path)
+    unknown_query = next((q for q in top["query_id"].unique() if q not in queries), None)
+    if unknown_query is not None:
+        raise DataError(run_path, f"query {unknown_query!r} is not in the queries artifact {queries_path}",
+                        "re-rank a run of the same dataset and split as the queries artifact")
+    rows = store.rows_of(top["doc_id"].tolist())
+    if (rows < 0).any():
+        raise DataError(run_path, f"document {top['doc_id'].iat[int(np.argmax(rows < 0))]!r} is not in the corpus "
+                        f"({passages_path})", "re-rank a run retrieved from the same dataset's corpus")
     model, tokenizer = load_scorer(model_dir)
     log.info("re-ranking %d hits of %d queries (top %d) from %s", len(top), top["query_id"].nunique(), depth,
              run_path)
     scores = score_pairs(model, tokenizer, [queries[q] for q in top["query_id"]],
-                         [passages[d] for d in top["doc_id"]], max_length=max_length, batch_size=batch_size,
+                         store.passages(rows), max_length=max_length, batch_size=batch_size,
                          description="re-ranking", bf16=bf16)
     reranked = top.assign(score=scores).sort_values(["query_id", "score", "doc_id"], ascending=[True, False, True],
                                                     kind="stable")

@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 
 from .cross_encoder_scoring import load_scorer, score_pairs
-from .data.corpus_shards import corpus_shard_bounds, iter_corpus_rows, open_corpus
-from .data.schemas import read_artifact, write_artifact
+from .data.corpus_shards import corpus_shard_bounds
+from .data.passage_store import PassageStore
+from .data.schemas import read_artifact, read_negatives_table, write_artifact
 from .errors import DataError
-from .models import passage_text
-from .training.groups import check_negatives_known
+from .training.groups import known_id_lists, read_queries
 
 log = logging.getLogger(__name__)
 
@@ -35,54 +35,39 @@ def _split_per_row(scores: np.ndarray, counts: list[int]) -> list[list[float]]:
     return [part.tolist() for part in np.split(scores, np.cumsum(counts)[:-1])] if counts else []
 
 
-def read_passages(corpus_path: str | Path, doc_ids: set[str]) -> dict[str, str]:
-    """Passage strings (``title text``) of ``doc_ids`` only, streamed from the corpus artifact batch by batch,
-    so that a teacher shard job's memory follows its shard's passages, not the corpus (8.8M for MS MARCO).
-    Ids not in the corpus are simply absent (the caller reports them)."""
-    corpus = open_corpus(corpus_path)
-    passages: dict[str, str] = {}
-    for batch in iter_corpus_rows(corpus, 0, corpus.metadata.num_rows):
-        ids = batch.column("doc_id").to_pylist()
-        wanted = [i for i, doc_id in enumerate(ids) if doc_id in doc_ids]
-        if wanted:
-            titles, texts = batch.column("title").to_pylist(), batch.column("text").to_pylist()
-            for i in wanted:
-                passages[ids[i]] = passage_text(titles[i], texts[i] or "")
-    return passages
-
-
-def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, corpus_path: str | Path,
+def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, passages_path: str | Path,
                         queries_path: str | Path, output_path: str | Path, *, shard: int, num_shards: int,
                         max_length: int, batch_size: int, bf16: bool = False) -> None:
     """θ of every (query, positive) and (query, negative) pair of one shard's rows, in the negatives schema.
 
     The shard's rows are written with ``positive_scores``/``negative_scores`` replaced by the teacher's
-    scores (an empty shard writes an empty artifact).
+    scores (an empty shard writes an empty artifact). Passages come from the memory-mapped passage store
+    ``passages_path``, so a shard job holds only its own pairs' strings.
     """
-    negatives = read_artifact(negatives_path, "negatives")
-    rows_slice = shard_slice(len(negatives), shard, num_shards)
-    rows = negatives.iloc[rows_slice].reset_index(drop=True)
+    negatives = read_negatives_table(negatives_path)
+    rows_slice = shard_slice(negatives.num_rows, shard, num_shards)
+    rows = negatives.slice(rows_slice.start, rows_slice.stop - rows_slice.start)
     del negatives
-    needed = {d for ids in (*rows["positive_ids"], *rows["negative_ids"]) for d in ids}
-    passages = read_passages(corpus_path, needed)
-    query_table = read_artifact(queries_path, "queries")
-    queries = dict(zip(query_table["query_id"], query_table["text"]))
-    check_negatives_known(rows, negatives_path, passages, queries, first_row=rows_slice.start + 1)
-    positive_counts = rows["positive_ids"].map(len).tolist()
-    negative_counts = rows["negative_ids"].map(len).tolist()
-    query_texts, passage_texts = [], []
-    for qid, positives, negs in zip(rows["query_id"], rows["positive_ids"], rows["negative_ids"]):
-        query_texts.extend([queries[qid]] * (len(positives) + len(negs)))
-        passage_texts.extend(passages[d] for d in (*positives, *negs))
+    queries = read_queries(queries_path)
+    store = PassageStore.open(passages_path)
+    positives, pool = known_id_lists(rows, store, queries, negatives_path, first_row=rows_slice.start + 1)
+    query_ids = rows.column("query_id").to_pylist()
+    positive_counts, negative_counts = positives.lengths().tolist(), pool.lengths().tolist()
+    pair_rows = [part for i in range(len(query_ids)) for part in
+                 (positives.rows[positives.offsets[i]:positives.offsets[i + 1]],
+                  pool.rows[pool.offsets[i]:pool.offsets[i + 1]])]
+    query_texts = [queries[q] for q, p, n in zip(query_ids, positive_counts, negative_counts) for _ in range(p + n)]
+    passage_texts = store.passages(np.concatenate(pair_rows) if pair_rows else np.array([], np.int64))
     log.info("teacher shard %d of %d: rows %d–%d, %d pairs", shard, num_shards, rows_slice.start,
              rows_slice.stop, len(query_texts))
     model, tokenizer = load_scorer(model_dir)
     scores = score_pairs(model, tokenizer, query_texts, passage_texts, max_length=max_length,
                          batch_size=batch_size, description=f"teacher shard {shard}", bf16=bf16)
     per_row = _split_per_row(scores, [p + n for p, n in zip(positive_counts, negative_counts)])
-    scored = rows.assign(  # object columns, so that an empty shard keeps list-typed score columns
-        positive_scores=pd.Series([s[:p] for s, p in zip(per_row, positive_counts)], index=rows.index, dtype=object),
-        negative_scores=pd.Series([s[p:] for s, p in zip(per_row, positive_counts)], index=rows.index, dtype=object))
+    frame = rows.to_pandas()
+    scored = frame.assign(  # object columns, so that an empty shard keeps list-typed score columns
+        positive_scores=pd.Series([s[:p] for s, p in zip(per_row, positive_counts)], index=frame.index, dtype=object),
+        negative_scores=pd.Series([s[p:] for s, p in zip(per_row, positive_counts)], index=frame.index, dtype=object))
     write_artifact(scored, output_path, "negatives",
                    metadata={"source": TEACHER_SOURCE, "teacher": str(model_dir), "shard": str(shard),
                              "num_shards": str(num_shards)})

@@ -120,7 +120,8 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
     from .training.launch import run_training
 
     processes = processes_for(snakemake.resources.gpu)
-    run_training(train, processes, stage=stage, negatives_path=snakemake.input.negatives, corpus_path=snakemake.input.corpus,
+    run_training(train, processes, stage=stage, negatives_path=snakemake.input.negatives,
+                 passages_path=snakemake.input.passages,
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
                  **options)

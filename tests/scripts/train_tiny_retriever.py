@@ -14,12 +14,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from dpr_pipeline.data.schemas import read_artifact  # noqa: E402
+from dpr_pipeline.data.passage_store import PassageStore  # noqa: E402
+from dpr_pipeline.data.schemas import read_negatives_table  # noqa: E402
 from dpr_pipeline.embedding import load_text_encoder  # noqa: E402
 from dpr_pipeline.models import load_tokenizer  # noqa: E402
 from dpr_pipeline.training.biencoder import BiEncoder, BiEncoderCollator, contrastive_step  # noqa: E402
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
-from dpr_pipeline.training.groups import QueryGroups, read_texts  # noqa: E402
+from dpr_pipeline.training.groups import QueryGroups, read_queries  # noqa: E402
 from dpr_pipeline.training.trainer import TrainingSettings, train  # noqa: E402
 
 
@@ -41,9 +42,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist = Distributed()
-    passages, queries = read_texts(args.workdir / "corpus.parquet", args.workdir / "queries.parquet")
     SlowGroups.delay = args.slow
-    groups = SlowGroups(read_artifact(args.workdir / "negatives.parquet", "negatives"), passages, queries,
+    groups = SlowGroups(read_negatives_table(args.workdir / "negatives.parquet"),
+                        PassageStore.open(args.workdir / "passages.arrow"), read_queries(args.workdir / "queries.parquet"),
                         negatives_per_query=2, seed=7)
     model_dir = str(args.workdir / "model")
     model = BiEncoder(load_text_encoder(model_dir))

@@ -12,12 +12,16 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import models
 from ..errors import DataError
 from .schemas import check_schema, open_parquet
 
 _READ_BATCH = 4096  # Parquet rows per streamed record batch
 _REBUILD = "delete it and rerun the Snakemake rule that writes it"
+
+
+def passage_text(title: str | None, text: str) -> str:
+    """One string per passage: ``title text`` (the BEIR convention), or the text alone without a title."""
+    return f"{title} {text}" if title else text
 
 
 def corpus_shard_bounds(num_rows: int, shard: int, num_shards: int) -> tuple[int, int]:
@@ -43,7 +47,7 @@ def read_corpus_rows(corpus: pq.ParquetFile, path: Path, start: int, stop: int) 
             if not doc_id or not doc_id.strip():
                 raise DataError(path, "empty doc_id", _REBUILD, row=start + len(doc_ids) + 1)
             doc_ids.append(doc_id)
-            passages.append(models.passage_text(title, text or ""))
+            passages.append(passage_text(title, text or ""))
     return doc_ids, passages
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -22,7 +22,7 @@ from .dev_split import DevSplit, carved_query_ids, normal_text
 from .readers import (raw_files, raw_paths, read_answers, read_documents, read_judgements, read_official_negatives,
                       read_queries, reader_of)
 from .records import Document
-from .schemas import SCHEMAS, read_artifact, write_artifact
+from .schemas import SCHEMAS, read_artifact, write_artifact, write_artifact_batches
 from .text_files import dataset_folder
 
 log = logging.getLogger(__name__)
@@ -390,25 +390,38 @@ def ingest_answers(root: str | Path, split: str, output: str | Path, files: dict
     return len(rows)
 
 
+OFFICIAL_NEGATIVES_BATCH = 1000  # queries per written row group (MS MARCO: ~1,000 negatives each)
+
+
 def ingest_official_negatives(path: str | Path, qrels: str | Path, output: str | Path,
                               min_relevance: int = 1) -> int:
     """Official BM25 negatives → the negatives artifact (scores unknown: NaN); return the query count.
 
-    Queries without a positive judgement are skipped; listed positives are removed from the negatives.
+    Queries without a positive judgement are skipped; listed positives are removed from the negatives. Written
+    :data:`OFFICIAL_NEGATIVES_BATCH` queries at a time, so memory does not grow with the file (MS MARCO's
+    qidpidtriples: ~400M lines).
     """
     judged = read_artifact(qrels, "qrels")
     positives = judged[judged["relevance"] >= min_relevance].groupby("query_id")["doc_id"].apply(list).to_dict()
-    rows = []
-    for entry in read_official_negatives(path):
-        if entry.query_id not in positives:
-            continue
-        pos = positives[entry.query_id]
-        pos_set = set(pos)
-        negs = [d for d in entry.doc_ids if d not in pos_set]
-        rows.append({"query_id": entry.query_id, "positive_ids": pos, "positive_scores": [float("nan")] * len(pos),
-                     "negative_ids": negs, "negative_scores": [float("nan")] * len(negs)})
-    if not rows:
-        raise DataError(path, "no line names a train query with a positive judgement",
-                        "check that the negatives file belongs to the dataset's train split")
-    write_artifact(pd.DataFrame(rows), output, "negatives", metadata={"source": "official"})
-    return len(rows)
+
+    def batches() -> Iterator[pd.DataFrame]:
+        rows, written = [], 0
+        for entry in read_official_negatives(path):
+            if entry.query_id not in positives:
+                continue
+            pos = positives[entry.query_id]
+            pos_set = set(pos)
+            negs = [d for d in entry.doc_ids if d not in pos_set]
+            rows.append({"query_id": entry.query_id, "positive_ids": pos, "positive_scores": [float("nan")] * len(pos),
+                         "negative_ids": negs, "negative_scores": [float("nan")] * len(negs)})
+            if len(rows) == OFFICIAL_NEGATIVES_BATCH:
+                yield pd.DataFrame(rows)
+                written += len(rows)
+                rows = []
+        if rows:
+            yield pd.DataFrame(rows)
+        elif not written:
+            raise DataError(path, "no line names a train query with a positive judgement",
+                            "check that the negatives file belongs to the dataset's train split")
+
+    return write_artifact_batches(batches(), output, "negatives", metadata={"source": "official"})

@@ -6,9 +6,12 @@ See docs/artifacts.md for the meaning of each column.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import DataError
@@ -59,28 +62,36 @@ def check_schema(schema: pa.Schema, kind: str, path: str | Path) -> None:
                             f"{field.type}", _REBUILD)
 
 
-def check_frame(frame: pd.DataFrame, kind: str, path: str | Path) -> None:
-    """Raise a DataError naming the first bad row (1-based) of a frame that breaks artifact ``kind``."""
-    for key in KEYS[kind]:
+def check_keys(frame: pd.DataFrame, keys: list[str], path: str | Path, first_row: int = 1) -> None:
+    """Raise a DataError naming the first row whose ``keys`` are empty or repeat an earlier row's (``first_row``:
+    the file row of the frame's first)."""
+    for key in keys:
         values = frame[key]
         bad = values.isna() | (values.astype(str).str.strip() == "")
         if bad.any():
-            row = int(bad.to_numpy().nonzero()[0][0]) + 1
-            raise DataError(path, f"empty {key}", _REBUILD, row=row)
-    duplicated = frame.duplicated(KEYS[kind])
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise DataError(path, f"empty {key}", _REBUILD, row=row + first_row)
+    duplicated = frame.duplicated(keys)
     if duplicated.any():
-        row = int(duplicated.to_numpy().nonzero()[0][0]) + 1
-        ids = ", ".join(str(frame[k].iloc[row - 1]) for k in KEYS[kind])
-        raise DataError(path, f"duplicate {'/'.join(KEYS[kind])} ({ids})", _REBUILD, row=row)
+        row = int(duplicated.to_numpy().nonzero()[0][0])
+        ids = ", ".join(str(frame[k].iloc[row]) for k in keys)
+        raise DataError(path, f"duplicate {'/'.join(keys)} ({ids})", _REBUILD, row=row + first_row)
+
+
+def check_frame(frame: pd.DataFrame, kind: str, path: str | Path, first_row: int = 1) -> None:
+    """Raise a DataError naming the first bad row of a frame that breaks artifact ``kind`` (``first_row``: the
+    file row of the frame's first)."""
+    check_keys(frame, KEYS[kind], path, first_row)
     if kind == "negatives":
         for row, (ids, scores, nids, nscores) in enumerate(zip(frame["positive_ids"], frame["positive_scores"],
-                                                               frame["negative_ids"], frame["negative_scores"]), 1):
+                                                               frame["negative_ids"], frame["negative_scores"]),
+                                                           first_row):
             if len(ids) == 0:
                 raise DataError(path, "a query without positives", _REBUILD, row=row)
             if len(ids) != len(scores) or len(nids) != len(nscores):
                 raise DataError(path, "ids and scores of different lengths", _REBUILD, row=row)
     if kind == "answers":
-        for row, answers in enumerate(frame["answers"], 1):
+        for row, answers in enumerate(frame["answers"], first_row):
             if answers is None or len(answers) == 0:
                 raise DataError(path, "a question without answers", _REBUILD, row=row)
 
@@ -107,16 +118,62 @@ def read_artifact(path: str | Path, kind: str, columns: list[str] | None = None)
     return frame
 
 
+def read_negatives_table(path: str | Path) -> pa.Table:
+    """A negatives artifact as an Arrow table, checked as :func:`check_frame` checks it, without a Python object
+    per id: MS MARCO's mined negatives hold ~10⁸ ids, ~6 GB as a DataFrame of strings."""
+    parquet = open_parquet(path, "negatives artifact")
+    check_schema(parquet.schema_arrow, "negatives", path)
+    table = parquet.read(columns=SCHEMAS["negatives"].names).cast(SCHEMAS["negatives"])
+    check_keys(table.select(KEYS["negatives"]).to_pandas(), KEYS["negatives"], path)
+    def first(bad) -> int | None:
+        rows = np.flatnonzero(np.asarray(bad, dtype=bool))
+        return int(rows[0]) + 1 if len(rows) else None
+    length = {name: pc.fill_null(pc.list_value_length(table.column(name)), 0).to_numpy()
+              for name in ("positive_ids", "positive_scores", "negative_ids", "negative_scores")}
+    problems = [(first(length["positive_ids"] == 0), "a query without positives"),
+                (first((length["positive_ids"] != length["positive_scores"])
+                       | (length["negative_ids"] != length["negative_scores"])), "ids and scores of different lengths")]
+    row, problem = min(((row, problem) for row, problem in problems if row is not None), default=(None, None))
+    if row is not None:
+        raise DataError(path, problem, _REBUILD, row=row)
+    return table
+
+
 def to_table(frame: pd.DataFrame, kind: str) -> pa.Table:
     return pa.Table.from_pandas(frame[SCHEMAS[kind].names], schema=SCHEMAS[kind], preserve_index=False)
+
+
+def _with_metadata(schema: pa.Schema, metadata: dict[str, str] | None) -> pa.Schema:
+    if not metadata:
+        return schema
+    return schema.with_metadata({**(schema.metadata or {}), **{f"dpr_pipeline.{k}": v for k, v in metadata.items()}})
 
 
 def write_artifact(frame: pd.DataFrame, path: str | Path, kind: str, metadata: dict[str, str] | None = None) -> None:
     """Check ``frame`` against artifact ``kind`` and write it atomically (no partial file on error)."""
     check_frame(frame, kind, path)
     table = to_table(frame, kind)
-    if metadata:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                               **{f"dpr_pipeline.{k}": v for k, v in metadata.items()}})
+    table = table.replace_schema_metadata(_with_metadata(table.schema, metadata).metadata)
     with atomic_output(path) as tmp:
         pq.write_table(table, tmp)
+
+
+def write_artifact_batches(frames: Iterable[pd.DataFrame], path: str | Path, kind: str,
+                           metadata: dict[str, str] | None = None) -> int:
+    """Check each frame against artifact ``kind`` (keys unique across frames too) and write them as one file, one
+    row group per frame, atomically (an error raised by ``frames`` leaves no file); the row count. Memory: one
+    frame and the keys seen so far, whatever the file's size."""
+    seen: set = set()
+    rows = 0
+    with atomic_output(path) as tmp, pq.ParquetWriter(tmp, _with_metadata(SCHEMAS[kind], metadata)) as writer:
+        for frame in frames:
+            check_frame(frame, kind, path, first_row=rows + 1)
+            keys = list(zip(*(frame[key] for key in KEYS[kind])))
+            repeated = next((i for i, key in enumerate(keys) if key in seen), None)
+            if repeated is not None:
+                raise DataError(path, f"duplicate {'/'.join(KEYS[kind])} ({', '.join(map(str, keys[repeated]))})",
+                                _REBUILD, row=rows + repeated + 1)
+            seen.update(keys)
+            writer.write_table(to_table(frame, kind).replace_schema_metadata(writer.schema.metadata))
+            rows += len(frame)
+    return rows

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import torch
 
-from ..data.schemas import read_artifact
 from ..io import atomic_output
 from ..losses import contrastive_loss, distillation_loss
 from ..embedding import Prompts, TextEncoder, load_text_encoder, save_text_encoder
 from ..models import load_tokenizer
 from .distributed import Distributed
-from .groups import QueryGroups, read_texts
+from .groups import read_query_groups
 from .trainer import TrainingSettings, finish, train
 
 log = logging.getLogger(__name__)
@@ -103,7 +102,7 @@ def distillation_step(temperature: float, alpha: float):
     return compute_loss
 
 
-def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries_path: str | Path,
+def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                     output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
                     *, distill: bool = False) -> None:
     """Fine-tune ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
@@ -113,10 +112,8 @@ def train_biencoder(negatives_path: str | Path, corpus_path: str | Path, queries
     """
     dist = Distributed.from_environment()
     settings = TrainingSettings.from_params(params)
-    passages, queries = read_texts(corpus_path, queries_path)
-    groups = QueryGroups(read_artifact(negatives_path, "negatives"), passages, queries,
-                         params["negatives_per_query"], params["seed"], with_scores=distill,
-                         source=str(negatives_path))
+    groups = read_query_groups(negatives_path, passages_path, queries_path, params["negatives_per_query"],
+                               params["seed"], with_scores=distill)
     tokenizer = load_tokenizer(params["plm"])
     torch.manual_seed(params["seed"])  # any weights new to the loaded model start the same in every run
     encoder = load_text_encoder(params["plm"], params.get("pooling", "auto"), params.get("attention_dropout"),

@@ -3,6 +3,9 @@
 Every fine-tuning stage trains on groups [d⁺, n₁ … n_n] built here: the retrievers (Eq. 3), the re-ranker
 (Eq. 4) and the distilled retriever (Eq. 5, with the teacher's scores of the same passages). The draw depends
 only on (seed, query id, epoch), so a resumed run sees the same groups as an uninterrupted one.
+
+Passages come from the memory-mapped passage store (:mod:`dpr_pipeline.data.passage_store`), shared by the
+processes of a node; a query's positives and negatives are kept as store rows (int64 arrays), not strings.
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ import logging
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..data.schemas import read_artifact
+from ..data.passage_store import PassageStore
+from ..data.schemas import read_artifact, read_negatives_table
 from ..errors import DataError
-from ..models import passage_text
 
 log = logging.getLogger(__name__)
 
@@ -31,73 +35,123 @@ class Group:
     scores: list[float] | None = None   # the artifact's score of each passage (teacher scores), if asked for
 
 
-def check_negatives_known(rows: pd.DataFrame, path: str | Path, passages: dict[str, str],
-                          queries: dict[str, str], first_row: int = 1) -> None:
-    """Raise a DataError naming the row (``first_row`` = the file row of ``rows``' first) of a negatives
-    artifact whose query is not in ``queries`` or whose positive or negative is not in ``passages``."""
-    for row, (qid, positives, negatives) in enumerate(
-            zip(rows["query_id"], rows["positive_ids"], rows["negative_ids"]), start=first_row):
-        if qid not in queries:
-            raise DataError(path, f"query {qid!r} is not in the queries artifact",
-                            "build the negatives from the same dataset's train split", row=row)
-        missing = next((d for d in (*positives, *negatives) if d not in passages), None)
-        if missing is not None:
-            raise DataError(path, f"document {missing!r} is not in the corpus",
-                            "build the negatives from the same dataset's corpus", row=row)
+def read_queries(path: str | Path) -> dict[str, str]:
+    """Query strings by query id, from a queries artifact."""
+    queries = read_artifact(path, "queries")
+    return dict(zip(queries["query_id"], queries["text"]))
 
 
-def read_texts(corpus_path, queries_path) -> tuple[dict[str, str], dict[str, str]]:
-    """Passage strings by doc id and query strings by query id, read from the corpus and queries artifacts."""
-    corpus = read_artifact(corpus_path, "corpus")
-    queries = read_artifact(queries_path, "queries")
-    passages = {d: passage_text(t, x) for d, t, x in zip(corpus["doc_id"], corpus["title"], corpus["text"])}
-    return passages, dict(zip(queries["query_id"], queries["text"]))
+class IdLists:
+    """One list column of a negatives table (``positive_ids`` or ``negative_ids``) as store rows: list ``i`` is
+    ``rows[offsets[i]:offsets[i + 1]]``; ``unknown``: the first table row (0-based) naming a doc id the store
+    lacks, and that id (None when the store has them all)."""
+
+    def __init__(self, column: pa.ChunkedArray, passages: PassageStore):
+        lists = column.combine_chunks()
+        values = pc.list_flatten(lists)
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy()
+        self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        self.rows = passages.rows_of(values)
+        unknown = np.flatnonzero(self.rows < 0)
+        self.unknown = None
+        if len(unknown):
+            parent = pc.list_parent_indices(lists).to_numpy()
+            self.unknown = (int(parent[unknown[0]]), values[int(unknown[0])].as_py())
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def _scores(column: pa.ChunkedArray) -> np.ndarray:
+    return pc.list_flatten(column.combine_chunks()).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _first_row_with_nan(scores: np.ndarray, offsets: np.ndarray) -> int | None:
+    nan = np.flatnonzero(np.isnan(scores))
+    return int(np.searchsorted(offsets, nan[0], side="right")) if len(nan) else None  # 1-based
+
+
+def known_id_lists(negatives: pa.Table, passages: PassageStore, queries: Mapping[str, str], source: str | Path,
+                   first_row: int = 1) -> tuple[IdLists, IdLists]:
+    """The positives and negatives of a negatives table as store rows, after checking that every query is in
+    ``queries`` and every document in ``passages``: else a DataError naming the first bad row (``first_row``: the
+    file row of the table's first)."""
+    positives, pool = (IdLists(negatives.column(name), passages) for name in ("positive_ids", "negative_ids"))
+    problems = []
+    unknown_query = next(((row, qid) for row, qid in enumerate(negatives.column("query_id").to_pylist())
+                          if qid not in queries), None)
+    if unknown_query is not None:
+        problems.append((unknown_query[0], 0, f"query {unknown_query[1]!r} is not in the queries artifact",
+                         "build the negatives from the same dataset's train split"))
+    for order, ids in enumerate((positives, pool), 1):
+        if ids.unknown is not None:
+            problems.append((ids.unknown[0], order, f"document {ids.unknown[1]!r} is not in the corpus",
+                             "build the negatives from the same dataset's corpus"))
+    if problems:
+        row, _, message, fix = min(problems)
+        raise DataError(source, message, fix, row=row + first_row)
+    return positives, pool
 
 
 class QueryGroups:
-    """Per train query of a negatives artifact: its text, a positive and ``negatives_per_query`` negatives.
+    """Per train query of a negatives table: its text, a positive and ``negatives_per_query`` negatives.
 
     The positive is drawn among the query's positives, the negatives without replacement from its pool (with
     replacement when the pool is smaller than ``negatives_per_query``). Queries without any negative are left
-    out (logged). With ``with_scores`` every group carries the artifact's scores, which must all be known.
+    out (logged). With ``with_scores`` every group carries the table's scores, which must all be known. Every
+    query must be in ``queries`` and every passage in ``passages`` (else a DataError naming the row).
     """
 
-    def __init__(self, negatives: pd.DataFrame, passages: dict[str, str], queries: dict[str, str],
+    def __init__(self, negatives: pa.Table, passages: PassageStore, queries: Mapping[str, str],
                  negatives_per_query: int, seed: int, *, with_scores: bool = False, source: str = "negatives"):
         self.negatives_per_query = negatives_per_query
         self.seed = seed
         self.with_scores = with_scores
         self.passages = passages
-        check_negatives_known(negatives, source, passages, queries)
-        keep = negatives["negative_ids"].map(len) > 0
-        if (~keep).any():
-            log.warning("%d of %d queries in %s have no negative and are left out", int((~keep).sum()),
-                        len(negatives), source)
-        self.rows = negatives[keep].reset_index(drop=True)
+        query_ids = negatives.column("query_id").to_pylist()
+        positives, pool = known_id_lists(negatives, passages, queries, source)
+        self.positive_scores = self.negative_scores = None
         if with_scores:
-            for row, (ps, ns) in enumerate(zip(negatives["positive_scores"], negatives["negative_scores"]), 1):
-                if np.isnan(np.asarray(ps, dtype=float)).any() or np.isnan(np.asarray(ns, dtype=float)).any():
-                    raise DataError(source, "a positive or negative without a score",
-                                    "score every pair with the teacher (teacher_scores rule)", row=row)
-        self.query_texts = [queries[q] for q in self.rows["query_id"]]
+            self.positive_scores, self.negative_scores = (_scores(negatives.column("positive_scores")),
+                                                          _scores(negatives.column("negative_scores")))
+            rows = [r for r in (_first_row_with_nan(self.positive_scores, positives.offsets),
+                                _first_row_with_nan(self.negative_scores, pool.offsets)) if r is not None]
+            if rows:
+                raise DataError(source, "a positive or negative without a score",
+                                "score every pair with the teacher (teacher_scores rule)", row=min(rows))
+        keep = pool.lengths() > 0
+        if not keep.all():
+            log.warning("%d of %d queries in %s have no negative and are left out", int((~keep).sum()),
+                        len(keep), source)
+        self.kept = np.flatnonzero(keep)           # table row of each group
+        self.query_ids = [query_ids[i] for i in self.kept]
+        self.query_texts = [queries[q] for q in self.query_ids]
+        self.positive_ids, self.negative_ids = positives, pool
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.kept)
 
     def _rng(self, index: int, epoch: int) -> np.random.Generator:
-        query_id = self.rows["query_id"].iat[index]
-        return np.random.default_rng([self.seed, zlib.crc32(query_id.encode("utf-8")), epoch])
+        return np.random.default_rng([self.seed, zlib.crc32(self.query_ids[index].encode("utf-8")), epoch])
 
     def example(self, index: int, epoch: int) -> Group:
         rng = self._rng(index, epoch)
-        positives: Sequence[str] = self.rows["positive_ids"].iat[index]
-        negatives: Sequence[str] = self.rows["negative_ids"].iat[index]
-        p = int(rng.integers(len(positives)))
+        row = self.kept[index]
+        first_positive, first_negative = self.positive_ids.offsets[row], self.negative_ids.offsets[row]
+        p = first_positive + int(rng.integers(self.positive_ids.offsets[row + 1] - first_positive))
+        pool = self.negative_ids.offsets[row + 1] - first_negative
         n = self.negatives_per_query
-        chosen = rng.choice(len(negatives), size=n, replace=len(negatives) < n) if n else np.array([], int)
-        ids = [positives[p]] + [negatives[i] for i in chosen]
+        chosen = first_negative + (rng.choice(pool, size=n, replace=pool < n) if n else np.array([], np.int64))
+        rows = np.concatenate([[self.positive_ids.rows[p]], self.negative_ids.rows[chosen]])
         scores = None
         if self.with_scores:
-            scores = [float(self.rows["positive_scores"].iat[index][p])] + \
-                     [float(self.rows["negative_scores"].iat[index][i]) for i in chosen]
-        return Group(self.query_texts[index], [self.passages[d] for d in ids], ids, scores)
+            scores = [float(self.positive_scores[p])] + [float(s) for s in self.negative_scores[chosen]]
+        return Group(self.query_texts[index], self.passages.passages(rows), self.passages.doc_ids(rows), scores)
+
+
+def read_query_groups(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
+                      negatives_per_query: int, seed: int, *, with_scores: bool = False) -> QueryGroups:
+    """The :class:`QueryGroups` of a negatives artifact, its passages from the store file ``passages_path``."""
+    return QueryGroups(read_negatives_table(negatives_path), PassageStore.open(passages_path),
+                       read_queries(queries_path), negatives_per_query, seed, with_scores=with_scores,
+                       source=str(negatives_path))
