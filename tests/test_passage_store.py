@@ -31,8 +31,8 @@ def test_the_store_holds_every_passage_as_the_encoders_read_it(tmp_path):
 def test_opening_the_store_maps_the_passages_instead_of_reading_them(tmp_path):
     """A process that opens the store allocates its doc ids only: the passage strings stay in the mapped file
     (the page cache, one copy per node), and a lookup copies the rows it asks for."""
-    texts = [f"passage {i} " + "words " * 200 for i in range(2000)]
-    write_artifact(pd.DataFrame({"doc_id": [str(i) for i in range(2000)], "title": "", "text": texts}),
+    texts = [f"passage {i} " + "words " * 60 for i in range(9000)]     # three record batches of the file
+    write_artifact(pd.DataFrame({"doc_id": [str(i) for i in range(9000)], "title": "", "text": texts}),
                    tmp_path / "corpus.parquet", "corpus")
     write_passage_store(tmp_path / "corpus.parquet", tmp_path / "passages.arrow")
     size = (tmp_path / "passages.arrow").stat().st_size
@@ -40,7 +40,8 @@ def test_opening_the_store_maps_the_passages_instead_of_reading_them(tmp_path):
     store = PassageStore.open(tmp_path / "passages.arrow")
     allocated = pa.total_allocated_bytes() - before
     assert size > 2_000_000 and allocated < 0.05 * size
-    assert store.passages([1999]) == [texts[1999]]
+    rows = [8999, 0, 4096, 4095, 8192, 1, 4096]
+    assert store.passages(rows) == [texts[row] for row in rows] and store.doc_ids(rows) == [str(r) for r in rows]
 
 
 def test_a_file_that_is_not_a_store_is_one_error_naming_it(tmp_path):

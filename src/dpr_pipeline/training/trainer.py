@@ -83,6 +83,7 @@ class TrainingSettings:
     max_grad_norm: float = 1.0
     head_learning_rate: float | None = None  # the task head's (parameters outside the base model), if not learning_rate
     warmup_ratio: float | None = None  # warm-up as a fraction of the run; replaces warmup_steps when set
+    micro_batch_size: int | None = None  # examples per forward/backward pass, gradients summed (per-example losses)
 
     def warmup(self, steps: int) -> int:
         """Warm-up steps of a run of ``steps``: ``warmup_ratio`` of it when set, else ``warmup_steps``."""
@@ -278,6 +279,9 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     if settings.batch_size % dist.world_size or min(settings.batch_size, len(data)) < dist.world_size:
         raise ValueError(f"batch_size {settings.batch_size} ({len(data)} examples) does not split evenly over "
                          f"{dist.world_size} processes")
+    if settings.micro_batch_size and cross_device_loss:
+        raise ValueError("micro_batch_size: a loss over the gathered global batch (cross-device negatives) cannot be "
+                         "summed over micro-batches; use gradient_checkpointing")
     steps = total_steps(len(data), settings)
     check_warmup(settings, steps, len(data), description)
     checkpoint_dir = Path(checkpoint_dir)
@@ -298,10 +302,13 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         for step in range(start, steps):
             epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
             share = len(indices) // dist.world_size
-            batch = to_device(collate([data.example(i, epoch)
-                                       for i in indices[dist.rank * share:(dist.rank + 1) * share]]), device)
-            with amp:
-                loss = compute_loss(wrapped, batch, dist)
+            examples = [data.example(i, epoch) for i in indices[dist.rank * share:(dist.rank + 1) * share]]
+            if settings.micro_batch_size:
+                loss = _accumulate_gradients(wrapped, examples, collate, compute_loss, settings.micro_batch_size,
+                                             device, amp, dist)
+            else:
+                with amp:
+                    loss = compute_loss(wrapped, to_device(collate(examples), device), dist)
             _optimizer_step(loss * dist.world_size if cross_device_loss else loss, model, optimizer, scheduler,
                             settings.max_grad_norm)
             progress.update(1)
@@ -391,6 +398,25 @@ def _resume(checkpoint_dir: Path, settings: TrainingSettings, model, optimizer, 
             shutil.copy(saved_log, log_path)
         _truncate_loss_log(log_path, state["step"])
     return state["step"]
+
+
+def _accumulate_gradients(model: torch.nn.Module, examples: list, collate: Callable[[list], dict],
+                          compute_loss: Callable, micro_batch_size: int, device: torch.device, amp,
+                          dist: Distributed) -> torch.Tensor:
+    """Backward over ``examples`` in micro-batches, each loss weighted by its share of the examples, so the summed
+    gradient is the whole batch's mean-loss gradient (exact for a loss that is a mean over examples); DDP
+    synchronises once, on the last. Returns the batch's mean loss, detached."""
+    total = torch.zeros((), device=device)
+    starts = range(0, len(examples), micro_batch_size)
+    for start in starts:
+        part = examples[start:start + micro_batch_size]
+        last = start == starts[-1]
+        with (contextlib.nullcontext() if last or not dist.enabled else model.no_sync()):
+            with amp:
+                loss = compute_loss(model, to_device(collate(part), device), dist) * (len(part) / len(examples))
+            loss.backward()
+        total += loss.detach()
+    return total
 
 
 def _optimizer_step(loss: torch.Tensor, model: torch.nn.Module, optimizer, scheduler, max_grad_norm: float) -> None:
