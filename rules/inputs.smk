@@ -67,7 +67,7 @@ def bm25_negatives_pool(wildcards):
 
 def token_shards(wildcards):
     shards = range(settings.pretrain(config, wildcards.dataset)["tokenize_shards"])
-    return [stage_file("tokens", f"part_{i}.parquet", wildcards.dataset) for i in shards]
+    return [stage_file("tokens", f"part_{i}.arrow", wildcards.dataset) for i in shards]
 
 
 def initialisation_input(stage=None):

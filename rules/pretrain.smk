@@ -10,7 +10,7 @@ rule tokenize_corpus:
         corpus=data_file("corpus.parquet"),
         plm=fetched_inputs(pretrain_plm),
     output:
-        stage_file("tokens", "part_{shard}.parquet"),
+        stage_file("tokens", "part_{shard}.arrow"),
     params:
         pretrain=lambda wc: settings.pretrain(config, wc.dataset),
     threads: threads_of("tokenize_corpus")

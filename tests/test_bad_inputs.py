@@ -629,9 +629,13 @@ def _(tmp, bert):
     return (lambda: list(search_index(index, ids, ["q1"], np.ones((1, 8), np.float32), depth=2))), []
 
 
-@case("tokens-not-a-token-shard", DataError, "part_0.parquet: not a token shard (missing ['max_length',")
+@case("tokens-not-a-token-shard", DataError, "part_0.arrow: not a token shard (missing ['max_length',")
 def _(tmp, bert):
-    shard = write_parquet(tmp / "tokens" / "part_0.parquet", {"doc_id": ["d1"], "input_ids": [[101, 102]]})
+    shard = tmp / "tokens" / "part_0.arrow"
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"doc_id": ["d1"], "input_ids": [[101, 102]]})
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
     tokenizer = models.load_tokenizer(str(bert))
     return (lambda: read_token_shards([shard], tokenizer)), []
 

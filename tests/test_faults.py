@@ -61,7 +61,7 @@ def stage_inputs(tmp_path_factory) -> dict[str, Path]:
              "negative_scores": [float(j) / 4 for j in range(8)]} for i in range(8)]
     write_artifact(pd.DataFrame(rows), root / "negatives.parquet", "negatives")
     make_tiny_bert(root / "bert", dropout=0.1)
-    tokenize_corpus_shard(str(root / "bert"), root / "corpus.parquet", root / "tokens.parquet", shard=0,
+    tokenize_corpus_shard(str(root / "bert"), root / "corpus.parquet", root / "tokens.arrow", shard=0,
                           num_shards=1, max_length=24)
     tokenizer = load_tokenizer(str(root / "bert"))
     torch.manual_seed(0)
@@ -70,7 +70,7 @@ def stage_inputs(tmp_path_factory) -> dict[str, Path]:
         .save_pretrained(root / "cross_encoder")
     tokenizer.save_pretrained(root / "cross_encoder")
     return {"root": root, "passages": root / "passages.arrow", "queries": root / "queries.parquet",
-            "negatives": root / "negatives.parquet", "bert": root / "bert", "tokens": root / "tokens.parquet",
+            "negatives": root / "negatives.parquet", "bert": root / "bert", "tokens": root / "tokens.arrow",
             "cross_encoder": root / "cross_encoder"}
 
 

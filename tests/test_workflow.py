@@ -157,7 +157,7 @@ def test_each_stage_has_a_manifest_that_its_metrics_name(built):
     assert retriever1["parameters"]["retriever"]["plm"] == str(built.parents[1] / "tiny_bert")
     simlm = json.loads((built / "pretrain" / "simlm" / "manifest.json").read_text())
     assert simlm["stage"] == "pretrain/simlm" and simlm["negatives"] is None
-    assert [item["path"] for item in simlm["inputs"]["tokens"]] == ["results/scifact/tokens/part_0.parquet"]
+    assert [item["path"] for item in simlm["inputs"]["tokens"]] == ["results/scifact/tokens/part_0.arrow"]
     reranker = json.loads((built / "reranker" / "manifest.json").read_text())
     assert reranker["negatives"]["in_batch"] is False and reranker["negatives"]["effective_per_query"] == 7
     assert json.loads((built / "distill" / "manifest.json").read_text())["inputs"]["init"] == [

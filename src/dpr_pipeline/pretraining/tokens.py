@@ -1,11 +1,13 @@
-"""The tokenized corpus that pre-training reads: token-id shards written in parallel, one Parquet file each.
+"""The tokenized corpus that pre-training reads: token-id shards written in parallel, one Arrow file each.
 
 Each shard holds the passages of one contiguous range of ``corpus.parquet`` rows (``title text``, as the
 retrievers see them), tokenized with special tokens and truncated to ``max_length``. Token ids are stored in
 the smallest unsigned integer type that holds the vocabulary (uint16 for BERT's 30,522 tokens: 8.8M MS MARCO
-passages of ≤ 144 tokens take ≈ 2 GB). The tokenizer is recorded in the Parquet metadata (its reference, its
-vocabulary size and a hash of its vocabulary), and :func:`read_token_shards` refuses shards written by
-another tokenizer than the one pre-training uses.
+passages of ≤ 144 tokens take ≈ 2 GB). The tokenizer is recorded in the file's schema metadata (its reference,
+its vocabulary size and a hash of its vocabulary), and :func:`read_token_shards` refuses shards written by
+another tokenizer than the one pre-training uses. The shards are uncompressed Arrow IPC files that
+:func:`read_token_shards` memory-maps: the token ids are views of the files, in the page cache once per node
+for all of a job's processes, not a copy per process.
 """
 
 from __future__ import annotations
@@ -13,17 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import models
 from ..data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
-from ..data.schemas import open_parquet
 from ..errors import DataError
 from ..io import atomic_output
 
@@ -47,7 +46,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def tokenize_corpus_shard(tokenizer_reference: str, corpus_parquet: str | Path, output: str | Path, *,
                           shard: int, num_shards: int, max_length: int) -> None:
-    """Tokenize shard ``shard`` of ``num_shards`` of the corpus into ``output`` (Parquet: doc_id, input_ids)."""
+    """Tokenize shard ``shard`` of ``num_shards`` of the corpus into ``output`` (Arrow IPC: doc_id, input_ids)."""
     tokenizer = models.load_tokenizer(tokenizer_reference)
     corpus = open_corpus(corpus_parquet)
     start, stop = corpus_shard_bounds(corpus.metadata.num_rows, shard, num_shards)
@@ -70,33 +69,49 @@ def tokenize_corpus_shard(tokenizer_reference: str, corpus_parquet: str | Path, 
     table = table.replace_schema_metadata({META_PREFIX + k: v for k, v in metadata.items()})
     log.info("shard %d/%d: %d passages, %d tokens (mean %.1f)", shard, num_shards, len(doc_ids), len(flat),
              lengths.mean() if len(lengths) else 0.0)
-    with atomic_output(output) as tmp:
-        pq.write_table(table, tmp)
+    with atomic_output(output) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
+            pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
 
 
-@dataclass(frozen=True)
 class TokenizedCorpus:
-    """Every passage's token ids (with [CLS]/[SEP]) as one flat array plus offsets."""
+    """Every passage's token ids (with [CLS]/[SEP]), shard after shard: each shard's ids one flat array (a view
+    of its memory-mapped file) plus its offsets."""
 
-    flat: np.ndarray
-    offsets: np.ndarray
-    vocab_size: int
-    max_length: int
+    def __init__(self, shards: Sequence[tuple[np.ndarray, np.ndarray]], vocab_size: int, max_length: int):
+        self.shards = [(flat, offsets) for flat, offsets in shards if len(offsets) > 1]
+        self.starts = np.cumsum([0] + [len(offsets) - 1 for _, offsets in self.shards])
+        self.vocab_size = vocab_size
+        self.max_length = max_length
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return int(self.starts[-1])
 
     def __getitem__(self, index: int) -> np.ndarray:
-        return self.flat[self.offsets[index]:self.offsets[index + 1]]
+        shard = int(np.searchsorted(self.starts, index, side="right")) - 1
+        flat, offsets = self.shards[shard]
+        row = index - self.starts[shard]
+        return flat[offsets[row]:offsets[row + 1]]
 
     @property
     def num_tokens(self) -> int:
-        return int(self.offsets[-1])
+        return int(sum(offsets[-1] - offsets[0] for _, offsets in self.shards))
 
 
-def read_token_metadata(path: str | Path) -> dict[str, str]:
-    schema = open_parquet(path, "token shard", missing_fix="run the tokenize_corpus rule",
-                          corrupt_fix=_REBUILD).schema_arrow
+def _open_token_shard(path: str | Path) -> pa.Table:
+    """A token shard memory-mapped (nothing read but what is used), or one DataError: missing, not Arrow, or not
+    a token shard."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "the token shard does not exist", "run the tokenize_corpus rule")
+    try:
+        return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+    except pa.ArrowInvalid as err:
+        raise DataError(path, f"not a readable Arrow file ({err})", _REBUILD) from None
+
+
+def read_token_metadata(path: str | Path, table: pa.Table | None = None) -> dict[str, str]:
+    schema = (table if table is not None else _open_token_shard(path)).schema
     raw = schema.metadata or {}
     metadata = {k.decode()[len(META_PREFIX):]: v.decode() for k, v in raw.items()
                 if k.decode().startswith(META_PREFIX)}
@@ -107,22 +122,20 @@ def read_token_metadata(path: str | Path) -> dict[str, str]:
 
 
 def read_token_shards(paths: Sequence[str | Path], tokenizer) -> TokenizedCorpus:
-    """Read the shards in order, checking that ``tokenizer`` (the one pre-training uses) wrote them."""
+    """Map the shards in order, checking that ``tokenizer`` (the one pre-training uses) wrote them."""
     expected = vocabulary_hash(tokenizer)
-    flats, lengths = [], []
-    max_length = 0
+    shards, max_length = [], 0
     for path in paths:
-        metadata = read_token_metadata(path)
+        table = _open_token_shard(path)
+        metadata = read_token_metadata(path, table)
         if metadata["vocab_hash"] != expected:
             raise DataError(path, f"tokenized with {metadata['tokenizer']!r}, whose vocabulary differs from the "
                             "pre-training model's tokenizer", _REBUILD)
         max_length = max(max_length, int(metadata["max_length"]))
-        column = pq.read_table(path, columns=["input_ids"]).column("input_ids").combine_chunks()
-        flats.append(column.values.to_numpy(zero_copy_only=False))
-        lengths.append(np.diff(column.offsets.to_numpy()))
-    flat = np.concatenate(flats) if flats else np.zeros(0, dtype=token_dtype(len(tokenizer)))
-    offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths) if lengths else [])]).astype(np.int64)
-    if len(offsets) < 2:
+        for column in table.column("input_ids").chunks:   # one chunk per written table: views, no copy
+            shards.append((column.values.to_numpy(), column.offsets.to_numpy()))
+    corpus = TokenizedCorpus(shards, vocab_size=len(tokenizer), max_length=max_length)
+    if len(corpus) == 0:
         raise DataError(paths[0] if paths else Path("."), "the token shards hold no passage",
                         "check that the corpus is not empty")
-    return TokenizedCorpus(flat=flat, offsets=offsets, vocab_size=len(tokenizer), max_length=max_length)
+    return corpus
