@@ -5,8 +5,9 @@ it. This benchmark writes a synthetic MS MARCO-shaped collection per size under 
 passages of about 55 words from a Zipfian vocabulary, as benchmarks/bm25_search_memory.py; train queries at MS
 MARCO's ratio, 502,939 per 8,841,823 passages, each with one positive and ``--negatives`` negatives; the passage
 store), then starts ``--processes`` processes at once, as the ranks of one job, each building the groups and
-drawing one epoch. Each reports its peak RSS (``VmHWM``), its private memory at the end (USS: what it alone
-holds; the mapped store's pages are shared with the other ranks through the page cache) and its seconds.
+drawing one epoch. Each reports its peak RSS (``VmHWM``, which counts the mapped store's pages it touched), its
+private memory (USS: what it alone holds, read while all ranks are alive; the store's pages are shared with the
+other ranks through the page cache) and its seconds.
 
     python benchmarks/training_groups_memory.py --cache /tmp/groups_bench --passages 17684 176846 \
         --output benchmarks/runs/training_groups_memory.json
@@ -20,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,8 +65,17 @@ def build(folder: Path, passages: int, negatives: int, seed: int) -> None:
     write_passage_store(folder / "corpus.parquet", folder / "passages.arrow")
 
 
-def _child(folder: Path, negatives_per_query: int) -> None:
-    """Build the groups as the training jobs do, draw one epoch, print peak RSS, USS (MB) and seconds."""
+def _barrier(folder: Path, name: str, ranks: int) -> None:
+    """Wait until ``ranks`` processes have arrived at ``name`` (files in ``folder``)."""
+    (folder / f"{name}.{os.getpid()}").touch()
+    while len(list(folder.glob(f"{name}.*"))) < ranks:
+        time.sleep(0.05)
+
+
+def _child(folder: Path, negatives_per_query: int, barrier: Path, ranks: int) -> None:
+    """Build the groups as the training jobs do, draw one epoch, print peak RSS, USS (MB) and seconds. USS is
+    read while every rank is still alive (a barrier before and after): a mapped page that another live rank
+    also maps is shared, not private."""
     import psutil
     import torch  # noqa: F401  (every training process has it: the same base before and after)
 
@@ -80,9 +92,12 @@ def _child(folder: Path, negatives_per_query: int) -> None:
                                     negatives_per_query, 42)
     characters = sum(len(p) for i in range(len(groups)) for p in groups.example(i, 0).passages)
     seconds = time.perf_counter() - started
+    _barrier(barrier, "drawn", ranks)
     status = Path("/proc/self/status").read_text()
     peak_kb = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
-    print(json.dumps({"peak_rss_mb": round(peak_kb / 1024), "uss_mb": round(psutil.Process().memory_full_info().uss / 2**20),
+    uss = psutil.Process().memory_full_info().uss
+    _barrier(barrier, "measured", ranks)
+    print(json.dumps({"peak_rss_mb": round(peak_kb / 1024), "uss_mb": round(uss / 2**20),
                       "seconds": round(seconds, 1), "characters": characters}))
 
 
@@ -98,9 +113,10 @@ def main() -> None:
     parser.add_argument("--label", default="", help="a name for this series in the outputs")
     parser.add_argument("--output", help="write the table as JSON here (and as markdown next to it, .md)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        return _child(Path(args.child), args.negatives_per_query)
+        return _child(Path(args.child), args.negatives_per_query, Path(args.barrier), args.processes)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     src = Path(args.src or Path(__file__).resolve().parent.parent / "src").resolve()
@@ -109,10 +125,13 @@ def main() -> None:
     for passages in args.passages:
         folder = Path(args.cache) / str(passages)
         build(folder, passages, args.negatives, args.seed)
+        barrier = Path(tempfile.mkdtemp(prefix="barrier-", dir=folder))
         ranks = [subprocess.Popen([sys.executable, __file__, "--cache", args.cache, "--child", str(folder),
-                                   "--negatives-per-query", str(args.negatives_per_query)],
+                                   "--negatives-per-query", str(args.negatives_per_query), "--barrier", str(barrier),
+                                   "--processes", str(args.processes)],
                                   env=env, stdout=subprocess.PIPE, text=True) for _ in range(args.processes)]
         results = [json.loads(rank.communicate()[0]) for rank in ranks]
+        shutil.rmtree(barrier)
         row = {"label": args.label, "passages": passages, "processes": args.processes,
                "store_mb": round((folder / "passages.arrow").stat().st_size / 2**20),
                **{key: max(r[key] for r in results) for key in ("peak_rss_mb", "uss_mb", "seconds")}}
