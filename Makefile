@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: install example test test-fast lint docs clean
+.PHONY: install example test test-fast lint docs gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ lint: $(STAMP)
 # docs/configuration.md from schemas/config.schema.yaml (tests/test_config_reference.py fails while it is stale)
 docs: $(STAMP)
 	$(VENV)/bin/python scripts/config_reference.py
+
+# On a new GPU node, before a long run: the `gpu` tests and the encode, pre-training and fine-tuning benchmarks,
+# with the device name, throughput and MFU, in gpu_check/report.md (scripts/gpu_check.py)
+gpu-check: $(STAMP)
+	$(VENV)/bin/python scripts/gpu_check.py --output gpu_check/report.md
 
 clean:
 	rm -rf results .snakemake

@@ -37,6 +37,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from dpr_pipeline import devices, models
+from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.embedding import load_text_encoder, save_starting_model
 from dpr_pipeline.encode import _token_budget_batches, encode_corpus_shard, encode_texts
@@ -74,7 +75,7 @@ def read_passages(path: Path, count: int) -> list[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as lines:
         docs = [json.loads(line) for line in itertools.islice(lines, count)]
-    return [models.passage_text(docs[i % len(docs)].get("title"), docs[i % len(docs)]["text"])
+    return [passage_text(docs[i % len(docs)].get("title"), docs[i % len(docs)]["text"])
             for i in range(count)]
 
 

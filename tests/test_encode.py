@@ -15,7 +15,7 @@ from transformers import BertConfig, BertModel
 from dpr_pipeline import devices, models
 from dpr_pipeline.embedding import TextEncoder, load_text_encoder, save_text_encoder
 from dpr_pipeline.data.schemas import SCHEMAS, write_artifact
-from dpr_pipeline.data.corpus_shards import corpus_shard_bounds
+from dpr_pipeline.data.corpus_shards import corpus_shard_bounds, passage_text
 from dpr_pipeline.encode import _token_budget_batches, encode_corpus_shard, encode_queries, encode_texts
 from dpr_pipeline.errors import DataError
 
@@ -175,7 +175,7 @@ def test_shards_cover_the_corpus_and_match_one_shard(tiny_model, loaded, tmp_pat
     assert pa.concat_tables(ids).column("doc_id").to_pylist() == frame["doc_id"].tolist()
     assert one_ids[0].column("doc_id").to_pylist() == frame["doc_id"].tolist()
     np.testing.assert_allclose(np.concatenate(vectors), one_vectors[0], atol=1e-5)
-    passages = [models.passage_text(t, x) for t, x in zip(frame["title"], frame["text"])]
+    passages = [passage_text(t, x) for t, x in zip(frame["title"], frame["text"])]
     np.testing.assert_allclose(one_vectors[0], _encode(loaded, passages), atol=1e-5)
 
 

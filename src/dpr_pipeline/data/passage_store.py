@@ -3,7 +3,7 @@
 Training, re-ranking and teacher-scoring jobs look passages up by doc id. Read into a Python dict, a passage
 costs ~2 KB of each process's memory (measured), ~17 GB for MS MARCO's 8.8M, once per GPU process of a job.
 The store (``data/passages.arrow``, rule ``passage_store``) is an uncompressed Arrow IPC file with the columns
-``doc_id`` and ``passage`` (``title text``, the string every encoder reads: :func:`~dpr_pipeline.models.passage_text`)
+``doc_id`` and ``passage`` (``title text``, the string every encoder reads: :func:`~dpr_pipeline.data.corpus_shards.passage_text`)
 in the corpus artifact's row order. :meth:`PassageStore.open` memory-maps it: its pages live in the operating
 system's page cache, one copy for all processes of a node, and a process holds only the rows it asks for.
 """
