@@ -118,6 +118,12 @@ def read_artifact(path: str | Path, kind: str, columns: list[str] | None = None)
     return frame
 
 
+def _first_row(bad: np.ndarray) -> int | None:
+    """The first row (1-based) where ``bad`` holds, or None."""
+    rows = np.flatnonzero(bad)
+    return int(rows[0]) + 1 if len(rows) else None
+
+
 def read_negatives_table(path: str | Path) -> pa.Table:
     """A negatives artifact as an Arrow table, checked as :func:`check_frame` checks it, without a Python object
     per id: MS MARCO's mined negatives hold ~10⁸ ids, ~6 GB as a DataFrame of strings."""
@@ -125,13 +131,10 @@ def read_negatives_table(path: str | Path) -> pa.Table:
     check_schema(parquet.schema_arrow, "negatives", path)
     table = parquet.read(columns=SCHEMAS["negatives"].names).cast(SCHEMAS["negatives"])
     check_keys(table.select(KEYS["negatives"]).to_pandas(), KEYS["negatives"], path)
-    def first(bad) -> int | None:
-        rows = np.flatnonzero(np.asarray(bad, dtype=bool))
-        return int(rows[0]) + 1 if len(rows) else None
     length = {name: pc.fill_null(pc.list_value_length(table.column(name)), 0).to_numpy()
               for name in ("positive_ids", "positive_scores", "negative_ids", "negative_scores")}
-    problems = [(first(length["positive_ids"] == 0), "a query without positives"),
-                (first((length["positive_ids"] != length["positive_scores"])
+    problems = [(_first_row(length["positive_ids"] == 0), "a query without positives"),
+                (_first_row((length["positive_ids"] != length["positive_scores"])
                        | (length["negative_ids"] != length["negative_scores"])), "ids and scores of different lengths")]
     row, problem = min(((row, problem) for row, problem in problems if row is not None), default=(None, None))
     if row is not None:

@@ -99,8 +99,7 @@ class TokenizedCorpus:
 
 
 def _open_token_shard(path: str | Path) -> pa.Table:
-    """A token shard memory-mapped (nothing read but what is used), or one DataError: missing, not Arrow, or not
-    a token shard."""
+    """A token shard memory-mapped (nothing read but what is used), or one DataError: missing or not Arrow."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "the token shard does not exist", "run the tokenize_corpus rule")
