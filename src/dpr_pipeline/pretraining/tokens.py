@@ -109,8 +109,9 @@ def _open_token_shard(path: str | Path) -> pa.Table:
         raise DataError(path, f"not a readable Arrow file ({err})", _REBUILD) from None
 
 
-def read_token_metadata(path: str | Path, table: pa.Table | None = None) -> dict[str, str]:
-    schema = (table if table is not None else _open_token_shard(path)).schema
+def _token_metadata(path: str | Path, table: pa.Table) -> dict[str, str]:
+    """The tokenizer a shard records (``dpr_pipeline.tokens.*``), or a DataError: not a token shard."""
+    schema = table.schema
     raw = schema.metadata or {}
     metadata = {k.decode()[len(META_PREFIX):]: v.decode() for k, v in raw.items()
                 if k.decode().startswith(META_PREFIX)}
@@ -126,7 +127,7 @@ def read_token_shards(paths: Sequence[str | Path], tokenizer) -> TokenizedCorpus
     shards, max_length = [], 0
     for path in paths:
         table = _open_token_shard(path)
-        metadata = read_token_metadata(path, table)
+        metadata = _token_metadata(path, table)
         if metadata["vocab_hash"] != expected:
             raise DataError(path, f"tokenized with {metadata['tokenizer']!r}, whose vocabulary differs from the "
                             "pre-training model's tokenizer", _REBUILD)
