@@ -106,11 +106,11 @@ def test_slurm_accounting_and_logs_name_each_jobs_rule_state_and_time(tmp_path):
             "6|FAILED|3|\n6.batch|FAILED|3|2.5G\n")
     assert parse_sacct(text) == {"5": {"state": "COMPLETED", "wall_s": 12, "sacct_maxrss_mb": 1.5},
                                  "6": {"state": "FAILED", "wall_s": 3, "sacct_maxrss_mb": 2560.0}}
-    (tmp_path / "rule_encode_corpus" / "dataset=msmarco_shard=3").mkdir(parents=True)
-    (tmp_path / "rule_encode_corpus" / "dataset=msmarco_shard=3" / "5.log").write_text("")
+    (tmp_path / "rule_encode_corpus" / "msmarco_3").mkdir(parents=True)
+    (tmp_path / "rule_encode_corpus" / "msmarco_3" / "5.log").write_text("")
     (tmp_path / "rule_all").mkdir()
     (tmp_path / "rule_all" / "6.log").write_text("")
-    assert slurm_jobs(tmp_path) == {"5": ("encode_corpus", "dataset=msmarco_shard=3"), "6": ("all", "")}
+    assert slurm_jobs(tmp_path) == {"5": ("encode_corpus", "msmarco_3"), "6": ("all", "")}
 
 
 def jobs(rows):
@@ -121,11 +121,17 @@ def test_the_extrapolation_is_the_line_through_both_fractions_at_full_scale():
     runs = {0.001: jobs([("a", 500, 1), ("a", 520, 1), ("b", 400, 1), ("t", 1000, 1)]),
             0.01: jobs([("a", 700, 1), ("b", 390, 1), ("t", 1900, 1)])}
     requests = {rule: {"mem_mb": mb, "runtime": 60} for rule, mb in (("a", 100_000), ("b", 1000), ("t", 400_000))}
-    table = extrapolate(runs, requests, {"t": 4})
+    table = extrapolate(runs, requests, {"t": 4}, {"b": 100.0})
     # a: the largest job per rule (520 -> 700): 20,000 MB per full collection, 500 + 20,000 at F = 1
     assert table.loc["a", "extrapolated_mb"] == 20_500 and table.loc["a", "share_of_request"] == 0.205
-    assert table.loc["b", "extrapolated_mb"] == 400                 # a drop is noise: never below a measurement
+    assert table.loc["b", "extrapolated_mb"] == 400 + 100           # a drop is noise: never below a measurement
     assert table.loc["t", "extrapolated_mb"] == 4 * (900 + 100_000)  # a training: times its processes
+
+
+def test_the_vectors_the_rehearsal_leaves_out_are_bert_bases_width_less_its_own():
+    extra = rehearsal.vector_correction_mb(8_841_823, 32)
+    assert extra["build_index"] == pytest.approx(8_841_823 * (768 - 64) * 6 / 2**20)      # ≈ 34.8 GB
+    assert extra["encode_corpus"] == pytest.approx(8_841_823 / 32 * (768 - 64) * 2 / 2**20)
 
 
 def committed_runs():
@@ -156,19 +162,19 @@ def test_every_rules_extrapolated_memory_is_within_80_percent_of_its_msmarco_req
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_the_rehearsal_runs_the_chain_under_slurm_at_a_tiny_fraction(tmp_path):
-    """scripts/rehearsal.py at 1/100,000 with 2 shards per sharded stage (the CI run; the measured runs keep the
+    """scripts/rehearsal.py at 1/5,000 (1,768 passages: more than the search depth, 1,000) with 2 shards per sharded stage (the CI run; the measured runs keep the
     msmarco entry's 32/32/64), through the real one-node Slurm; skipped where it cannot start."""
     if os.geteuid() != 0 or not (shutil.which("apt-get") or shutil.which("slurmctld")):
         pytest.skip("Slurm cannot be started here: scripts/slurm/start needs root and apt-get (or Slurm)")
     (tmp_path / "shards.yaml").write_text(yaml.safe_dump({"datasets": {"msmarco": {"stages": {
         "pretrain": {"tokenize_shards": 2}, "retriever": {"encode_shards": 2}, "reranker": {"teacher_shards": 2}}}}}))
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearsal.py"), "--fraction", "1e-5",
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearsal.py"), "--fraction", "2e-4",
                            "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
                            "--configfile", str(tmp_path / "shards.yaml")],
                           capture_output=True, text=True, timeout=3000)
-    summary = tmp_path / "out" / "f1e-05" / "summary.md"
+    summary = tmp_path / "out" / "f0.0002" / "summary.md"
     assert done.returncode == 0, (summary.read_text() if summary.exists() else "") + done.stderr[-4000:]
-    run = pd.read_csv(tmp_path / "out" / "f1e-05" / "jobs.csv")
+    run = pd.read_csv(tmp_path / "out" / "f0.0002" / "jobs.csv")
     assert set(run["state"]) == {"COMPLETED"} and (run["rule"] == "encode_corpus").sum() == 3 * 2
     assert (run["peak_mb"] > 0).all()
     assert "**Completed**" in summary.read_text()

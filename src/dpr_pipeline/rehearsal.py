@@ -17,19 +17,27 @@ import pandas as pd
 import yaml
 
 from .cluster import job_resources
-from .config import validate_config
+from .config import stage_params, validate_config
 from .errors import DataError
 from .stage_settings import training_processes
 from .stages import GPU_TRAINING_RULES
+from .synthetic_msmarco import FULL
 
 #: Columns of a run's jobs.csv.
 JOB_COLUMNS = ["rule", "wildcards", "slurm_job", "state", "wall_s", "peak_mb", "sum_rss_mb", "process_hwm_mb",
                "processes", "sacct_maxrss_mb"]
+#: The embedding width of the rehearsal's BERT (:func:`save_tiny_bert`) and of BERT-base, the msmarco entry's.
+REHEARSAL_WIDTH, FULL_WIDTH = 64, 768
+#: Bytes per passage and embedding dimension that a job holds for the vectors it encodes, indexes or searches:
+#: a shard's float16 vectors (encode_corpus); the float16 shards read (memory-mapped) and the float32 flat index
+#: built from them (build_index); the float32 index searched (dense_search). The rehearsal's narrower vectors
+#: leave (FULL_WIDTH - REHEARSAL_WIDTH) of these per passage out of its measurements: :func:`vector_correction_mb`.
+VECTOR_BYTES = {"encode_corpus": 2, "build_index": 2 + 4, "dense_search": 4}
 #: The share of a job's memory request that its extrapolated need may reach (docs/cluster.md).
 HEADROOM = 0.8
 
 
-def save_tiny_bert(path: str | Path, tokenizer, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+def save_tiny_bert(path: str | Path, tokenizer, hidden: int = REHEARSAL_WIDTH, layers: int = 2, seed: int = 0) -> Path:
     """A randomly initialised BERT (masked-LM head included, as bert-base-uncased is published) of ``layers``
     layers and width ``hidden``, with ``tokenizer``'s vocabulary, saved as a model folder a ``plm`` can name."""
     import torch
@@ -45,7 +53,7 @@ def save_tiny_bert(path: str | Path, tokenizer, hidden: int = 64, layers: int = 
 
 def slurm_jobs(logdir: str | Path) -> dict[str, tuple[str, str]]:
     """``{Slurm job id: (rule, wildcards)}`` from the slurm profile's logs, ``<logdir>/rule_<rule>/<wildcards>/
-    <job id>.log`` (wildcards as the plugin writes them, e.g. ``dataset=msmarco_shard=3``; empty for none)."""
+    <job id>.log`` (wildcards as the plugin writes them, e.g. ``msmarco_3``; empty for none)."""
     jobs = {}
     for log in Path(logdir).glob("rule_*/**/*.log"):
         parts = log.relative_to(logdir).parts
@@ -104,6 +112,13 @@ def rule_table(jobs: pd.DataFrame) -> pd.DataFrame:
                          "wall_s": grouped["wall_s"].max(), "total_wall_s": grouped["wall_s"].sum()})
 
 
+def vector_correction_mb(passages: int, encode_shards: int) -> dict[str, float]:
+    """Per rule of :data:`VECTOR_BYTES`: the MB its full-scale job holds beyond the rehearsal's for BERT-base's
+    wider vectors (``passages`` in the collection, an encoding job holding ``1 / encode_shards`` of them)."""
+    held = {"encode_corpus": passages / encode_shards, "build_index": passages, "dense_search": passages}
+    return {rule: held[rule] * (FULL_WIDTH - REHEARSAL_WIDTH) * size / 2**20 for rule, size in VECTOR_BYTES.items()}
+
+
 def at_full_scale(low: float, high: float, small: float, large: float) -> float:
     """The line a + b·F through (``small``, ``low``) and (``large``, ``high``) at F = 1, never below either
     measurement (a drop between them is noise, not a shrinking need)."""
@@ -111,22 +126,25 @@ def at_full_scale(low: float, high: float, small: float, large: float) -> float:
     return max(high + slope * (1 - large), low, high)
 
 
-def extrapolate(runs: dict[float, pd.DataFrame], requests: dict[str, dict], processes: dict[str, int]) -> pd.DataFrame:
+def extrapolate(runs: dict[float, pd.DataFrame], requests: dict[str, dict], processes: dict[str, int],
+                extra_mb: dict[str, float]) -> pd.DataFrame:
     """Per rule, from two runs' jobs (``{fraction: jobs.csv}``): the largest job's peak memory and wall time at each
-    fraction, the memory's growth between them and :func:`at_full_scale` of both, the memory times the rule's
-    training processes at full scale (``processes``; the rehearsal trains in one), against the rule's first-attempt
-    request (``requests``: rule -> ``mem_mb``, ``runtime`` in minutes) and the memory's share of it."""
+    fraction, the memory's growth between them and :func:`at_full_scale` of both; the memory plus what the
+    rehearsal leaves out (``extra_mb``: :func:`vector_correction_mb`), times the rule's training processes at full
+    scale (``processes``; the rehearsal trains in one), against the rule's first-attempt request (``requests``:
+    rule -> ``mem_mb``, ``runtime`` in minutes) and the memory's share of it."""
     (small, few), (large, many) = sorted(runs.items())
     low, high = rule_table(few), rule_table(many)
     rows = []
     for rule in sorted(set(low.index) & set(high.index)):
         memory = at_full_scale(low.at[rule, "peak_mb"], high.at[rule, "peak_mb"], small, large)
-        need = memory * processes.get(rule, 1)
+        need = (memory + extra_mb.get(rule, 0.0)) * processes.get(rule, 1)
         wall = at_full_scale(low.at[rule, "wall_s"], high.at[rule, "wall_s"], small, large)
         rows.append({"rule": rule, "jobs": int(high.at[rule, "jobs"]),
                      f"peak_mb_at_{small:g}": low.at[rule, "peak_mb"], f"peak_mb_at_{large:g}": high.at[rule, "peak_mb"],
                      "growth": round(high.at[rule, "peak_mb"] / low.at[rule, "peak_mb"], 2),
-                     "processes": processes.get(rule, 1), "extrapolated_mb": round(need),
+                     "vectors_mb": round(extra_mb.get(rule, 0.0)), "processes": processes.get(rule, 1),
+                     "extrapolated_mb": round(need),
                      "requested_mb": requests[rule]["mem_mb"], "share_of_request": round(need / requests[rule]["mem_mb"], 3),
                      f"wall_s_at_{small:g}": low.at[rule, "wall_s"], f"wall_s_at_{large:g}": high.at[rule, "wall_s"],
                      "extrapolated_wall_min": round(wall / 60, 1), "requested_runtime_min": requests[rule]["runtime"]})
@@ -153,17 +171,19 @@ def msmarco_extrapolation(measured: str | Path, config_file: str | Path, schema_
     rules = {rule for run in runs.values() for rule in run["rule"]}
     requests = {rule: job_resources(config, "msmarco", rule) for rule in rules}
     processes = {rule: training_processes(config, "msmarco", block) for rule, block in GPU_TRAINING_RULES.items()}
-    return extrapolate(runs, requests, processes)
+    vectors = vector_correction_mb(FULL["passages"], stage_params(config, "msmarco", "retriever")["encode_shards"])
+    return extrapolate(runs, requests, processes, vectors)
 
 
 def markdown_table(table: pd.DataFrame) -> str:
     """:func:`extrapolate`'s table as docs/cluster.md shows it (memory in GB, wall time in s and min)."""
     small, large = (float(c.split("_at_")[1]) for c in table.columns if c.startswith("peak_mb_at_"))
     lines = [f"| rule (largest job) | jobs | peak at {small:g} / at {large:g} | growth | extrapolated to 1 "
-             f"(× processes) | requested | share | wall at {small:g} / {large:g} | extrapolated wall | requested runtime |",
+             f"(+ BERT-base's vectors, × processes) | requested | share | wall at {small:g} / {large:g} | extrapolated wall | requested runtime |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for rule, row in table.iterrows():
         processes = f" (× {row['processes']})" if row["processes"] > 1 else ""
+        processes += f" (+ {row['vectors_mb'] / 1024:.1f} GB vectors)" if row["vectors_mb"] else ""
         lines.append(f"| `{rule}` | {row['jobs']} | {row[f'peak_mb_at_{small:g}'] / 1024:.2f} / "
                      f"{row[f'peak_mb_at_{large:g}'] / 1024:.2f} GB | {row['growth']:.2f}× | "
                      f"{row['extrapolated_mb'] / 1024:.1f} GB{processes} | {row['requested_mb'] / 1000:g} GB | "
