@@ -182,11 +182,11 @@ def markdown_table(table: pd.DataFrame) -> str:
              f"(+ BERT-base's vectors, × processes) | requested | share | wall at {small:g} / {large:g} | extrapolated wall | requested runtime |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for rule, row in table.iterrows():
-        processes = f" (× {row['processes']})" if row["processes"] > 1 else ""
+        processes = f" (× {row['processes']:.0f})" if row["processes"] > 1 else ""
         processes += f" (+ {row['vectors_mb'] / 1024:.1f} GB vectors)" if row["vectors_mb"] else ""
-        lines.append(f"| `{rule}` | {row['jobs']} | {row[f'peak_mb_at_{small:g}'] / 1024:.2f} / "
+        lines.append(f"| `{rule}` | {row['jobs']:.0f} | {row[f'peak_mb_at_{small:g}'] / 1024:.2f} / "
                      f"{row[f'peak_mb_at_{large:g}'] / 1024:.2f} GB | {row['growth']:.2f}× | "
                      f"{row['extrapolated_mb'] / 1024:.1f} GB{processes} | {row['requested_mb'] / 1000:g} GB | "
                      f"{row['share_of_request']:.0%} | {row[f'wall_s_at_{small:g}']:.0f} / {row[f'wall_s_at_{large:g}']:.0f} s | "
-                     f"{row['extrapolated_wall_min']:g} min | {row['requested_runtime_min']} min |")
+                     f"{row['extrapolated_wall_min']:g} min | {row['requested_runtime_min']:.0f} min |")
     return "\n".join(lines)
