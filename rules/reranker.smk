@@ -137,6 +137,8 @@ rule merge_teacher_scores:
 
 rule train_distill:
     input:
+        # the trained student or its start, whichever scores higher on the dev split (stages.selection)
+        unpack(selection_inputs("distill")),
         negatives=stage_file("reranker", "teacher_scores.parquet"),
         corpus=data_file("corpus.parquet"),
         queries=train_queries,
@@ -144,9 +146,11 @@ rule train_distill:
     output:
         model=directory(stage_file("distill", "model")),
         loss_log=stage_file("distill", "loss_log.jsonl"),
+        selection=stage_file("distill", "dev_selection.json"),
         manifest=stage_file("distill", "manifest.json"),
     params:
         distill=lambda wc: settings.biencoder(config, wc.dataset, "distill"),
+        selection=lambda wc: settings.selection(config, wc.dataset, "distill"),
         checkpoints=checkpoint_dir("distill"),
     threads: threads_of("train_distill")
     resources:
