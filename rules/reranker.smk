@@ -167,7 +167,10 @@ rule train_distill:
 
 rule summary:
     input:
-        [stage_file(stage, "metrics.json") for stage in STAGES],
+        metrics=[stage_file(stage, "metrics.json") for stage in STAGES],
+        # what each trained stage handed on, chosen on dev: the bi-encoders' choice, the re-ranker's fusion weight
+        selections=[stage_file(stage, "dev_selection.json") for stage in stages.trained() if stage in BIENCODERS],
+        fusion_choice=fusion_choice,
     output:
         json=dataset_file("summary.json"),
         markdown=dataset_file("summary.md"),
@@ -179,6 +182,7 @@ rule summary:
         ),
     params:
         stages=STAGES,
+        trained_biencoders=[stage for stage in stages.trained() if stage in BIENCODERS],
     threads: threads_of("summary")
     resources:
         **resources_of("summary"),
