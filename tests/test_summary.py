@@ -157,10 +157,10 @@ def test_what_each_trained_stage_handed_on_is_said_in_the_summary_and_the_log(tm
         write_summary(write_metrics(tmp_path), *outputs, selections=paths, fusion_choice=fusion)
     markdown = outputs[1].read_text()
     assert "## What each trained stage handed on (chosen on the dev split)" in markdown
-    assert "* Retriever₁ is at or above its start (Starting model (untrained)) on dev (+0.0100 nDCG@10 on dev, " \
-           "40 queries in a pool of 812 passages): the trained model was handed on." in markdown
-    assert "* Retriever₂ did not beat its start (Retriever₁) on dev (-0.0050 nDCG@10 on dev, 40 queries in a pool " \
-           "of 812 passages): its start was handed on." in markdown
+    assert "* Retriever₁ is at or above its start (Starting model (untrained)) on dev (+0.0100 nDCG@10, its 40 " \
+           "queries searched in a pool of 812 passages): the trained model was handed on." in markdown
+    assert "* Retriever₂ did not beat its start (Retriever₁) on dev (-0.0050 nDCG@10, its 40 queries searched in " \
+           "a pool of 812 passages): its start was handed on." in markdown
     assert "* Re-ranker did not beat its start (Retriever₂) on dev (at best -0.0100 nDCG@10): Retriever₂'s order " \
            "was handed on (fusion weight 0)." in markdown
     assert markdown.index("Retriever₂ did not") < markdown.index("Re-ranker did not")      # pipeline order

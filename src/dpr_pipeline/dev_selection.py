@@ -148,8 +148,8 @@ def describe(record: dict) -> str:
     label, start_label = record["stage"], record["start"]
     if "reason" in record:
         return f"{label}: the trained model was handed on without a dev check ({record['reason']})."
-    change = f"{record['difference']:+.4f} {record['metric']} on {record['split']}, " \
-             f"{record['pool']['queries']} queries in a pool of {record['pool']['passages']} passages"
+    change = f"{record['difference']:+.4f} {record['metric']}, its {record['pool']['queries']} queries searched " \
+             f"in a pool of {record['pool']['passages']} passages"
     if record["handed_on"] == START:
         return f"{label} did not beat its start ({start_label}) on {record['split']} ({change}): its start was " \
                "handed on."
