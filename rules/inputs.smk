@@ -84,8 +84,8 @@ def initialisation_input(stage=None):
 
 def selection_inputs(stage=None):
     """What a bi-encoder job (``stage``'s, else the job's {stage}'s) chooses on between its trained model and its
-    start (stage_settings.selection): the dev split's queries, qrels and BM25 run and, where the start is an earlier
-    stage's model, that stage's dev_selection.json (its score is reused); nothing where it hands on unchecked."""
+    start (stage_settings.selection): the dev split's queries, qrels and BM25 run and, where the start is a chain
+    stage's model (``start``, Retriever1, Retriever2), that stage's dev run; nothing where it hands on unchecked."""
 
     def inputs(wildcards):
         selection = settings.selection(config, wildcards.dataset, stage or wildcards.stage)
@@ -96,7 +96,7 @@ def selection_inputs(stage=None):
                  "dev_qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset),
                  "dev_pool_run": stage_file("bm25", f"run_{dev}.trec", wildcards.dataset)}
         if selection["start_stage"] is not None:
-            files["start_selection"] = stage_file(selection["start_stage"], "dev_selection.json", wildcards.dataset)
+            files["dev_start_run"] = stage_file(selection["start_stage"], f"run_{dev}.trec", wildcards.dataset)
         return files
 
     return inputs

@@ -16,8 +16,7 @@ from conftest import make_tiny_bert
 from dpr_pipeline import stage_settings as settings
 from dpr_pipeline.config import ConfigError, validate_config
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.dev_selection import (START, TRAINED, choose, describe, dev_pool, pool_run, pool_settings,
-                                        recorded_score, select)
+from dpr_pipeline.dev_selection import START, TRAINED, choose, describe, dev_pool, pool_run, select
 from dpr_pipeline.embedding import load_text_encoder
 from dpr_pipeline.encode import encode_texts
 from dpr_pipeline.errors import DataError
@@ -48,20 +47,23 @@ def test_the_trained_model_goes_on_when_at_or_above_its_start_else_the_start():
     assert choose(0.49, 0.50) == START
 
 
-def test_the_pool_is_every_dev_querys_bm25_top_k_and_judged_passages(tmp_path):
+def test_the_pool_is_every_dev_querys_top_k_of_each_run_and_judged_passages(tmp_path):
     data = write_training_data(tmp_path)
     passages, _ = read_texts(data / "corpus.parquet", data / "queries.parquet")
-    run = write_run(tmp_path / "run.trec", {"q0": ["x0", "x1", "x2"], "q1": ["x3", "d1", "x4"], "q2": ["x5"]})
+    bm25 = write_run(tmp_path / "bm25.trec", {"q0": ["x0", "x1", "x2"], "q1": ["x3", "d1", "x4"], "q2": ["x5"]})
+    start = write_run(tmp_path / "start.trec", {"q0": ["d5", "x0", "x6"], "q1": ["d7", "x7"]})
     # q2 has no relevant judgement: not a dev query of the pool (nor are its hits)
     qrels = write_qrels(tmp_path / "qrels.parquet", [("q0", "d0", 1), ("q1", "d1", 2), ("q2", "d2", 0)])
-    pool = dev_pool(data / "queries.parquet", qrels, run, passages, depth=2)
+    pool = dev_pool(data / "queries.parquet", qrels, [bm25], passages, depth=2)
     assert pool.query_ids == ["q0", "q1"] and pool.queries == ["why do cats purr", "why do dogs bark"]
     assert pool.doc_ids == ["d0", "d1", "x0", "x1", "x3"]
     assert pool.passages[0] == passages["d0"]
+    pool = dev_pool(data / "queries.parquet", qrels, [bm25, start], passages, depth=2)
+    assert pool.doc_ids == ["d0", "d1", "d5", "d7", "x0", "x1", "x3", "x7"]
 
-    write_run(run, {"q0": ["gone"]})
-    with pytest.raises(DataError, match="document 'gone' of the run is not in the corpus"):
-        dev_pool(data / "queries.parquet", qrels, run, passages, depth=2)
+    write_run(start, {"q0": ["gone"]})
+    with pytest.raises(DataError, match=r"start.trec: document 'gone' of the run is not in the corpus"):
+        dev_pool(data / "queries.parquet", qrels, [bm25, start], passages, depth=2)
 
 
 def test_a_pool_run_ranks_each_query_by_dot_product(tmp_path):
@@ -69,24 +71,13 @@ def test_a_pool_run_ranks_each_query_by_dot_product(tmp_path):
     passages, _ = read_texts(data / "corpus.parquet", data / "queries.parquet")
     run = write_run(tmp_path / "run.trec", {"q0": ["x0", "x1"], "q1": ["x2", "x3"]})
     qrels = write_qrels(tmp_path / "qrels.parquet", [("q0", "d0", 1), ("q1", "d1", 1)])
-    pool = dev_pool(data / "queries.parquet", qrels, run, passages, depth=2)   # d0 d1 x0 x1 x2 x3
+    pool = dev_pool(data / "queries.parquet", qrels, [run], passages, depth=2)   # d0 d1 x0 x1 x2 x3
     passage_vectors = np.eye(6, dtype=np.float32)
     right = pool_run(np.eye(6, dtype=np.float32)[:2], passage_vectors, pool)  # q0 -> d0, q1 -> d1 first
     wrong = pool_run(np.eye(6, dtype=np.float32)[[2, 0]], passage_vectors, pool)  # q0 -> x0 first, q1 -> d0
     assert right.groupby("query_id")["doc_id"].first().to_dict() == {"q0": "d0", "q1": "d1"}
     assert evaluate_run(right, pool.qrels, ["nDCG@10"])["nDCG@10"] == pytest.approx(1.0)
     assert evaluate_run(wrong, pool.qrels, ["nDCG@10"])["nDCG@10"] < 1.0
-
-
-def test_an_earlier_stages_score_is_reused_only_when_scored_alike(tmp_path):
-    selection = {"split": "dev", "metric": "nDCG@10", "pool_depth": 20, "relevance_level": 1}
-    scored = pool_settings(selection, PARAMS)
-    record = tmp_path / "dev_selection.json"
-    record.write_text(json.dumps({**scored, "handed_on_score": 0.7}))
-    assert recorded_score(record, scored) == 0.7
-    assert recorded_score(record, {**scored, "pool_depth": 30}) is None
-    assert recorded_score(record, {**scored, "passage_max_length": 512}) is None
-    assert recorded_score(tmp_path / "missing.json", scored) is None
 
 
 @pytest.fixture
@@ -120,7 +111,7 @@ def test_a_trained_model_below_its_start_on_dev_is_not_handed_on(dev_files, capl
     assert handed_on is a and record["handed_on"] == START
     assert record["start_score"] == pytest.approx(1.0) and record["trained_score"] < 1.0
     assert record["difference"] == pytest.approx(record["trained_score"] - 1.0)
-    assert record["pool"] == {"queries": 8, "passages": 16} and record["start_score_from"] == "scored in this job"
+    assert record["pool"] == {"queries": 8, "passages": 16} and record["start_score_from"] == "searching the pool"
     assert "Retriever₂ did not beat its start (Retriever₁) on dev (-0." in caplog.text
     assert "its start was handed on" in describe(record)
 
@@ -129,19 +120,26 @@ def test_a_trained_model_below_its_start_on_dev_is_not_handed_on(dev_files, capl
     assert "at or above its start (Retriever₁)" in describe(record)
 
 
-def test_a_start_scored_by_the_stage_before_is_not_scored_again(dev_files, tmp_path):
-    a, b = (load_text_encoder(str(dev_files[name])) for name in ("a", "b"))
-    earlier = tmp_path / "retriever1_dev_selection.json"
-    files = {**dev_files["files"], "start_selection": earlier}
-    selection = selection_settings(files, start_stage="retriever1")
-    earlier.write_text(json.dumps({**pool_settings(selection, PARAMS), "handed_on_score": 0.0}))
+def test_a_start_with_a_dev_run_is_scored_by_it_and_its_hits_join_the_pool(dev_files, tmp_path):
+    """Retriever2 starting from Retriever1: Retriever1's dev run is its score (the summary's figure) and its top
+    hits are in the pool; the start is not loaded unless it goes on."""
+    b = load_text_encoder(str(dev_files["b"]))
+    firsts = pd.read_parquet(dev_files["files"]["qrels"]).set_index("query_id")["doc_id"]
+    # the start's run: every query's judged passage second (nDCG@10 1/log2(3)), x7 first
+    start_run = write_run(tmp_path / "start_dev.trec", {q: ["x7", doc] for q, doc in firsts.items()})
+    files = {**dev_files["files"], "pool_run": write_run(tmp_path / "bm25.trec", {q: ["x0"] for q in firsts.index}),
+             "start_run": start_run}
+    selection = selection_settings(files, start_stage="retriever1", pool_depth=1)
 
     def never():
-        raise AssertionError("the start was loaded although its score was recorded and the trained model won")
+        raise AssertionError("the start was loaded although its dev run scored it and the trained model won")
 
     handed_on, record = select(b, never, load_tokenizer(str(dev_files["b"])), dev_files["passages"],
                                {**PARAMS, "plm": "r1"}, selection)
-    assert handed_on is b and record["start_score"] == 0.0 and record["start_score_from"] == str(earlier)
+    assert record["start_score"] == pytest.approx(1 / np.log2(3)) and record["start_score_from"].endswith(
+        "start_dev.trec")
+    assert record["pool"]["passages"] == len({"x0", "x7", *firsts})              # BM25's x0, the start's x7, judged
+    assert handed_on is b and record["handed_on"] == TRAINED     # b puts more judged passages first than the run
 
 
 def test_without_a_dev_split_the_trained_model_goes_on_and_the_record_says_why(dev_files, caplog):
@@ -178,7 +176,7 @@ def test_each_trained_bi_encoder_knows_its_start_and_whether_it_can_choose():
     first, second, student = (settings.selection(config, "scifact", stage)
                               for stage in ("retriever1", "retriever2", "distill"))
     assert first["split"] == "dev" and first["start_label"] == "Starting model (untrained)"
-    assert first["start_stage"] is None and first["metric"] == "nDCG@10" and first["pool_depth"] == 20
+    assert first["start_stage"] == "start" and first["metric"] == "nDCG@10" and first["pool_depth"] == 10
     assert (second["start_stage"], second["start_label"]) == ("retriever1", "Retriever₁")   # retriever2_start
     assert (student["start_stage"], student["label"]) == ("retriever2", "Retriever_distill")
     assert settings.selection(config, "scifact", "ablation/simlm")["split"] is None

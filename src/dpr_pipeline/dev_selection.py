@@ -6,12 +6,16 @@ split (``dev_split``, never a test split) and saves the better one as the stage'
 it scores at least as high as its start, else the start, unchanged.
 
 The score is cheap enough to run inside the training job: each dev query (with a relevant judgement) is searched
-in a pool of passages, the union of every dev query's BM25 top ``pool_depth`` and their judged passages (a small
-corpus where every dev query's answer can be found, among the passages BM25 confuses with it), and the run is
-scored in ``metric`` like any run (:func:`dpr_pipeline.metrics.evaluate_run`). On SciFact's 81 dev claims at depth
-20 the pool is about 1,600 abstracts, about half a minute per candidate on 2 CPU cores. A start that is an earlier
-stage's model (Retriever2 continuing from Retriever1, the student from Retriever2) was scored on the same pool by
-that stage's job, and its recorded score is reused (:func:`recorded_score`).
+in a pool of passages, the union of every dev query's top ``pool_depth`` hits in BM25's dev run and in the start's
+own dev run (the chain's: ``start``, Retriever1 or Retriever2, whichever the stage starts from) and their judged
+passages, and the run is scored in ``metric`` like any run (:func:`dpr_pipeline.metrics.evaluate_run`). The
+start's score is its dev run's, the figure the summary shows for it: the pool holds its top hits, so searching the
+pool would give the same. The pool holds the passages the start confuses with each query, which the trained model
+(fine-tuned from it) mostly still does: a pool of BM25's hits alone missed them and scored a Retriever1 +0.013
+above its start on 40 dev queries where the whole corpus put it 0.003 below
+(docs/results/small_collection.md). At depth 10 that pool scored both within 0.0001 of the whole corpus; on
+SciFact's 81 dev claims it is about 1,200 abstracts, encoded once per stage, about 20 s on 2 CPU cores. A start
+that is no chain stage's model is scored on the pool too.
 
 The choice goes to ``dev_selection.json`` beside the model (:func:`selection_record`), to the job's log, the model
 card and the summary (:func:`describe`). The re-ranker's counterpart is ``reranker.fusion_weight: dev`` (weight 0
@@ -55,11 +59,11 @@ class DevPool:
     source: str  # the qrels file, for messages
 
 
-def dev_pool(queries_path: str | Path, qrels_path: str | Path, run_path: str | Path, passages: dict[str, str],
-             depth: int) -> DevPool:
+def dev_pool(queries_path: str | Path, qrels_path: str | Path, run_paths: list[str | Path],
+             passages: dict[str, str], depth: int) -> DevPool:
     """The pool of :mod:`dev_selection`: the dev queries of ``qrels_path`` with a relevant judgement, searched among
-    the union of every dev query's top ``depth`` hits in the run ``run_path`` (BM25's) and their judged passages.
-    ``passages``: the corpus's texts by doc id."""
+    the union of every dev query's top ``depth`` hits in each run of ``run_paths`` (BM25's, the start's) and their
+    judged passages. ``passages``: the corpus's texts by doc id."""
     qrels = read_artifact(qrels_path, "qrels")
     queries = read_artifact(queries_path, "queries")
     texts = dict(zip(queries["query_id"], queries["text"].fillna("")))
@@ -68,14 +72,16 @@ def dev_pool(queries_path: str | Path, qrels_path: str | Path, run_path: str | P
     if not query_ids:
         raise DataError(qrels_path, "no dev query has a relevant judgement and a text, so nothing can choose "
                                     "between a trained model and its start", "check the dev split's qrels and queries")
-    run = read_trec_run(run_path)
-    top = run[run["query_id"].isin(query_ids)].groupby("query_id", sort=False).head(depth)
-    unknown = sorted(set(top["doc_id"]) - passages.keys())
-    if unknown:
-        raise DataError(run_path, f"document {unknown[0]!r} of the run is not in the corpus",
-                        "rerun the run's job on this corpus (its results folder is from another corpus)")
-    # a judged passage missing from the corpus cannot be found in the pool, as in the corpus
-    doc_ids = sorted((set(top["doc_id"]) | set(judged["doc_id"])) & passages.keys())
+    pooled = set(judged["doc_id"]) & passages.keys()  # a judged passage missing from the corpus: not findable
+    for run_path in run_paths:
+        run = read_trec_run(run_path)
+        top = run[run["query_id"].isin(query_ids)].groupby("query_id", sort=False).head(depth)
+        unknown = sorted(set(top["doc_id"]) - passages.keys())
+        if unknown:
+            raise DataError(run_path, f"document {unknown[0]!r} of the run is not in the corpus",
+                            "rerun the run's job on this corpus (its results folder is from another corpus)")
+        pooled |= set(top["doc_id"])
+    doc_ids = sorted(pooled)
     return DevPool(query_ids, [texts[q] for q in query_ids], doc_ids, [passages[d] for d in doc_ids],
                    qrels[qrels["query_id"].isin(query_ids)], str(qrels_path))
 
@@ -111,16 +117,17 @@ def choose(trained: float, start: float) -> str:
     return TRAINED if trained >= start else START
 
 
-def pool_settings(selection: dict, params: dict) -> dict:
-    """What a pool score depends on besides the model: two scores with equal settings are comparable."""
+def scoring(selection: dict, params: dict) -> dict:
+    """How the candidates were scored, for the record."""
     return {"split": selection["split"], "metric": selection["metric"], "pool_depth": selection["pool_depth"],
             "relevance_level": selection["relevance_level"], "query_max_length": params["query_max_length"],
             "passage_max_length": params["passage_max_length"]}
 
 
-def selection_record(*, label: str, start_label: str, start_model: str, handed_on: str, settings: dict | None = None,
-                     trained: float | None = None, start: float | None = None, pool: DevPool | None = None,
-                     start_score_from: str | None = None, reason: str | None = None) -> dict:
+def selection_record(*, label: str, start_label: str, start_model: str, handed_on: str,
+                     settings: dict | None = None, trained: float | None = None, start: float | None = None,
+                     pool: DevPool | None = None, start_score_from: str | None = None,
+                     reason: str | None = None) -> dict:
     """dev_selection.json: the candidates' scores and the one handed on; without a dev score, ``reason``
     says why the trained model went on unchecked."""
     record = {"stage": label, "handed_on": handed_on, "start": start_label, "start_model": start_model}
@@ -130,17 +137,6 @@ def selection_record(*, label: str, start_label: str, start_model: str, handed_o
             "handed_on_score": trained if handed_on == TRAINED else start,
             "pool": {"queries": len(pool.query_ids), "passages": len(pool.doc_ids)},
             "start_score_from": start_score_from}
-
-
-def recorded_score(path: str | Path | None, settings: dict) -> float | None:
-    """The score of the model an earlier stage handed on (its dev_selection.json), when scored with the same
-    settings; else None (it is scored again)."""
-    if path is None or not Path(path).is_file():
-        return None
-    record = json.loads(Path(path).read_text(encoding="utf-8"))
-    if "handed_on_score" not in record or any(record.get(key) != value for key, value in settings.items()):
-        return None
-    return record["handed_on_score"]
 
 
 def describe(record: dict) -> str:
@@ -162,17 +158,18 @@ def select(trained_encoder, load_start: Callable[[], object], tokenizer, passage
     """The encoder a bi-encoder stage hands on, and its dev_selection.json record.
 
     ``selection``: :func:`dpr_pipeline.stage_settings.selection` with ``files``, the dev split's ``queries``,
-    ``qrels``, the BM25 ``pool_run`` and, where the start is an earlier stage's model, its ``start_selection``;
-    ``load_start``: the model the stage started from, loaded as training loaded it; ``params``: the stage's
-    (``plm``, the max lengths, ``bf16``)."""
+    ``qrels``, BM25's ``pool_run`` and, where the start is a chain stage's model, that stage's dev run
+    (``start_run``); ``load_start``: the model the stage started from, loaded as training loaded it (only where it
+    is scored on the pool, or handed on); ``params``: the stage's (``plm``, the max lengths, ``bf16``)."""
     named = {"label": selection["label"], "start_label": selection["start_label"], "start_model": params["plm"]}
     if selection["split"] is None:
         record = selection_record(**named, handed_on=TRAINED, reason=selection["reason"])
         log.warning("%s", describe(record))
         return trained_encoder, record
     files = selection["files"]
-    pool = dev_pool(files["queries"], files["qrels"], files["pool_run"], passages, selection["pool_depth"])
-    settings = pool_settings(selection, params)
+    start_run = files.get("start_run")
+    pool = dev_pool(files["queries"], files["qrels"], [files["pool_run"]] + ([start_run] if start_run else []),
+                    passages, selection["pool_depth"])
 
     def score(encoder) -> float:
         return pool_score(encoder, tokenizer, pool, metric=selection["metric"],
@@ -181,16 +178,17 @@ def select(trained_encoder, load_start: Callable[[], object], tokenizer, passage
                           batch_size=selection["encode_batch_size"], device=device, bf16=params["bf16"])
 
     trained = score(trained_encoder)
-    start = recorded_score(files.get("start_selection"), settings)
     start_encoder = None
-    if start is None:
-        start_encoder = load_start()
-        start, start_from = score(start_encoder), "scored in this job"
+    if start_run:
+        start = evaluate_run(read_trec_run(start_run), pool.qrels, [selection["metric"]], pool.source,
+                             selection["relevance_level"])[selection["metric"]]
+        start_from = f"its dev run {start_run}"
     else:
-        start_from = str(files["start_selection"])
+        start_encoder = load_start()
+        start, start_from = score(start_encoder), "searching the pool"
     handed_on = choose(trained, start)
-    record = selection_record(**named, handed_on=handed_on, settings=settings, trained=trained, start=start,
-                              pool=pool, start_score_from=start_from)
+    record = selection_record(**named, handed_on=handed_on, settings=scoring(selection, params), trained=trained,
+                              start=start, pool=pool, start_score_from=start_from)
     (log.warning if handed_on == START else log.info)("%s", describe(record))
     if handed_on == TRAINED:
         return trained_encoder, record

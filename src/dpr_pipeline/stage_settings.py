@@ -83,16 +83,17 @@ def selection(config: dict, dataset: str, stage: str) -> dict:
     """How a trained bi-encoder stage chooses on the dev split between its trained model and its start
     (`selection`, :mod:`dpr_pipeline.dev_selection`): ``split`` (the dataset's dev split), ``metric`` at its
     ``relevance_level``, ``pool_depth``, the encoding batch size, the stage's ``label`` and its start's
-    (``start_label``; ``start_stage``: the chain stage whose model it starts from, else None). ``split`` is None
+    (``start_label``; ``start_stage``: the chain stage whose model it starts from, ``start`` for the bi-encoders'
+    starting model, else None; its dev run is the start's score and part of the pool). ``split`` is None
     and ``reason`` says why where the trained model goes on unchecked: `selection.dev` false, no dev split, a
     dataset judged by answers, or an ablation stage (it measures its pre-training method, so it keeps its model)."""
     params = stage_params(config, dataset, "selection")
     collection = config["datasets"][dataset]
     dev = dev_split_of(collection)
     start = initialisation(config, dataset, stage)
-    start_stage = next((name for name in trained() if start == stage_file(name, "model", dataset)), None)
-    start_label = STAGE_LABELS[start_stage] if start_stage else \
-        STAGE_LABELS["start"] if start == initialisation(config, dataset, "start") else start
+    start_stage = "start" if start == initialisation(config, dataset, "start") else \
+        next((name for name in trained() if start == stage_file(name, "model", dataset)), None)
+    start_label = STAGE_LABELS[start_stage] if start_stage else start
     reason = ("stages.selection.dev is false" if not params["dev"] else
               "an ablation stage measures its pre-training method and keeps its trained model"
               if stage.startswith("ablation/") else

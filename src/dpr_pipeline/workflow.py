@@ -115,7 +115,7 @@ def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: i
 #: A bi-encoder training job's inputs for its dev selection (rules/inputs.smk, selection_inputs), by the names
 #: :func:`dpr_pipeline.dev_selection.select` reads them.
 SELECTION_INPUTS = {"dev_queries": "queries", "dev_qrels": "qrels", "dev_pool_run": "pool_run",
-                    "start_selection": "start_selection"}
+                    "dev_start_run": "start_run"}
 
 
 def selection_options(snakemake) -> dict:
