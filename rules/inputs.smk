@@ -82,6 +82,26 @@ def initialisation_input(stage=None):
     return inputs
 
 
+def selection_inputs(stage=None):
+    """What a bi-encoder job (``stage``'s, else the job's {stage}'s) chooses on between its trained model and its
+    start (stage_settings.selection): the dev split's queries, qrels and BM25 run and, where the start is a chain
+    stage's model (``start``, Retriever1, Retriever2), that stage's dev run; nothing where it hands on unchecked."""
+
+    def inputs(wildcards):
+        selection = settings.selection(config, wildcards.dataset, stage or wildcards.stage)
+        dev = selection["split"]
+        if dev is None:
+            return {}
+        files = {"dev_queries": data_file(f"queries_{dev}.parquet", wildcards.dataset),
+                 "dev_qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset),
+                 "dev_pool_run": stage_file("bm25", f"run_{dev}.trec", wildcards.dataset)}
+        if selection["start_stage"] is not None:
+            files["dev_start_run"] = stage_file(selection["start_stage"], f"run_{dev}.trec", wildcards.dataset)
+        return files
+
+    return inputs
+
+
 def fetched_inputs(*models):
     """Of the models a job loads, the fetched Hub models' folders (model_fetch.py), so that their fetch jobs run
     first: ``models`` are functions of the wildcards giving a model reference each, as the job gets it."""

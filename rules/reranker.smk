@@ -137,6 +137,8 @@ rule merge_teacher_scores:
 
 rule train_distill:
     input:
+        # the trained student or its start, whichever scores higher on the dev split (stages.selection)
+        unpack(selection_inputs("distill")),
         negatives=stage_file("reranker", "teacher_scores.parquet"),
         passages=data_file("passages.arrow"),
         queries=train_queries,
@@ -144,9 +146,11 @@ rule train_distill:
     output:
         model=directory(stage_file("distill", "model")),
         loss_log=stage_file("distill", "loss_log.jsonl"),
+        selection=stage_file("distill", "dev_selection.json"),
         manifest=stage_file("distill", "manifest.json"),
     params:
         distill=lambda wc: settings.biencoder(config, wc.dataset, "distill"),
+        selection=lambda wc: settings.selection(config, wc.dataset, "distill"),
         checkpoints=checkpoint_dir("distill"),
     threads: threads_of("train_distill")
     resources:
@@ -163,7 +167,10 @@ rule train_distill:
 
 rule summary:
     input:
-        [stage_file(stage, "metrics.json") for stage in STAGES],
+        metrics=[stage_file(stage, "metrics.json") for stage in STAGES],
+        # what each trained stage handed on, chosen on dev: the bi-encoders' choice, the re-ranker's fusion weight
+        selections=[stage_file(stage, "dev_selection.json") for stage in stages.trained() if stage in BIENCODERS],
+        fusion_choice=fusion_choice,
     output:
         json=dataset_file("summary.json"),
         markdown=dataset_file("summary.md"),
@@ -175,6 +182,7 @@ rule summary:
         ),
     params:
         stages=STAGES,
+        trained_biencoders=[stage for stage in stages.trained() if stage in BIENCODERS],
     threads: threads_of("summary")
     resources:
         **resources_of("summary"),

@@ -26,6 +26,8 @@ rule starting_model:
 
 rule train_retriever:
     input:
+        # the trained model or its start, whichever scores higher on the dev split (stages.selection)
+        unpack(selection_inputs()),
         # Retriever2 learns from Retriever1's mined negatives; Retriever1 and the ablation from BM25's.
         negatives=lambda wc: (
             stage_file("retriever1", "negatives.parquet", wc.dataset)
@@ -38,11 +40,13 @@ rule train_retriever:
     output:
         model=directory(stage_file("{stage}", "model")),
         loss_log=stage_file("{stage}", "loss_log.jsonl"),
+        selection=stage_file("{stage}", "dev_selection.json"),
         manifest=stage_file("{stage}", "manifest.json"),
     wildcard_constraints:
         stage="|".join(stages.trained_by("train_retriever") + ABLATION_STAGES),
     params:
         retriever=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
+        selection=lambda wc: settings.selection(config, wc.dataset, wc.stage),
         checkpoints=checkpoint_dir("{stage}"),
     threads: threads_of("train_retriever")
     resources:

@@ -2,10 +2,13 @@
 
 import copy
 import logging
+from pathlib import Path
+
+import yaml
 
 import pytest
 
-from dpr_pipeline.config import ConfigError, validate_config
+from dpr_pipeline.config import ConfigError, stage_params, validate_config
 from dpr_pipeline.training.trainer import FEW_STEPS, TrainingSettings, check_warmup, total_steps
 
 
@@ -18,6 +21,30 @@ def test_a_warmup_ratio_is_a_fraction_of_whatever_the_data_makes_the_run():
     assert total_steps(728, ratio) == 66 and ratio.warmup(66) == 7       # the bundled Retriever1 (728 queries)
     assert total_steps(150, ratio) == 12 and ratio.warmup(12) == 1       # the same settings on 150 queries
     assert settings().warmup(12) == 10 and settings(warmup_ratio=0.0).warmup(12) == 0
+
+
+def test_min_steps_lengthens_only_a_run_whose_epochs_give_fewer_steps(caplog):
+    floor = settings(warmup_ratio=0.1, min_steps=40)
+    assert total_steps(160, floor) == 40                                 # 160 queries x 3 epochs: 15 steps
+    assert total_steps(728, floor) == 66                                 # the bundled Retriever1 keeps its 66
+    assert total_steps(160, settings(min_steps=40, train_steps=12)) == 12  # a fixed budget is the user's
+    assert total_steps(160, settings(min_steps=0)) == 15
+    with caplog.at_level(logging.INFO):
+        check_warmup(floor, total_steps(160, floor), 160, "retriever")
+    assert "40 optimizer steps (stages.retriever.min_steps 40" in caplog.text and "make only 15" in caplog.text
+    assert "8.0 epochs" in caplog.text
+
+
+def test_the_bundled_stages_are_above_the_default_floor():
+    """The default min_steps leaves the bundled SciFact chain's step counts as they were (Retriever1/2 66 steps,
+    re-ranker 182, distilled retriever 45), so its results and time do not change."""
+    config = yaml.safe_load(Path("config.yaml").read_text())
+    validate_config(config)
+    train_queries = 809 - 81                                             # dev_split carves 81 of SciFact's 809
+    for block, expected in (("retriever", 66), ("reranker", 182), ("distill", 45)):
+        params = stage_params(config, "scifact", block)
+        assert params["min_steps"] < expected
+        assert total_steps(train_queries, TrainingSettings.from_params(params)) == expected
 
 
 def test_absolute_warmup_steps_that_take_most_of_the_run_stop_the_job_before_training():

@@ -130,3 +130,42 @@ def test_the_verdict_when_every_stage_is_above_the_one_below_it(tmp_path: Path):
     assert ("Every trained stage is above the stage below it on MRR@10 (Retriever₂ +0.0099, Re-ranker +0.0470, "
             "Retriever_distill +0.0210).") in markdown
     assert "ends" not in markdown          # no starting model in this summary
+
+
+def test_what_each_trained_stage_handed_on_is_said_in_the_summary_and_the_log(tmp_path: Path, caplog):
+    """A stage whose start went on (Retriever₂ below Retriever₁ on dev; the re-ranker's fusion weight 0) is said
+    so in words, in the Markdown, the JSON and as a warning in the log."""
+    scored = {"split": "dev", "metric": "nDCG@10", "pool_depth": 20, "relevance_level": 1, "query_max_length": 64,
+              "passage_max_length": 256, "pool": {"queries": 40, "passages": 812}, "start_score_from": "here"}
+    selections = {
+        "retriever1": {"stage": "Retriever₁", "start": "Starting model (untrained)", "start_model": "pkg:m",
+                       "handed_on": "trained", "trained_score": 0.71, "start_score": 0.70, "difference": 0.01,
+                       "handed_on_score": 0.71, **scored},
+        "retriever2": {"stage": "Retriever₂", "start": "Retriever₁", "start_model": "results/a/retriever1/model",
+                       "handed_on": "start", "trained_score": 0.705, "start_score": 0.71, "difference": -0.005,
+                       "handed_on_score": 0.71, **scored},
+    }
+    paths = {}
+    for stage, record in selections.items():
+        paths[stage] = tmp_path / f"{stage}.json"
+        paths[stage].write_text(json.dumps(record))
+    fusion = tmp_path / "fusion_weight.json"
+    fusion.write_text(json.dumps({"weight": 0.0, "metric": "nDCG@10", "split": "dev", "depth": 30,
+                                  "values": {"0": 0.71, "0.5": 0.70, "1": 0.69}}))
+    outputs = tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png"
+    with caplog.at_level("INFO"):
+        write_summary(write_metrics(tmp_path), *outputs, selections=paths, fusion_choice=fusion)
+    markdown = outputs[1].read_text()
+    assert "## What each trained stage handed on (chosen on the dev split)" in markdown
+    assert "* Retriever₁ is at or above its start (Starting model (untrained)) on dev (+0.0100 nDCG@10, its 40 " \
+           "queries searched in a pool of 812 passages): the trained model was handed on." in markdown
+    assert "* Retriever₂ did not beat its start (Retriever₁) on dev (-0.0050 nDCG@10, its 40 queries searched in " \
+           "a pool of 812 passages): its start was handed on." in markdown
+    assert "* Re-ranker did not beat its start (Retriever₂) on dev (at best -0.0100 nDCG@10): Retriever₂'s order " \
+           "was handed on (fusion weight 0)." in markdown
+    assert markdown.index("Retriever₂ did not") < markdown.index("Re-ranker did not")      # pipeline order
+    assert list(json.loads(outputs[0].read_text())["dev_selection"]) == ["retriever1", "retriever2", "reranker"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(m.startswith("Retriever₂ did not beat its start") for m in warnings)
+    assert any(m.startswith("Re-ranker did not beat its start") for m in warnings)
+    assert not any(m.startswith("Retriever₁") for m in warnings)

@@ -1,7 +1,7 @@
 import _library  # noqa: F401  (puts src/ on the path)
 from dpr_pipeline.training.biencoder import train_biencoder
-from dpr_pipeline.workflow import logged, run_training_job
+from dpr_pipeline.workflow import logged, run_training_job, selection_options
 
 with logged(snakemake.log[0], snakemake.threads):
     run_training_job(snakemake, train_biencoder, snakemake.wildcards.stage, snakemake.params.retriever,
-                     in_batch=True)
+                     in_batch=True, selection=selection_options(snakemake))

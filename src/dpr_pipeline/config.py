@@ -224,6 +224,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
                               "or raise train_steps")
     check_model_settings(config, name)
     check_fusion(config, name)
+    check_selection_metric(config, name)
     rerank, search = stage_params(config, name, "reranker")["rerank_depth"], \
         stage_params(config, name, "retriever")["search_depth"]
     if rerank > search:
@@ -337,6 +338,16 @@ def check_fusion(config: dict, name: str) -> None:
         parse_metric(params["fusion_metric"])
     except ValueError as err:
         raise ConfigError(f"config key datasets.{name}.stages.reranker.fusion_metric: {err}") from None
+
+
+def check_selection_metric(config: dict, name: str) -> None:
+    """``selection.metric`` is a metric ir-measures knows (the dev choice of every trained bi-encoder reads it)."""
+    from .metrics import parse_metric
+
+    try:
+        parse_metric(stage_params(config, name, "selection")["metric"])
+    except ValueError as err:
+        raise ConfigError(f"config key datasets.{name}.stages.selection.metric: {err}") from None
 
 
 def add_dev_splits(config: dict) -> dict:

@@ -71,8 +71,8 @@ def is_cross_encoder(stage: str) -> bool:
 
 def stage_settings(parameters: Mapping[str, Any]) -> dict:
     """The stage's resolved settings among a job's params (the one dict-valued entry: ``retriever``,
-    ``distill``, ``reranker``)."""
-    blocks = [value for value in parameters.values() if isinstance(value, Mapping)]
+    ``distill``, ``reranker``; a bi-encoder's ``selection``, how it chose on dev, is not one)."""
+    blocks = [value for key, value in parameters.items() if isinstance(value, Mapping) and key != "selection"]
     if len(blocks) != 1:
         raise ValueError(f"expected one settings block among the job's parameters, got {len(blocks)}")
     return dict(blocks[0])
@@ -277,6 +277,16 @@ def _training_data(facts: Mapping, settings: Mapping) -> str:
     return "## Training data\n\n" + _table(["", ""], rows)
 
 
+def _selection_section(facts: Mapping) -> str:
+    """What the stage handed on, chosen on the dev split (:mod:`.dev_selection`), where the job chose."""
+    record = (facts.get("report") or {}).get("dev_selection")
+    if record is None:
+        return ""
+    from .dev_selection import describe
+
+    return f"## Dev selection\n\n{describe(record)}\n\n"
+
+
 def _metrics_section(stage: str, metrics: Mapping[str, Any] | None, dataset: str, settings: Mapping,
                      fusion_weight: float | None = None) -> str:
     if metrics is None:
@@ -356,6 +366,7 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
               f"(the SimLM recipe) on `{dataset}`.\n\n"
             + "## Model\n\n" + _table(["", ""], model_rows) + "\n"
             + _training_data(facts, settings) + "\n"
+            + _selection_section(facts)
             + "## Settings\n\nThe stage's resolved parameters (config defaults filled in, the dataset's overrides "
               "applied" + (f"; seed {seed}" if seed is not None else "") + "):\n\n"
             + _table(["setting", "value"], settings_rows) + "\n"

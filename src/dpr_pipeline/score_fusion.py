@@ -128,6 +128,20 @@ def write_fusion_choice(reranker_run: str | Path, first_stage_run: str | Path, q
     return record
 
 
+def describe_fusion_choice(choice: dict, label: str, first_stage_label: str) -> str:
+    """One sentence on a fusion weight chosen on dev (:func:`write_fusion_choice`'s record): weight 0 is the
+    re-ranker not beating the run it re-ranks, whose order then goes on."""
+    values = choice["values"]
+    weight = float(choice["weight"])
+    change = f"{values[f'{weight:g}'] - values['0']:+.4f} {choice['metric']} on {choice['split']}"
+    if weight == 0:
+        return (f"{label} did not beat its start ({first_stage_label}) on {choice['split']} (at best "
+                f"{max(v for w, v in values.items() if w != '0') - values['0']:+.4f} {choice['metric']}): "
+                f"{first_stage_label}'s order was handed on (fusion weight 0).")
+    return (f"{label} is above its start ({first_stage_label}) on {choice['split']} ({change}): its re-ranked runs "
+            f"mix it in at fusion weight {weight:g}.")
+
+
 def read_fusion_weight(path: str | Path) -> float:
     """The weight a fusion choice file (:func:`write_fusion_choice`) records."""
     try:

@@ -14,6 +14,7 @@ from .config import RANDOM_GENERATOR, STUDENT_STARTS, stage_params
 from .data.dev_split import dev_split_of
 from .layout import stage_file
 from .model_fetch import model_source
+from .stages import STAGE_LABELS, trained
 from .stages import stage as declared
 
 
@@ -76,6 +77,34 @@ def biencoder(config: dict, dataset: str, stage: str) -> dict:
     """A bi-encoder stage's training and text-encoding settings (its declared block), ``plm`` resolved to the model
     it starts from."""
     return {**job_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
+
+
+def selection(config: dict, dataset: str, stage: str) -> dict:
+    """How a trained bi-encoder stage chooses on the dev split between its trained model and its start
+    (`selection`, :mod:`dpr_pipeline.dev_selection`): ``split`` (the dataset's dev split), ``metric`` at its
+    ``relevance_level``, ``pool_depth``, the encoding batch size, the stage's ``label`` and its start's
+    (``start_label``; ``start_stage``: the chain stage whose model it starts from, ``start`` for the bi-encoders'
+    starting model, else None; its dev run is the start's score and part of the pool). ``split`` is None
+    and ``reason`` says why where the trained model goes on unchecked: `selection.dev` false, no dev split, a
+    dataset judged by answers, or an ablation stage (it measures its pre-training method, so it keeps its model)."""
+    params = stage_params(config, dataset, "selection")
+    collection = config["datasets"][dataset]
+    dev = dev_split_of(collection)
+    start = initialisation(config, dataset, stage)
+    start_stage = "start" if start == initialisation(config, dataset, "start") else \
+        next((name for name in trained() if start == stage_file(name, "model", dataset)), None)
+    start_label = STAGE_LABELS[start_stage] if start_stage else start
+    reason = ("stages.selection.dev is false" if not params["dev"] else
+              "an ablation stage measures its pre-training method and keeps its trained model"
+              if stage.startswith("ablation/") else
+              "the dataset has no dev_split" if dev is None else
+              "the dataset judges relevance by answers; the choice needs qrels"
+              if collection.get("relevance") == "answers" else None)
+    return {"split": None if reason else dev.name, "reason": reason, "metric": params["metric"],
+            "pool_depth": params["pool_depth"],
+            "relevance_level": collection.get("metric_relevance", {}).get(dev.name, 1) if dev else 1,
+            "encode_batch_size": encoding(config, dataset)["encode_batch_size"],
+            "label": STAGE_LABELS.get(stage, stage), "start_label": start_label, "start_stage": start_stage}
 
 
 # What a transfer job takes from target B rather than from A: B's corpus decides these.

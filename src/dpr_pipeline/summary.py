@@ -13,6 +13,10 @@ order. Outputs, written together atomically:
   split's first metric): which trained stages are not above the stage below them, and where the chain ended
   against the model it started from (the last bi-encoder against ``start``); the same goes to the log, as a
   warning for a stage that did not beat the one below it;
+* what each trained stage handed on, chosen on the dev split (``selections``: the bi-encoders'
+  dev_selection.json, :mod:`dpr_pipeline.dev_selection`; the re-ranker's fusion choice, where its weight was
+  chosen on dev): a section of the Markdown, ``dev_selection`` in the JSON, and a warning in the log for a stage
+  that did not beat its start, whose start went on instead;
 * a PNG with one grouped bar chart per split (one group per metric, one bar per stage).
 """
 
@@ -22,22 +26,29 @@ import json
 import logging
 from pathlib import Path
 
+from .dev_selection import START as START_HANDED_ON
+from .dev_selection import describe, read_selection
 from .errors import DataError
 from .io import atomic_outputs
 from .metrics import NOT_SPLITS, PER_QUERY
 from .paired_difference import CONFIDENCE, paired_difference
+from .score_fusion import describe_fusion_choice
 from .stages import BIENCODER, STAGE_BELOW, STAGE_LABELS, chain
 
 log = logging.getLogger(__name__)
 
 #: summary.json's key for the paired differences (not a split).
 PAIRED_DIFFERENCES = "paired_differences"
+#: summary.json's key for what each trained stage handed on, chosen on dev (not a split).
+DEV_SELECTION = "dev_selection"
 QUERY_COUNT = "num_queries"
 MISSING = "–"
 #: The metric the verdict reads where a split has it (else the split's first metric).
 HEADLINE_METRIC = "nDCG@10"
 #: The stage the chain started from: the verdict reads the last bi-encoder of the chain against it.
 START = "start"
+#: The re-ranker, whose counterpart of a dev selection is its fusion weight chosen on dev.
+RERANKER = "reranker"
 
 Summary = dict[str, dict[str, dict[str, float]]]
 PerQuery = dict[str, dict[str, dict[str, float]]]  # {split: {metric: {query_id: value}}}
@@ -243,12 +254,46 @@ def plot_summary(summary: Summary, labels: dict[str, str], output: Path) -> None
     plt.close(fig)
 
 
+def read_selections(selections: dict[str, str | Path], fusion_choice: str | Path | None = None) -> dict[str, dict]:
+    """Each trained stage's choice on dev, in pipeline order: the bi-encoders' dev_selection.json files
+    (``selections``, by stage) and the re-ranker's fusion_weight.json (``fusion_choice``), marked
+    ``"fusion": true``."""
+    records = {stage: read_selection(path) for stage, path in selections.items()}
+    if fusion_choice is not None:
+        records[RERANKER] = {"fusion": True, **json.loads(Path(fusion_choice).read_text(encoding="utf-8"))}
+    return {stage: records[stage] for stage in chain() if stage in records}
+
+
+def selection_sentences(records: dict[str, dict], labels: dict[str, str]) -> list[tuple[str, bool]]:
+    """(sentence, whether the stage's start went on instead) per stage, in the given order."""
+    sentences = []
+    for stage, record in records.items():
+        if record.get("fusion"):
+            below = STAGE_BELOW[stage]
+            sentence = describe_fusion_choice(record, labels.get(stage, STAGE_LABELS[stage]),
+                                              STAGE_LABELS[below])
+            sentences.append((sentence, float(record["weight"]) == 0))
+        else:
+            sentences.append((describe(record), record["handed_on"] == START_HANDED_ON))
+    return sentences
+
+
+def render_selections(records: dict[str, dict], labels: dict[str, str]) -> str:
+    """The Markdown section on what each trained stage handed on."""
+    return ("## What each trained stage handed on (chosen on the dev split)\n\n"
+            + "\n".join(f"* {sentence}" for sentence, _ in selection_sentences(records, labels)))
+
+
 def write_summary(metrics_paths: dict[str, str | Path], output_json: str | Path, output_markdown: str | Path,
                   output_png: str | Path, *, labels: dict[str, str] | None = None,
-                  title: str = "Retrieval quality by stage") -> Summary:
+                  title: str = "Retrieval quality by stage",
+                  selections: dict[str, str | Path] | None = None,
+                  fusion_choice: str | Path | None = None) -> Summary:
     """Summarise the stages' metrics.json files (stage name -> path, in pipeline order) as JSON, Markdown, PNG.
 
     ``labels`` override the display labels of ``STAGE_LABELS``; a stage without a label shows its name.
+    ``selections`` (bi-encoders' dev_selection.json by stage) and ``fusion_choice`` (the re-ranker's
+    fusion_weight.json, where chosen on dev): what each trained stage handed on (:func:`read_selections`).
     The pre-training ablation uses the same layout with one row per method.
     """
     display = {stage: {**STAGE_LABELS, **(labels or {})}.get(stage, stage) for stage in metrics_paths}
@@ -256,11 +301,18 @@ def write_summary(metrics_paths: dict[str, str | Path], output_json: str | Path,
     differences = paired_differences(metrics_paths)
     as_json = {split: {stage: {key: value if key == "below" else value.as_dict() for key, value in compared.items()}
                        for stage, compared in by_stage.items()} for split, by_stage in differences.items()}
+    records = read_selections(selections or {}, fusion_choice)
+    markdown = render_markdown(summary, display, title, differences)
+    if records:
+        markdown += "\n" + render_selections(records, display) + "\n"
     with atomic_outputs(output_json, output_markdown, output_png) as (json_tmp, markdown_tmp, png_tmp):
-        json_tmp.write_text(json.dumps({**summary, **({PAIRED_DIFFERENCES: as_json} if as_json else {})}, indent=2)
+        json_tmp.write_text(json.dumps({**summary, **({PAIRED_DIFFERENCES: as_json} if as_json else {}),
+                                        **({DEV_SELECTION: records} if records else {})}, indent=2)
                             + "\n", encoding="utf-8")
-        markdown_tmp.write_text(render_markdown(summary, display, title, differences), encoding="utf-8")
+        markdown_tmp.write_text(markdown, encoding="utf-8")
         plot_summary(summary, display, png_tmp)
     log_verdicts(summary, display)
+    for sentence, start_went_on in selection_sentences(records, display):
+        (log.warning if start_went_on else log.info)("%s", sentence)
     log.info("summary of %d stages over %d splits written to %s", len(metrics_paths), len(summary), output_markdown)
     return summary

@@ -103,7 +103,8 @@ def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: i
 
         write_model_card(snakemake.output.model, {"stage": stage, "dataset": snakemake.wildcards.dataset,
                                                   "parameters": parameters, "config": snakemake.config,
-                                                  "seed": seed, "negatives": negatives, "inputs": inputs})
+                                                  "seed": seed, "negatives": negatives, "inputs": inputs,
+                                                  "report": report})
     manifest = build_manifest(stage=stage, dataset=snakemake.wildcards.dataset, rule=snakemake.rule,
                               inputs=inputs, outputs=outputs, parameters=parameters,
                               config=snakemake.config, seed=seed, world_size=world_size, negatives=negatives,
@@ -111,12 +112,27 @@ def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: i
     write_manifest(snakemake.output.manifest, manifest)
 
 
+#: A bi-encoder training job's inputs for its dev selection (rules/inputs.smk, selection_inputs), by the names
+#: :func:`dpr_pipeline.dev_selection.select` reads them.
+SELECTION_INPUTS = {"dev_queries": "queries", "dev_qrels": "qrels", "dev_pool_run": "pool_run",
+                    "dev_start_run": "start_run"}
+
+
+def selection_options(snakemake) -> dict:
+    """A bi-encoder training job's ``selection`` argument (:func:`dpr_pipeline.training.biencoder.train_biencoder`):
+    its settings, its dev files and its ``output``, the job's dev_selection.json."""
+    files = {name: getattr(snakemake.input, key) for key, name in SELECTION_INPUTS.items()
+             if key in snakemake.input.keys()}
+    return {**snakemake.params.selection, "files": files, "output": snakemake.output.selection}
+
+
 def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bool, **options) -> None:
     """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) on the rule's negatives, corpus
     and queries, in one process per GPU the job holds (torchrun when several), then the model folder's card and
-    the stage's manifest.
+    the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its ``report``).
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
     from .cluster import processes_for
+    from .dev_selection import read_selection
     from .training.launch import run_training
 
     processes = processes_for(snakemake.resources.gpu)
@@ -125,5 +141,7 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
                  **options)
+    selection = options.get("selection")
     write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes,
-                       negatives=group_negatives(snakemake, params, in_batch=in_batch), model_card=True)
+                       negatives=group_negatives(snakemake, params, in_batch=in_batch), model_card=True,
+                       report={"dev_selection": read_selection(selection["output"])} if selection else None)

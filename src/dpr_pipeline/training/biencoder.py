@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..dev_selection import select, write_selection
 from ..io import atomic_output
 from ..losses import contrastive_loss, distillation_loss
 from ..embedding import Prompts, TextEncoder, load_text_encoder, save_text_encoder
@@ -104,20 +105,21 @@ def distillation_step(temperature: float, alpha: float):
 
 def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                     output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
-                    *, distill: bool = False) -> None:
+                    *, distill: bool = False, selection: dict | None = None) -> None:
     """Fine-tune ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
 
     Retriever (``distill=False``): Eq. 3 over in-batch and hard negatives. Distilled retriever: the artifact
     carries the re-ranker's scores and the loss is L_kl + α·L_cont.
+
+    ``selection`` (:func:`dpr_pipeline.dev_selection.select`'s, plus ``output``: where its record goes): the
+    saved model is the trained one or, where that scores lower on the dev split, the model it started from.
     """
     dist = Distributed.from_environment()
     settings = TrainingSettings.from_params(params)
     groups = read_query_groups(negatives_path, passages_path, queries_path, params["negatives_per_query"],
                                params["seed"], with_scores=distill)
     tokenizer = load_tokenizer(params["plm"])
-    torch.manual_seed(params["seed"])  # any weights new to the loaded model start the same in every run
-    encoder = load_text_encoder(params["plm"], params.get("pooling", "auto"), params.get("attention_dropout"),
-                                params.get("query_prompt"), params.get("passage_prompt"))
+    encoder = load_start(params, params.get("attention_dropout"))
     prompts = encoder.prompts
     model = BiEncoder(encoder, (encoder.prompt_tokens(tokenizer, prompts.query),
                                 encoder.prompt_tokens(tokenizer, prompts.passage)))
@@ -128,8 +130,21 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     train(model, groups, collate, step, settings, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
           dist=dist, description="distilled retriever" if distill else "retriever")
     if dist.is_main:
+        handed_on = model.encoder
+        if selection is not None:
+            handed_on, record = select(model.encoder, lambda: load_start(params), tokenizer, groups.passages, params,
+                                       selection, device=dist.device)
+            write_selection(selection["output"], record)
         with atomic_output(output_dir) as tmp:
-            save_text_encoder(model.encoder.cpu(), tokenizer, tmp, params["passage_max_length"],
+            save_text_encoder(handed_on.cpu(), tokenizer, tmp, params["passage_max_length"],
                               params["query_max_length"])
         log.info("saved %s", output_dir)
     finish(checkpoint_dir, dist)
+
+
+def load_start(params: dict, attention_dropout: float | None = None) -> TextEncoder:
+    """The model a bi-encoder stage starts from (``plm``), with the stage's pooling and prompts; for training,
+    its attention dropout overridden unless None."""
+    torch.manual_seed(params["seed"])  # any weights new to the loaded model start the same in every run
+    return load_text_encoder(params["plm"], params.get("pooling", "auto"), attention_dropout,
+                             params.get("query_prompt"), params.get("passage_prompt"))

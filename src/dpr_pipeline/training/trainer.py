@@ -75,6 +75,7 @@ class TrainingSettings:
     batch_size: int
     epochs: float = 1.0
     train_steps: int | None = None  # a fixed step budget instead of epochs
+    min_steps: int = 0  # the fewest steps a run sized in epochs takes (more epochs on a small collection)
     seed: int = 42
     save_steps: int = 500
     gradient_checkpointing: bool = False
@@ -100,10 +101,17 @@ def steps_per_epoch(num_examples: int, batch_size: int) -> int:
     return max(1, num_examples // batch_size)
 
 
+def epoch_steps(num_examples: int, settings: TrainingSettings) -> int:
+    """The optimizer steps ``epochs`` passes over ``num_examples`` take (at least one)."""
+    return max(1, math.ceil(settings.epochs * steps_per_epoch(num_examples, settings.batch_size)))
+
+
 def total_steps(num_examples: int, settings: TrainingSettings) -> int:
+    """The run's optimizer steps: ``train_steps`` when set, else its epochs' steps but at least ``min_steps``
+    (a few hundred queries in batches of 32 make 5 steps an epoch: the floor trains them more epochs)."""
     if settings.train_steps is not None:
         return settings.train_steps
-    return max(1, math.ceil(settings.epochs * steps_per_epoch(num_examples, settings.batch_size)))
+    return max(settings.min_steps, epoch_steps(num_examples, settings))
 
 
 _STAGE_KEYS = {"retriever": "retriever", "distilled retriever": "distill", "re-ranker": "reranker"}
@@ -115,12 +123,18 @@ def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, desc
     """A warm-up longer than half the run spends most of it below the peak learning rate (the bundled 10 steps
     of a 150-query collection in batches of 16: 9 steps, all inside it): a ConfigError naming the stage's
     setting, the step count and what made it, before any training. A run of fewer than :data:`FEW_STEPS`
-    steps is logged as a warning."""
+    steps is logged as a warning, and one that ``min_steps`` lengthened as what lengthened it."""
     from ..config import ConfigError
 
     stage = _STAGE_KEYS.get(description, "pretrain" if description.startswith("pre-training") else "<stage>")
     made_of = (f"train_steps {settings.train_steps}" if settings.train_steps is not None else
                f"{num_examples} training examples in batches of {settings.batch_size}, {settings.epochs:g} epoch(s)")
+    if settings.train_steps is None and steps > epoch_steps(num_examples, settings):
+        made_of = (f"stages.{stage}.min_steps {settings.min_steps}: {settings.epochs:g} epoch(s) of {num_examples} "
+                   f"training examples in batches of {settings.batch_size} make only "
+                   f"{epoch_steps(num_examples, settings)}")
+        log.info("%s: %d optimizer steps (%s; %.1f epochs)", description, steps, made_of,
+                 steps / steps_per_epoch(num_examples, settings.batch_size))
     if steps < FEW_STEPS:
         log.warning("%s: only %d optimizer step(s) (%s); raise stages.%s.epochs or train_steps to train more",
                     description, steps, made_of, stage)
