@@ -53,7 +53,7 @@ def test_lint_is_clean(workdir):
 def test_dry_run_plans_every_stage(workdir):
     jobs = planned_jobs(snakemake(workdir, "-n"))
     # scifact: train, its carved dev split and test; arguana_mini: test
-    assert jobs == {"ingest_corpus": 2, "ingest_split": 4, "bm25_index": 2, "bm25_search": 4, "bm25_negatives": 1,
+    assert jobs == {"ingest_corpus": 2, "passage_store": 2, "ingest_split": 4, "bm25_index": 2, "bm25_search": 4, "bm25_negatives": 1,
                     "starting_model": 1,                # the untrained plm, evaluated like a trained stage
                     "train_retriever": 2, "encode_corpus": 8, "build_index": 4,
                     "dense_search": 10,          # train, dev, test for Retriever1 and 2; dev, test for start, distill
