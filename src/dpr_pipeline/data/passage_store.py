@@ -1,7 +1,8 @@
 """A corpus's passage strings in one memory-mapped Arrow file, shared by every process of a node.
 
-Training, re-ranking and teacher-scoring jobs look passages up by doc id. Read into a Python dict, a passage
-costs ~2 KB of each process's memory (measured), ~17 GB for MS MARCO's 8.8M, once per GPU process of a job.
+Training, re-ranking and teacher-scoring jobs look passages up by doc id. Read into a Python dict (with the
+negatives as id strings), each process held ~1.2 KB per passage (benchmarks/training_groups_memory.py), ~10.7 GB
+for MS MARCO's 8.8M, once per GPU process of a job.
 The store (``data/passages.arrow``, rule ``passage_store``) is an uncompressed Arrow IPC file with the columns
 ``doc_id`` and ``passage`` (``title text``, the string every encoder reads: :func:`~dpr_pipeline.data.corpus_shards.passage_text`)
 in the corpus artifact's row order. :meth:`PassageStore.open` memory-maps it: its pages live in the operating
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 from ..errors import DataError
 from ..io import atomic_output
 from .corpus_shards import iter_corpus_rows, open_corpus, passage_text
+from .schemas import map_arrow_file
 
 SCHEMA = pa.schema([("doc_id", pa.string()), ("passage", pa.large_string())])
 
@@ -52,14 +54,8 @@ class PassageStore:
 
     @classmethod
     def open(cls, path: str | Path) -> "PassageStore":
-        path = Path(path)
-        if not path.is_file():
-            raise DataError(path, "the passage store does not exist", "run the passage_store rule that writes it")
-        try:
-            table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-        except pa.ArrowInvalid as err:
-            raise DataError(path, f"not a readable Arrow file ({err})",
-                            "delete it and rerun the passage_store rule") from None
+        table = map_arrow_file(path, "passage store", "run the passage_store rule that writes it",
+                               "delete it and rerun the passage_store rule")
         return cls(table, str(path))
 
     @classmethod

@@ -108,6 +108,18 @@ def open_parquet(path: str | Path, what: str, *, missing_fix: str = "run the Sna
         raise DataError(path, f"not a readable Parquet file ({err})", corrupt_fix) from None
 
 
+def map_arrow_file(path: str | Path, what: str, missing_fix: str, corrupt_fix: str) -> pa.Table:
+    """An uncompressed Arrow IPC file memory-mapped (its columns point into the file: nothing is read until used),
+    or one DataError naming it: missing, or not Arrow."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, f"the {what} does not exist", missing_fix)
+    try:
+        return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+    except pa.ArrowInvalid as err:
+        raise DataError(path, f"not a readable Arrow file ({err})", corrupt_fix) from None
+
+
 def read_artifact(path: str | Path, kind: str, columns: list[str] | None = None) -> pd.DataFrame:
     """Read a Parquet artifact after checking its schema (and, when all columns are read, its rows)."""
     parquet = open_parquet(path, f"{kind} artifact")

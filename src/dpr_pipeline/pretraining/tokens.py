@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from .. import models
 from ..data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
+from ..data.schemas import map_arrow_file
 from ..errors import DataError
 from ..io import atomic_output
 
@@ -98,17 +99,6 @@ class TokenizedCorpus:
         return int(sum(offsets[-1] - offsets[0] for _, offsets in self.shards))
 
 
-def _open_token_shard(path: str | Path) -> pa.Table:
-    """A token shard memory-mapped (nothing read but what is used), or one DataError: missing or not Arrow."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "the token shard does not exist", "run the tokenize_corpus rule")
-    try:
-        return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-    except pa.ArrowInvalid as err:
-        raise DataError(path, f"not a readable Arrow file ({err})", _REBUILD) from None
-
-
 def _token_metadata(path: str | Path, table: pa.Table) -> dict[str, str]:
     """The tokenizer a shard records (``dpr_pipeline.tokens.*``), or a DataError: not a token shard."""
     schema = table.schema
@@ -126,7 +116,7 @@ def read_token_shards(paths: Sequence[str | Path], tokenizer) -> TokenizedCorpus
     expected = vocabulary_hash(tokenizer)
     shards, max_length = [], 0
     for path in paths:
-        table = _open_token_shard(path)
+        table = map_arrow_file(path, "token shard", "run the tokenize_corpus rule", _REBUILD)
         metadata = _token_metadata(path, table)
         if metadata["vocab_hash"] != expected:
             raise DataError(path, f"tokenized with {metadata['tokenizer']!r}, whose vocabulary differs from the "
