@@ -104,6 +104,7 @@ rule teacher_scores_shard:
         stage_file("reranker", "teacher/shard_{shard}.parquet"),
     params:
         reranker=lambda wc: settings.reranker(config, wc.dataset),
+        draws=lambda wc: settings.teacher_draws(config, wc.dataset),
     threads: threads_of("teacher_scores_shard")
     resources:
         **resources_of("teacher_scores_shard"),

@@ -557,13 +557,14 @@ def _(tmp, bert):
     return (lambda: read_artifact(tmp / "negatives.parquet", "negatives")), []
 
 
-@case("distill-negatives-without-scores", DataError, "official_negatives.parquet, row 1: a positive or negative "
-      "without a score", "Fix: score every pair with the teacher")
+@case("distill-negatives-without-scores", DataError, "official_negatives.parquet, row 1: a pair the training draws "
+      "in its 2 epoch(s) has no score", "Fix: score the pairs with the teacher")
 def _(tmp, bert):
     path = tmp / "official_negatives.parquet"
     write_artifact(negatives_frame(scores=float("nan")), path, "negatives")
     write_passage_store(corpus_artifact(tmp), tmp / "passages.arrow")
-    return (lambda: read_query_groups(path, tmp / "passages.arrow", queries_artifact(tmp), 1, 0, with_scores=True)), []
+    return (lambda: read_query_groups(path, tmp / "passages.arrow", queries_artifact(tmp), 1, 0,
+                                      with_scores=True).check_scores(2)), []
 
 
 @case("trec-run-five-columns", DataError, "run_test.trec, line 2", "5 whitespace-separated columns, expected 6")

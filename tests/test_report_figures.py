@@ -87,7 +87,9 @@ def test_throughput_table_rates_from_benchmarks_and_artifacts(tmp_path: Path):
     pd.DataFrame({"doc_id": [f"d{i}" for i in range(120)]}).to_parquet(ids)
     queries = tmp_path / "queries_test.parquet"
     pd.DataFrame({"query_id": ["q1", "q2", "q3"], "text": ["a", "b", "c"]}).to_parquet(queries)
-    teacher = write_negatives(tmp_path / "teacher.parquet", [("q1", ["d1"], [1.0], ["d2", "d3"], [0.5, 0.1]),
+    # a pair the teacher did not score (NaN: the student never draws it) is not counted
+    teacher = write_negatives(tmp_path / "teacher.parquet", [("q1", ["d1"], [1.0], ["d2", "d3", "d7"],
+                                                              [0.5, 0.1, float("nan")]),
                                                              ("q2", ["d4", "d5"], [1.0, 2.0], ["d6"], [0.3])])
     loss_log = write_loss_log(tmp_path / "loss_log.jsonl", [1.0] * 8)
     jobs = [

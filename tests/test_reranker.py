@@ -17,13 +17,14 @@ from dpr_pipeline.cross_encoder_scoring import score_pairs
 from dpr_pipeline.reranking import rerank_run
 from dpr_pipeline.runs import append_tail
 from dpr_pipeline.teacher_scores import merge_teacher_shards, score_teacher_shard, shard_slice
-from dpr_pipeline.data.passage_store import write_passage_store
-from dpr_pipeline.data.schemas import read_artifact, write_artifact
+from dpr_pipeline.data.passage_store import PassageStore, write_passage_store
+from dpr_pipeline.data.schemas import read_artifact, read_negatives_table, write_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.losses import listwise_loss
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.models import load_cross_encoder, load_tokenizer
 from dpr_pipeline.reranker import listwise_loss_of, train_reranker
+from dpr_pipeline.training.groups import QueryGroups
 from dpr_pipeline.training.trainer import TrainingSettings, parameter_groups
 from dpr_pipeline.runs import read_trec_run, write_trec_run
 
@@ -204,6 +205,34 @@ def test_teacher_shards_concatenate_to_one_shard_and_score_every_pair(tiny_cross
     assert metadata[b"dpr_pipeline.source"] == b"teacher"
 
 
+def test_teacher_scores_only_the_pairs_the_student_draws(tiny_cross_encoder: Path, dataset, tmp_path: Path):
+    negatives = tmp_path / "negatives.parquet"
+    write_artifact(negatives_frame(TEACHER_ROWS), negatives, "negatives")
+    whole = score_shards(tiny_cross_encoder, dataset, tmp_path, 1)
+    draws = {"seed": 3, "negatives_per_query": 1, "epochs": 1, "batch_size": 2, "min_steps": 0}
+    for num_shards in (1, 2):
+        shards = [tmp_path / f"drawn_{num_shards}_{shard}.parquet" for shard in range(num_shards)]
+        for shard, path in enumerate(shards):
+            score_teacher_shard(tiny_cross_encoder, negatives, dataset["passages"], dataset["queries"], path,
+                                shard=shard, num_shards=num_shards, max_length=MAX_LENGTH, batch_size=4, draws=draws)
+        merge_teacher_shards(shards, tmp_path / "drawn.parquet")
+        drawn = read_artifact(tmp_path / "drawn.parquet", "negatives")
+        # 4 groups (q2 has no negative) in batches of 2: 2 steps, one epoch; each group one positive, one negative
+        groups = QueryGroups(read_negatives_table(negatives), PassageStore.open(dataset["passages"]),
+                             dict(texts()[1]), 1, 3)
+        picked = {(groups.query_ids[i], d) for i in range(len(groups)) for d in groups.example(i, 0).passage_ids}
+        for (qid, pos, pos_scores, negs, neg_scores), (*_, all_pos, _, all_neg) in zip(
+                drawn.itertuples(index=False), whole.itertuples(index=False)):
+            for ids, scores, expected in ((pos, pos_scores, all_pos), (negs, neg_scores, all_neg)):
+                for doc, score, full in zip(ids, scores, expected):
+                    if (qid, doc) in picked:
+                        assert score == pytest.approx(full, abs=1e-5)
+                    else:
+                        assert np.isnan(score)
+        assert sum(np.isfinite([*p, *n]).sum() for p, n in zip(drawn["positive_scores"], drawn["negative_scores"])) \
+            == len(picked)
+
+
 def test_shard_slices_cover_every_row_once():
     for rows in (0, 1, 5, 17):
         for num_shards in (1, 3, 8):
@@ -223,12 +252,16 @@ def test_merge_rejects_duplicate_queries_and_missing_scores(tmp_path: Path):
     with pytest.raises(DataError, match="'q1' is also in shard") as err:
         merge_teacher_shards([first, second], tmp_path / "merged.parquet")
     assert err.value.path == str(second)
-    scored.at[1, "negative_scores"] = [np.nan]
+    scored.at[1, "negative_scores"] = [np.inf]
     write_artifact(scored, second, "negatives")
-    with pytest.raises(DataError, match="NaN") as err:
+    with pytest.raises(DataError, match="infinite") as err:
         merge_teacher_shards([second], tmp_path / "merged.parquet")
     assert (err.value.path, err.value.row) == (str(second), 2)
     assert not (tmp_path / "merged.parquet").exists()
+    scored.at[1, "negative_scores"] = [np.nan]  # a pair the teacher was not asked to score
+    write_artifact(scored, second, "negatives")
+    merge_teacher_shards([second], tmp_path / "merged.parquet")
+    assert np.isnan(read_artifact(tmp_path / "merged.parquet", "negatives").at[1, "negative_scores"][0])
 
 
 def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_encoder: Path, dataset,

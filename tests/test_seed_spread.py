@@ -41,6 +41,9 @@ def test_a_rerun_folder_shares_the_finished_inputs_and_drops_the_stage_itself(tm
         (finished / stage).mkdir(parents=True)
         (finished / stage / "metrics.json").write_text("{}")
     (finished / "checkpoints" / "distill").mkdir(parents=True)
+    (finished / "reranker" / "teacher").mkdir()
+    (finished / "reranker" / "teacher" / "shard_0.parquet").write_text("")
+    (finished / "reranker" / "teacher_scores.parquet").write_text("")
     (tmp_path / "data").mkdir()
     config = {"datasets": {"a": {"format": "beir", "path": "data/a", "eval_splits": ["test"],
                                  "stages": {"distill": {"epochs": 2}}}}}
@@ -48,6 +51,9 @@ def test_a_rerun_folder_shares_the_finished_inputs_and_drops_the_stage_itself(tm
     copy = workdir / "results" / "a"
     assert not (copy / "distill").exists() and not (copy / "checkpoints" / "distill").exists()
     assert (copy / "reranker" / "metrics.json").stat().st_ino == (finished / "reranker" / "metrics.json").stat().st_ino
+    # the teacher scored the pairs seed 42 draws: the seed's own are scored again
+    assert not (copy / "reranker" / "teacher").exists() and not (copy / "reranker" / "teacher_scores.parquet").exists()
+    assert (finished / "reranker" / "teacher_scores.parquet").exists()
     written = yaml.safe_load((workdir / "config.yaml").read_text())
     assert written["datasets"]["a"]["stages"]["distill"] == {"epochs": 2, "seed": 7}
     assert config["datasets"]["a"]["stages"]["distill"] == {"epochs": 2}          # the caller's config untouched

@@ -26,7 +26,7 @@ from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.config import ConfigError
 from dpr_pipeline.training.launch import check_processes, run_training, visible_gpus
-from dpr_pipeline.training.trainer import batch_indices, total_steps, TrainingSettings
+from dpr_pipeline.training.trainer import batch_indices, epochs_visited, total_steps, TrainingSettings
 
 SCRIPT = REPO / "tests" / "scripts" / "train_tiny_retriever.py"
 TOPICS = ["cats purr", "dogs bark", "birds sing", "fish swim", "cows moo", "bees buzz", "owls hoot", "frogs croak"]
@@ -242,3 +242,45 @@ def test_groups_name_the_file_row_of_an_unknown_document():
     with pytest.raises(DataError, match="'d404' is not in the corpus") as err:
         QueryGroups(rows, PassageStore.of({"d0": "a", "d1": "b"}), {"q0": "x", "q1": "y"}, 1, 0, source="neg.parquet")
     assert err.value.row == 2                            # the file's row, though row 1 has no negative
+
+
+def test_epochs_visited_counts_the_epochs_a_run_reaches():
+    assert epochs_visited(100, batch_size=10, epochs=1) == 1
+    assert epochs_visited(100, batch_size=10, epochs=1.5) == 2
+    assert epochs_visited(100, batch_size=10, epochs=1, min_steps=25) == 3   # the floor: 25 steps of 10 per epoch
+    assert epochs_visited(100, batch_size=10, train_steps=11) == 2
+    assert epochs_visited(105, batch_size=10, epochs=2) == 2                  # the last partial batch is dropped
+
+
+def test_drawn_pairs_are_the_pairs_the_examples_read_and_only_they_need_scores():
+    from dpr_pipeline.errors import DataError
+    from dpr_pipeline.training.groups import QueryGroups
+
+    store = PassageStore.of({f"d{i}": f"passage {i}" for i in range(10)})
+    frame = pd.DataFrame({"query_id": ["q0", "q1", "q2"], "positive_ids": [["d0", "d1"], ["d2"], ["d3"]],
+                          "positive_scores": [[1.0, 2.0], [3.0], [4.0]],
+                          "negative_ids": [["d4", "d5", "d6", "d7"], ["d8", "d9", "d4"], []],
+                          "negative_scores": [[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7], []]})
+    queries = {"q0": "x", "q1": "y", "q2": "z"}
+    groups = QueryGroups(to_table(frame, "negatives"), store, queries, 2, 7, with_scores=True)
+    positives, negatives = groups.drawn(2)
+    read = {(groups.query_ids[i], d) for i in range(len(groups)) for e in range(2)
+            for d in groups.example(i, e).passage_ids}
+    flat_positive = [(q, d) for q, ids in zip(frame["query_id"], frame["positive_ids"]) for d in ids]
+    flat_negative = [(q, d) for q, ids in zip(frame["query_id"], frame["negative_ids"]) for d in ids]
+    assert {p for p, m in zip(flat_positive, positives) if m} | {n for n, m in zip(flat_negative, negatives) if m} \
+        == read
+    assert not positives[-1]                            # q2 has no negative: left out, draws nothing
+    # a NaN where nothing is drawn is fine; on a drawn pair it is an error naming the row
+    frame["positive_scores"] = [[np.nan if not m else s for s, m in zip(row, positives[o:o + len(row)])]
+                                for row, o in zip(frame["positive_scores"], (0, 2, 3))]
+    frame["negative_scores"] = [[np.nan if not m else s for s, m in zip(row, negatives[o:o + len(row)])]
+                                for row, o in zip(frame["negative_scores"], (0, 4, 7))]
+    QueryGroups(to_table(frame, "negatives"), store, queries, 2, 7, with_scores=True).check_scores(2)
+    first_drawn = int(np.flatnonzero(negatives[4:7])[0])
+    frame.at[1, "negative_scores"] = [np.nan if i == first_drawn else s
+                                      for i, s in enumerate(frame.at[1, "negative_scores"])]
+    with pytest.raises(DataError, match="draws in its 2 epoch") as err:
+        QueryGroups(to_table(frame, "negatives"), store, queries, 2, 7, with_scores=True,
+                    source="teacher.parquet").check_scores(2)
+    assert (err.value.path, err.value.row) == ("teacher.parquet", 2)

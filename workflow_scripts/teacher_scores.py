@@ -7,4 +7,4 @@ with logged(snakemake.log[0], snakemake.threads):
     score_teacher_shard(snakemake.input.model, snakemake.input.negatives, snakemake.input.passages,
                         snakemake.input.queries, snakemake.output[0], shard=int(snakemake.wildcards.shard),
                         num_shards=p["teacher_shards"], max_length=p["max_length"], batch_size=p["score_batch_size"],
-                        bf16=p["bf16"])
+                        bf16=p["bf16"], draws=snakemake.params.draws)

@@ -145,7 +145,7 @@ def plot_training_loss(loss_log: str | Path, output: str | Path, title: str) -> 
 
 def score_separation(frame) -> dict:
     """Scores of a negatives-schema frame: finite positive and negative scores, how many positives have no score
-    (not retrieved by the source ranker), and the share of queries whose best positive outscores all its
+    (not retrieved by the source ranker, or a pair the teacher was not asked to score), and the share of queries whose best positive outscores all its
     negatives (among queries with a scored positive and at least one scored negative)."""
     import numpy as np
 
@@ -192,7 +192,7 @@ def plot_score_distributions(sources: dict[str, str | Path], output: str | Path,
             continue
         both = np.concatenate([pos, neg])
         bins = np.linspace(both.min(), both.max(), 41) if both.max() > both.min() else 10
-        missing = f", {scores['unscored_positives']} not retrieved" if scores["unscored_positives"] else ""
+        missing = f", {scores['unscored_positives']} without a score" if scores["unscored_positives"] else ""
         ax.hist(neg, bins=bins, density=True, alpha=0.55, color="C3", label=f"negatives ({len(neg)} scores)")
         if len(pos):
             ax.hist(pos, bins=bins, density=True, alpha=0.55, color="C2",

@@ -8,8 +8,9 @@ finished run itself. :func:`spread` then gives, per split and metric, the mean a
 over the seeds, and :func:`margin` the mean difference of two stages over the seeds both have with its spread.
 
 The seed changes what the stage's config ``seed`` drives: batch order, negative draws, weights new to the model
-(the re-ranker's head) and dropout. It leaves its inputs (the stage before it, the teacher) as they are, so the
-spread is the stage's own, not the chain's.
+(the re-ranker's head) and dropout. It leaves its inputs (the stage before it, the teacher model) as they are, so
+the spread is the stage's own, not the chain's; only the distilled retriever's teacher scores are made again
+(:data:`DRAWN_FOR`), since the teacher scores the pairs each seed draws (:mod:`dpr_pipeline.teacher_scores`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from .stages import CHAIN, STAGE_BELOW
 
 #: Stages a seed can be varied for (the chain's trained stages), and the config block holding their seed.
 SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}
+#: Outputs of another stage made for the seed's own draws (results/<dataset>/<path>), removed with the stage's own
+#: so the rerun makes them again: the teacher scores the pairs the distilled retriever draws.
+DRAWN_FOR = {"distill": ("reranker/teacher", "reranker/teacher_scores.parquet")}
 
 
 def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) -> Path:
@@ -47,6 +51,8 @@ def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) 
                         ignore=lambda folder, names: ["seeds"] if Path(folder) == finished else [])
         for own in (copy_of / stage, workdir / checkpoint_dir(stage, dataset)):
             shutil.rmtree(own, ignore_errors=True)
+        for drawn in map(copy_of.joinpath, DRAWN_FOR.get(stage, ())):
+            shutil.rmtree(drawn) if drawn.is_dir() else drawn.unlink(missing_ok=True)
     seeded = copy.deepcopy(config)
     block = seeded["datasets"][dataset].setdefault("stages", {}).setdefault(SEEDED_STAGES[stage], {})
     block["seed"] = seed

@@ -15,6 +15,7 @@ from .data.dev_split import dev_split_of
 from .layout import stage_file
 from .model_fetch import model_source
 from .stages import STAGE_LABELS, trained
+from .training.trainer import STEP_KEYS
 from .stages import stage as declared
 
 
@@ -38,8 +39,10 @@ def pretrained_model(dataset: str, method: str) -> str:
 
 
 # Keys a settings function here resolves itself, kept out of the jobs' params (so that a release adding one
-# retrains nothing): Retriever2's start (:func:`initialisation`), the re-ranked runs' fusion (:func:`fusion`).
-RESOLVED_HERE = {"retriever": ("retriever2_start",), "reranker": ("fusion_weight", "fusion_metric")}
+# retrains nothing): Retriever2's start (:func:`initialisation`), the re-ranked runs' fusion (:func:`fusion`), the
+# pairs the teacher scores (:func:`teacher_draws`).
+RESOLVED_HERE = {"retriever": ("retriever2_start",),
+                 "reranker": ("fusion_weight", "fusion_metric", "teacher_pairs")}
 # Keys a job gets only when set (not null): left at null they change nothing, and a release adding one reruns
 # nothing. The bi-encoders' prompts: null takes the model's own (embedding.resolve_prompts).
 ONLY_WHEN_SET = ("query_prompt", "passage_prompt")
@@ -147,6 +150,19 @@ def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
     params = job_params(config, dataset, "reranker")
     params["plm"] = model_source(config, params["plm"])
     return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
+
+
+#: The distilled retriever's settings that decide which pairs it draws (training.groups, training.trainer).
+DRAW_KEYS = ("seed", "negatives_per_query") + STEP_KEYS
+
+
+def teacher_draws(config: dict, dataset: str) -> dict | None:
+    """What the teacher jobs need to score only the pairs the distilled retriever draws
+    (``reranker.teacher_pairs: drawn``): the student's :data:`DRAW_KEYS`; None (``all``): every pair."""
+    if stage_params(config, dataset, "reranker")["teacher_pairs"] == "all":
+        return None
+    student = stage_params(config, dataset, declared("distill").block)
+    return {key: student[key] for key in DRAW_KEYS if key in student}
 
 
 def fusion(config: dict, dataset: str) -> dict:

@@ -7,7 +7,8 @@ processed):
 
 * ``passages``: rows of a Parquet file (the shard's ``embeddings/shard_{k}.ids.parquet``);
 * ``queries``: rows of a Parquet file (``data/queries_{split}.parquet``);
-* ``query-passage pairs``: positives + negatives of a negatives-schema file (a teacher shard);
+* ``query-passage pairs``: the scored (not NaN) positives + negatives of a negatives-schema file (a teacher
+  shard);
 * ``steps``: the last ``step`` of a training loss log.
 """
 
@@ -57,8 +58,9 @@ def count_items(path: str | Path, unit: str) -> int:
     if unit in ("passages", "queries"):
         return open_parquet(path, f"file of {unit}").metadata.num_rows
     if unit == "query-passage pairs":
-        table = open_parquet(path, "negatives file").read(columns=["positive_ids", "negative_ids"])
-        return int(sum(pc.sum(pc.list_value_length(table[c])).as_py() or 0 for c in table.column_names))
+        table = open_parquet(path, "negatives file").read(columns=["positive_scores", "negative_scores"])
+        return int(sum(pc.sum(pc.invert(pc.is_nan(pc.list_flatten(table[c])))).as_py() or 0
+                       for c in table.column_names))
     if unit == "steps":
         return int(read_loss_log(path)[-1]["step"])
     raise ValueError(f"unknown unit {unit!r}")

@@ -22,7 +22,7 @@ from ..embedding import Prompts, TextEncoder, load_text_encoder, save_text_encod
 from ..models import load_tokenizer
 from .distributed import Distributed
 from .groups import read_query_groups
-from .trainer import TrainingSettings, finish, train
+from .trainer import STEP_KEYS, TrainingSettings, epochs_visited, finish, train
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,8 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     settings = TrainingSettings.from_params(params)
     groups = read_query_groups(negatives_path, passages_path, queries_path, params["negatives_per_query"],
                                params["seed"], with_scores=distill)
+    if distill:
+        groups.check_scores(epochs_visited(len(groups), **{key: getattr(settings, key) for key in STEP_KEYS}))
     tokenizer = load_tokenizer(params["plm"])
     encoder = load_start(params, params.get("attention_dropout"))
     prompts = encoder.prompts

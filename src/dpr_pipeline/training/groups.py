@@ -98,27 +98,25 @@ class QueryGroups:
 
     The positive is drawn among the query's positives, the negatives without replacement from its pool (with
     replacement when the pool is smaller than ``negatives_per_query``). Queries without any negative are left
-    out (logged). With ``with_scores`` every group carries the table's scores, which must all be known. Every
-    query must be in ``queries`` and every passage in ``passages`` (else a DataError naming the row).
+    out (logged). With ``with_scores`` every group carries the table's scores (:meth:`check_scores`: those drawn
+    must be known). Every query must be in ``queries`` and every passage in ``passages`` (else a DataError naming
+    the row).
     """
 
     def __init__(self, negatives: pa.Table, passages: PassageStore, queries: Mapping[str, str],
-                 negatives_per_query: int, seed: int, *, with_scores: bool = False, source: str = "negatives"):
+                 negatives_per_query: int, seed: int, *, with_scores: bool = False, source: str = "negatives",
+                 first_row: int = 1):
         self.negatives_per_query = negatives_per_query
         self.seed = seed
         self.with_scores = with_scores
         self.passages = passages
         query_ids = negatives.column("query_id").to_pylist()
-        positives, pool = known_id_lists(negatives, passages, queries, source)
+        positives, pool = known_id_lists(negatives, passages, queries, source, first_row)
+        self.source = source
         self.positive_scores = self.negative_scores = None
         if with_scores:
             self.positive_scores, self.negative_scores = (_scores(negatives.column("positive_scores")),
                                                           _scores(negatives.column("negative_scores")))
-            rows = [r for r in (_first_row_with_nan(self.positive_scores, positives.offsets),
-                                _first_row_with_nan(self.negative_scores, pool.offsets)) if r is not None]
-            if rows:
-                raise DataError(source, "a positive or negative without a score",
-                                "score every pair with the teacher (teacher_scores rule)", row=min(rows))
         keep = pool.lengths() > 0
         if not keep.all():
             log.warning("%d of %d queries in %s have no negative and are left out", int((~keep).sum()),
@@ -134,7 +132,9 @@ class QueryGroups:
     def _rng(self, index: int, epoch: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, zlib.crc32(self.query_ids[index].encode("utf-8")), epoch])
 
-    def example(self, index: int, epoch: int) -> Group:
+    def _draw(self, index: int, epoch: int) -> tuple[int, np.ndarray]:
+        """Group ``index``'s positive and negatives in ``epoch``, as positions in the flattened positive and negative
+        lists of the table."""
         rng = self._rng(index, epoch)
         row = self.kept[index]
         first_positive, first_negative = self.positive_ids.offsets[row], self.negative_ids.offsets[row]
@@ -142,6 +142,37 @@ class QueryGroups:
         pool = self.negative_ids.offsets[row + 1] - first_negative
         n = self.negatives_per_query
         chosen = first_negative + (rng.choice(pool, size=n, replace=pool < n) if n else np.array([], np.int64))
+        return p, chosen
+
+    def drawn(self, epochs: int) -> tuple[np.ndarray, np.ndarray]:
+        """Which pairs epochs ``0 … epochs - 1`` draw: boolean masks over the table's flattened positive and
+        negative lists (a query left out draws none). The teacher scores these pairs alone
+        (:mod:`dpr_pipeline.teacher_scores`), so the distilled retriever reads every score it draws."""
+        positives = np.zeros(len(self.positive_ids.rows), dtype=bool)
+        negatives = np.zeros(len(self.negative_ids.rows), dtype=bool)
+        for index in range(len(self)):
+            for epoch in range(epochs):
+                p, chosen = self._draw(index, epoch)
+                positives[p] = True
+                negatives[chosen] = True
+        return positives, negatives
+
+    def check_scores(self, epochs: int) -> None:
+        """A DataError naming the first table row (1-based) where a pair that epochs ``0 … epochs - 1`` draw has no
+        score (NaN); pairs never drawn may have none."""
+        positives, negatives = self.drawn(epochs)
+        rows = [r for r in (_first_row_with_nan(np.where(positives, self.positive_scores, 0.0),
+                                                self.positive_ids.offsets),
+                            _first_row_with_nan(np.where(negatives, self.negative_scores, 0.0),
+                                                self.negative_ids.offsets)) if r is not None]
+        if rows:
+            raise DataError(self.source, f"a pair the training draws in its {epochs} epoch(s) has no score",
+                            "score the pairs with the teacher for this stage's seed, negatives_per_query and "
+                            "epochs (teacher_scores rule; stages.reranker.teacher_pairs: all scores every pair)",
+                            row=min(rows))
+
+    def example(self, index: int, epoch: int) -> Group:
+        p, chosen = self._draw(index, epoch)
         rows = np.concatenate([[self.positive_ids.rows[p]], self.negative_ids.rows[chosen]])
         scores = None
         if self.with_scores:

@@ -114,6 +114,17 @@ def total_steps(num_examples: int, settings: TrainingSettings) -> int:
     return max(settings.min_steps, epoch_steps(num_examples, settings))
 
 
+#: The settings that decide a run's steps (:func:`total_steps`), all :func:`epochs_visited` needs.
+STEP_KEYS = ("batch_size", "epochs", "train_steps", "min_steps")
+
+
+def epochs_visited(num_examples: int, **steps) -> int:
+    """How many epochs (each with its own negative draws) a run of ``num_examples`` reaches, its steps set by
+    :data:`STEP_KEYS` (``batch_size`` required, the others as in :class:`TrainingSettings`)."""
+    settings = TrainingSettings(learning_rate=0.0, warmup_steps=0, **steps)  # the schedule plays no part
+    return math.ceil(total_steps(num_examples, settings) / steps_per_epoch(num_examples, settings.batch_size))
+
+
 _STAGE_KEYS = {"retriever": "retriever", "distilled retriever": "distill", "re-ranker": "reranker"}
 #: Fewer optimizer steps than this: a stage that barely trains, said in the job's log.
 FEW_STEPS = 20
