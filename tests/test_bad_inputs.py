@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Callable
 from unittest import mock
@@ -934,16 +933,17 @@ def test_bad_input(case_id, tmp_path, tiny_bert):
 
 
 @pytest.mark.parametrize("plm, folder, env, expected", [
-    (ISSUE_PLM, False, {}, "config key datasets.scifact.stages.retriever.plm: data/mymodel: the model folder "
-     "does not exist"),
+    (ISSUE_PLM, False, "offline", "config key datasets.scifact.stages.retriever.plm: data/mymodel: the model "
+     "folder does not exist"),
     ("google/electra-base-discriminator", False, "offline", "config key datasets.scifact.stages.retriever.plm: "
      "google/electra-base-discriminator: a Hugging Face Hub name, not fetched yet"),
     (ISSUE_PLM, True, {}, None),
 ], ids=["folder-missing", "offline-not-fetched", "folder-there"])
 def test_the_dry_run_checks_every_model_setting_at_once(tmp_path, tiny_bert, plm, folder, env, expected):
     """`snakemake -n` (the issue: `plm: data/mymodel` passed the dry run, then its job waited 27 s on the network
-    and blamed the Hub name): a bad model setting stops the dry run within seconds with the one message; the
-    folder, once there, is that folder (no Hub lookup) and the chain plans."""
+    and blamed the Hub name): a bad model setting stops the dry run with the one message; the folder, once there,
+    is that folder and the chain plans. Offline, a Hub lookup would fail at once with a Hub message instead of the
+    folder's, so the message itself shows that none was made (no timing: this machine's load decides those)."""
     from conftest import planned_jobs, run_snakemake, tiny_scifact_config
 
     (tmp_path / "data").mkdir()
@@ -952,9 +952,7 @@ def test_the_dry_run_checks_every_model_setting_at_once(tmp_path, tiny_bert, plm
     config = tiny_scifact_config(str(tiny_bert))
     config["datasets"]["scifact"]["stages"]["retriever"]["plm"] = plm
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    started = time.monotonic()
     done = run_snakemake(tmp_path, "-n", env={**os.environ, **(offline(tmp_path) if env == "offline" else env)})
-    elapsed = time.monotonic() - started
     output = done.stdout + done.stderr
     if expected is None:
         assert done.returncode == 0, output[-3000:]
@@ -962,7 +960,6 @@ def test_the_dry_run_checks_every_model_setting_at_once(tmp_path, tiny_bert, plm
         return
     assert done.returncode != 0 and expected in output, output[-3000:]
     assert output.count("config key") == 1 and output.count(". Fix: ") == 1, output[-3000:]
-    assert elapsed < 15, f"the dry run took {elapsed:.0f} s (a Hub lookup without network waits ~27 s)"
 
 
 def catalogue_rows() -> list[tuple[str, str]]:
