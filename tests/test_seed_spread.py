@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from dpr_pipeline.seed_spread import margin, seed_workdir, spread, write_report
+from dpr_pipeline.seed_spread import margin, seed_workdir, seeded_outputs, spread, write_ablation_report, write_report
 
 RUNS = {42: {"dev": {"nDCG@10": 0.70, "num_queries": 81}}, 1: {"dev": {"nDCG@10": 0.72, "num_queries": 81}},
         2: {"dev": {"nDCG@10": 0.74, "num_queries": 81}}}
@@ -60,3 +60,39 @@ def test_a_rerun_folder_shares_the_finished_inputs_and_drops_the_stage_itself(tm
     assert (workdir / "data").resolve() == (tmp_path / "data").resolve()
     with pytest.raises(ValueError, match="one of"):
         seed_workdir(tmp_path, config, "a", "bm25", 7)
+
+
+def test_an_ablation_row_reruns_its_pretraining_and_its_retriever_with_the_seed(tmp_path):
+    finished = tmp_path / "results" / "a"
+    for stage in ("bm25", "pretrain/simlm", "ablation/simlm", "ablation/none", "checkpoints/pretrain/simlm"):
+        (finished / stage).mkdir(parents=True)
+        (finished / stage / "metrics.json").write_text("{}")
+    (tmp_path / "data").mkdir()
+    config = {"datasets": {"a": {"format": "beir", "path": "data/a", "eval_splits": ["test"]}}}
+    copy = seed_workdir(tmp_path, config, "a", "ablation/simlm", 7) / "results" / "a"
+    assert not (copy / "ablation" / "simlm").exists() and not (copy / "pretrain" / "simlm").exists()
+    assert not (copy / "checkpoints" / "pretrain" / "simlm").exists()
+    assert (copy / "ablation" / "none" / "metrics.json").exists() and (copy / "bm25").exists()
+    written = yaml.safe_load((tmp_path / "results/a/seeds/ablation/simlm/seed_7/config.yaml").read_text())
+    assert written["datasets"]["a"]["stages"] == {"retriever": {"seed": 7}, "pretrain": {"seed": 7}}
+    assert seeded_outputs("ablation/none") == {"ablation/none": "retriever"}   # the plm as is: Retriever₁ alone
+    with pytest.raises(ValueError, match="ablation/<method>"):
+        seeded_outputs("pretrain/simlm")
+
+
+def test_the_ablation_report_reads_each_row_against_none_and_mlm_seed_by_seed(tmp_path):
+    def row(*values):
+        return {seed: {"dev": {"nDCG@10": v, "num_queries": 81}} for seed, v in zip((42, 1, 2), values)}
+
+    runs = {"none": row(0.70, 0.71, 0.72), "mlm": row(0.69, 0.71, 0.73), "simlm": row(0.72, 0.74, 0.73)}
+    report = write_ablation_report(tmp_path / "seeds", runs)
+    simlm = report["paired_difference"]["simlm"]
+    # simlm − none: 0.02, 0.03, 0.01; − mlm: 0.03, 0.03, 0.00 (not above on seed 2)
+    assert simlm["none"]["dev"]["nDCG@10"]["mean"] == pytest.approx(0.02)
+    assert simlm["none"]["dev"]["nDCG@10"]["sd"] == pytest.approx(0.01) and simlm["none"]["dev"]["nDCG@10"]["all_above"]
+    assert simlm["mlm"]["dev"]["nDCG@10"]["mean"] == pytest.approx(0.02)
+    assert not simlm["mlm"]["dev"]["nDCG@10"]["all_above"]
+    assert set(report["paired_difference"]["none"]) == {"mlm"} and set(report["paired_difference"]["mlm"]) == {"none"}
+    text = (tmp_path / "seeds.md").read_text()
+    assert "| simlm | 0.7300 ± 0.0100 | 42: 0.7200, 1: 0.7400, 2: 0.7300 | +0.0200 ± 0.0100 ✓ | +0.0200 ± 0.0173 |" in text
+    assert "| none | 0.7100 ± 0.0100 | 42: 0.7000, 1: 0.7100, 2: 0.7200 | – | +0.0000 ± 0.0100 |" in text

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from .layout import checkpoint_dir, dataset_dir, stage_file
-from .stages import CHAIN, STAGE_BELOW
+from .stages import ABLATION, CHAIN, PRETRAINING, STAGE_BELOW, stage as declared
 
 #: Stages a seed can be varied for (the chain's trained stages), and the config block holding their seed.
 SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}
@@ -36,10 +36,28 @@ SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}
 DRAWN_FOR = {"distill": ("reranker/teacher", "reranker/teacher_scores.parquet")}
 
 
+def seeded_outputs(stage: str) -> dict[str, str]:
+    """The stages a rerun of ``stage`` with another seed makes again, each with the config block that gets the
+    seed: a chain stage itself; a member of SimLM's Table 7 ablation (``ablation/<method>``) also its pre-trained
+    encoder (``pretrain/<method>``, block ``pretrain``), so the seed is the whole row's: pre-training and
+    Retriever₁ (``ablation/none``: Retriever₁ alone)."""
+    if stage in SEEDED_STAGES:
+        return {stage: SEEDED_STAGES[stage]}
+    try:
+        family = declared(stage)
+    except KeyError:
+        family = None
+    if family is not ABLATION:
+        raise ValueError(f"stage {stage!r}: a seed spread is for one of {sorted(SEEDED_STAGES)} or "
+                         f"{ABLATION.name}/<method>")
+    method = stage.partition("/")[2]
+    pretrained = {} if method == "none" else {f"{PRETRAINING.name}/{method}": PRETRAINING.block}
+    return {stage: ABLATION.block, **pretrained}
+
+
 def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) -> Path:
     """The folder of one rerun, made (once) as the module docstring says; returns it."""
-    if stage not in SEEDED_STAGES:
-        raise ValueError(f"stage {stage!r}: a seed spread is for one of {sorted(SEEDED_STAGES)}")
+    remade = seeded_outputs(stage)
     finished = repo / dataset_dir(dataset)
     if not (finished / stage / "metrics.json").is_file():
         raise FileNotFoundError(f"{finished / stage / 'metrics.json'}: run the workflow for {stage} first "
@@ -49,13 +67,14 @@ def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) 
         copy_of = workdir / dataset_dir(dataset)
         shutil.copytree(finished, copy_of, copy_function=os.link,
                         ignore=lambda folder, names: ["seeds"] if Path(folder) == finished else [])
-        for own in (copy_of / stage, workdir / checkpoint_dir(stage, dataset)):
-            shutil.rmtree(own, ignore_errors=True)
+        for name in remade:
+            for own in (copy_of / name, workdir / checkpoint_dir(name, dataset)):
+                shutil.rmtree(own, ignore_errors=True)
         for drawn in map(copy_of.joinpath, DRAWN_FOR.get(stage, ())):
             shutil.rmtree(drawn) if drawn.is_dir() else drawn.unlink(missing_ok=True)
     seeded = copy.deepcopy(config)
-    block = seeded["datasets"][dataset].setdefault("stages", {}).setdefault(SEEDED_STAGES[stage], {})
-    block["seed"] = seed
+    for block in set(remade.values()):
+        seeded["datasets"][dataset].setdefault("stages", {}).setdefault(block, {})["seed"] = seed
     (workdir / "config.yaml").write_text(yaml.safe_dump(seeded, sort_keys=False), encoding="utf-8")
     if not (workdir / "data").exists():  # the raw collections, relative to the working directory as in config.yaml
         (workdir / "data").symlink_to((repo / "data").resolve(), target_is_directory=True)
@@ -91,14 +110,25 @@ def spread(runs: dict[int, dict[str, dict[str, float]]]) -> dict[str, dict[str, 
     return out
 
 
+def _differences(differences: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(differences), "sd": _sample_sd(differences), "min": min(differences),
+            "n": len(differences), "all_above": all(d > 0 for d in differences)}
+
+
 def margin(upper: dict[int, dict], lower: dict[str, dict[str, float]], split: str,
            metric: str) -> dict[str, float]:
     """``upper``'s seeds against one run of the stage below (``lower``): the mean difference, the differences'
     sample sd, and whether every seed is above (``all_above``)."""
-    differences = [run[split][metric] - lower[split][metric] for run in upper.values()]
-    return {"mean": statistics.fmean(differences),
-            "sd": _sample_sd(differences),
-            "min": min(differences), "n": len(differences), "all_above": all(d > 0 for d in differences)}
+    return _differences([run[split][metric] - lower[split][metric] for run in upper.values()])
+
+
+def paired_margin(upper: dict[int, dict], lower: dict[int, dict], split: str, metric: str) -> dict[str, float]:
+    """``upper``'s seeds against ``lower``'s runs of the same seeds (two rows of the ablation: each seed trains
+    both the same way but for the start), as :func:`margin` over the seeds both have."""
+    common = [seed for seed in upper if seed in lower]
+    if not common:
+        raise ValueError(f"no seed in common: {sorted(upper)} against {sorted(lower)}")
+    return _differences([upper[seed][split][metric] - lower[seed][split][metric] for seed in common])
 
 
 def render(stage: str, below: str | None, runs: dict[int, dict], summary: dict, margins: dict) -> str:
@@ -139,3 +169,47 @@ def write_report(output_stem: Path, stage: str, below: str | None, runs: dict[in
     output_stem.with_suffix(".md").write_text(render(stage, below, runs, summary, margins), encoding="utf-8")
     return report
 
+
+
+#: The ablation rows every other row is read against, seed by seed: the plm as is, and the plain masked LM.
+ABLATION_BASELINES = ("none", "mlm")
+
+
+def write_ablation_report(output_stem: Path, runs: dict[str, dict[int, dict]], metric: str = "nDCG@10") -> dict:
+    """``<output_stem>.json`` and ``.md``: SimLM's Table 7 over seeds. ``runs``: ``{method: {seed: metrics}}``.
+    Per split, each method's mean ± sd of every metric and, where the baseline ran the same seeds, its paired
+    difference from each of :data:`ABLATION_BASELINES` (:func:`paired_margin`); the Markdown shows ``metric``."""
+    summary = {method: spread(seeds) for method, seeds in runs.items()}
+    against = {}
+    for method, seeds in runs.items():
+        for baseline in ABLATION_BASELINES:
+            if baseline == method or baseline not in runs or not set(seeds) & set(runs[baseline]):
+                continue
+            against.setdefault(method, {})[baseline] = {
+                split: {m: paired_margin(seeds, runs[baseline], split, m) for m in metrics}
+                for split, metrics in summary[method].items()}
+    report = {"seeds": {method: {str(s): r for s, r in seeds.items()} for method, seeds in runs.items()},
+              "spread": summary, "paired_difference": against}
+    splits = list(next(iter(summary.values())))
+    lines = [f"# Pre-training ablation over seeds: Retriever₁ fine-tuned from each method ({metric})", "",
+             "Each seed trains the whole row (pre-training and Retriever₁); a difference is taken seed by seed "
+             "against the baseline's run of the same seed (mean ± sd over the seeds both have; ✓: above on "
+             "every one).", ""]
+    for split in splits:
+        lines += [f"## {split}", "", "| method | mean ± sd | seeds | "
+                  + " | ".join(f"− {b}" for b in ABLATION_BASELINES) + " |",
+                  "| --- | ---: | --- |" + " ---: |" * len(ABLATION_BASELINES)]
+        for method, seeds in runs.items():
+            s = summary[method][split][metric]
+            values = ", ".join(f"{seed}: {run[split][metric]:.4f}" for seed, run in seeds.items())
+            cells = []
+            for baseline in ABLATION_BASELINES:
+                m = against.get(method, {}).get(baseline, {}).get(split, {}).get(metric)
+                cells.append("–" if m is None else
+                             f"{m['mean']:+.4f} ± {m['sd']:.4f}{' ✓' if m['all_above'] else ''}")
+            lines.append(f"| {method} | {s['mean']:.4f} ± {s['sd']:.4f} | {values} | " + " | ".join(cells) + " |")
+        lines.append("")
+    output_stem.parent.mkdir(parents=True, exist_ok=True)
+    output_stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    output_stem.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    return report

@@ -65,6 +65,7 @@ class ObjectiveSettings:
     cdmae_sigma: float = 1.0
     seed_decoder_layers: int = 3
     seed_attention_span: int = 2
+    bottleneck: str = "cls"  # the vector the decoder or head reads: "cls" or "mean" (config `auto` resolved)
 
     @classmethod
     def from_params(cls, params: dict) -> "ObjectiveSettings":
@@ -174,7 +175,7 @@ def _cdmae(model, input_ids, attention_mask, content, importance):
     enc_mask = model.mask(content, model.settings.encoder_replace_rate)
     dec_mask = model.importance_mask(importance, content)
     encoded = model.encode(model.bert_mask(input_ids, enc_mask), attention_mask).last_hidden_state
-    bottleneck = model.projection(encoded[:, 0])
+    bottleneck = model.projection(model.bottleneck(encoded, attention_mask))
     decoded = model.decode(bottleneck, model.decoder_embeddings(model.bert_mask(input_ids, dec_mask)),
                            model.decoder_attention(attention_mask))
     return _total({"encoder": model.lm_loss(encoded, input_ids, enc_mask),
@@ -184,7 +185,7 @@ def _cdmae(model, input_ids, attention_mask, content, importance):
 def _seed_encoder(model, input_ids, attention_mask, content, importance):
     mask = model.mask(content, model.settings.encoder_replace_rate)
     encoded = model.encode(model.bert_mask(input_ids, mask), attention_mask).last_hidden_state
-    decoded = model.decode(encoded[:, 0], model.decoder_embeddings(input_ids),
+    decoded = model.decode(model.bottleneck(encoded, attention_mask), model.decoder_embeddings(input_ids),
                            model.decoder_attention(attention_mask, causal_span=model.settings.seed_attention_span))
     # position j predicts token j + 1 from [CLS] and tokens j−k+1 … j
     return _total({"encoder": model.lm_loss(encoded, input_ids, mask),

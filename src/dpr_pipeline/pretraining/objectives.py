@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.bert.modeling_bert import BertLayer
 
+from ..embedding import POOLING_MODES, pool
 from ..losses import (at_least_float32, linear_cross_entropy_and_samples, linear_cross_entropy_sum,
                       span_contrastive_loss)
 from .masking import bert_corrupt, nested_mask, random_mask
@@ -137,6 +138,8 @@ class PretrainingModel(nn.Module):
         method = pretraining_method(settings.method)
         if (generator is None) == method.generator:
             raise ValueError(f"method {settings.method!r} {'needs' if generator is None else 'takes no'} generator")
+        if settings.bottleneck not in POOLING_MODES:
+            raise ValueError(f"bottleneck {settings.bottleneck!r}: use one of {POOLING_MODES}")
         self.method = method
         self.settings = settings
         self.special = special
@@ -185,6 +188,14 @@ class PretrainingModel(nn.Module):
         return self.method.loss(self, input_ids, attention_mask, content, importance)
 
     # -- building blocks of the methods' losses -----------------------------------------------------------------
+
+    def bottleneck(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The one vector per passage [B, H] the decoder or head reads from the encoder's last-layer ``states``:
+        [CLS] (the papers'), or the mean over the real tokens (``bottleneck: mean``, the pooling of a
+        sentence-transformers start such as MiniLM: the vector its retriever reads)."""
+        if self.settings.bottleneck == "cls":
+            return states[:, 0]
+        return pool(states, attention_mask, "mean").to(states.dtype)
 
     def encode(self, input_ids, attention_mask, hidden_states: bool = False):
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=hidden_states)
@@ -255,14 +266,15 @@ class PretrainingModel(nn.Module):
     def encoder_decoder(self, x_enc, x_dec, attention_mask):
         """(encoder token states, decoder token states) for the SimLM-style bottleneck."""
         encoded = self.encode(x_enc, attention_mask).last_hidden_state
-        decoded = self.decode(encoded[:, 0], self.decoder_embeddings(x_dec), self.decoder_attention(attention_mask))
+        decoded = self.decode(self.bottleneck(encoded, attention_mask), self.decoder_embeddings(x_dec),
+                              self.decoder_attention(attention_mask))
         return encoded, decoded
 
     def condenser_states(self, input_ids, attention_mask, content):
         """Condenser on an MLM-masked input: (late [CLS] vectors, head-loss sum, number of masked tokens)."""
         mask = self.mask(content, self.settings.encoder_replace_rate)
         out = self.encode(self.bert_mask(input_ids, mask), attention_mask, hidden_states=True)
-        late_cls = out.last_hidden_state[:, 0]
+        late_cls = self.bottleneck(out.last_hidden_state, attention_mask)
         early = out.hidden_states[self.settings.condenser_skip_layer]
         head = self.decode(late_cls, early, self.decoder_attention(attention_mask))
         return late_cls, lm_loss_sum(self.lm_head, head[mask], input_ids[mask]), mask.sum()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM
 
-from ..embedding import TextEncoder, resolve_prompts, save_text_encoder
+from ..embedding import TextEncoder, resolve_pooling, resolve_prompts, save_text_encoder
 from .. import models
 from ..config import RANDOM_GENERATOR
 from ..errors import DataError
@@ -80,26 +80,29 @@ class PretrainingCollator:
         return batch
 
 
-def load_masked_lm(reference: str) -> torch.nn.Module:
-    """A ``BertForMaskedLM`` from a model reference; its LM head is new when the checkpoint has none."""
+def load_masked_lm(reference: str, attention_dropout: float | None = None) -> torch.nn.Module:
+    """A ``BertForMaskedLM`` from a model reference; its LM head is new when the checkpoint has none;
+    ``attention_dropout`` overrides the model's own (None keeps it)."""
     model_type = models.load_model_config(reference).model_type
     if model_type != "bert":
         raise DataError(reference, f"pre-training needs a BERT encoder, this is a {model_type!r} model",
                         "set stages.pretrain.plm to a BERT model (bert-base-uncased, MiniLM, ...)")
-    return models.load_pretrained(reference, "masked language model", BertForMaskedLM.from_pretrained)
+    return models.load_pretrained(reference, "masked language model", BertForMaskedLM.from_pretrained,
+                                  **models.dropout_overrides(reference, attention_dropout))
 
 
 def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGenerator:
     """The generator: a pre-trained masked LM (``generator``: a model reference; frozen unless
-    ``train_generator``) or ``random``: a small BERT (``random_generator_hidden_size``/``_layers``) trained
-    jointly from random initialisation (SimLM Table 12: all three variants pre-train equally well)."""
+    ``train_generator``) or ``random``: a small BERT (``random_generator_hidden_size``/``_layers``, the encoder's
+    attention dropout) trained jointly from random initialisation (SimLM Table 12: all three variants pre-train equally well)."""
     reference = params["generator"]
     if reference == RANDOM_GENERATOR:
         hidden = params["random_generator_hidden_size"]
         config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=4 * hidden,
                             num_hidden_layers=params["random_generator_layers"],
                             num_attention_heads=max(1, hidden // 64),
-                            max_position_embeddings=encoder_config.max_position_embeddings)
+                            max_position_embeddings=encoder_config.max_position_embeddings,
+                            attention_probs_dropout_prob=encoder_config.attention_probs_dropout_prob)
         return TokenGenerator(BertForMaskedLM(config), trainable=True)
     model = models.load_pretrained(reference, "generator", AutoModelForMaskedLM.from_pretrained)
     if model.config.vocab_size != vocab_size:
@@ -108,9 +111,15 @@ def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGener
     return TokenGenerator(model, trainable=params["train_generator"])
 
 
+def objective_settings(params: dict) -> ObjectiveSettings:
+    """The method's settings, ``bottleneck: auto`` resolved to the plm's own pooling ([CLS] for a folder that
+    records none, as bert-base-uncased)."""
+    return ObjectiveSettings.from_params({**params, "bottleneck": resolve_pooling(params["plm"], params["bottleneck"])})
+
+
 def build_model(params: dict, tokenizer) -> PretrainingModel:
-    settings = ObjectiveSettings.from_params(params)
-    masked_lm = load_masked_lm(params["plm"])
+    settings = objective_settings(params)
+    masked_lm = load_masked_lm(params["plm"], params.get("attention_dropout"))
     generator = build_generator(params, masked_lm.config, masked_lm.config.vocab_size) \
         if pretraining_method(settings.method).generator else None
     return PretrainingModel(masked_lm, settings, SpecialTokens.of(tokenizer), generator)
@@ -140,15 +149,15 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
     data = PassageData(corpus, span_pairs=method.span_pairs, seed=params["seed"])
     collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"])
     step = training_step(method, params)
-    log.info("pre-training %s with %s on %d passages (%d tokens)", params["plm"], method.name, len(corpus),
-             corpus.num_tokens)
+    log.info("pre-training %s with %s (bottleneck: %s) on %d passages (%d tokens)", params["plm"], method.name,
+             model.settings.bottleneck, len(corpus), corpus.num_tokens)
     train(model, data, collate, step, TrainingSettings.from_params(params), checkpoint_dir,
           cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})")
     if dist.is_main:
         with atomic_output(output_dir) as tmp:
-            # [CLS] pooling: the representation the bottleneck pre-trains; the plm's prompts, if it declares any,
-            # stay with it for the retrievers that start from this encoder
-            save_text_encoder(TextEncoder(model.encoder.cpu(), "cls", resolve_prompts(params["plm"])), tokenizer,
-                              tmp, corpus.max_length)
+            # pooled as the bottleneck it pre-trained ([CLS] or mean); the plm's prompts, if it declares any, stay
+            # with it for the retrievers that start from this encoder
+            save_text_encoder(TextEncoder(model.encoder.cpu(), model.settings.bottleneck,
+                                          resolve_prompts(params["plm"])), tokenizer, tmp, corpus.max_length)
         log.info("saved the encoder to %s", output_dir)
     finish(checkpoint_dir, dist)
