@@ -740,10 +740,10 @@ def _(tmp, bert):
 
 
 @case("config-warmup-most-of-train-steps", ConfigError, "config key datasets.scifact.stages.pretrain.warmup_steps: "
-      "21 warm-up steps are more than half of the 40 training steps", "Fix: set warmup_ratio (e.g. 0.1) or "
-      "warmup_steps at most 20")
+      "81 warm-up steps are more than half of the 160 training steps", "Fix: set warmup_ratio (e.g. 0.1) or "
+      "warmup_steps at most 80")
 def _(tmp, bert):
-    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["pretrain"].update(warmup_steps=21))
+    return shipped_config_call(tmp, lambda c: c["datasets"]["scifact"]["stages"]["pretrain"].update(warmup_steps=81))
 
 
 @case("config-setting-moved", ConfigError, "config key datasets.scifact.stages.reranker.mined_negatives_per_query "
