@@ -7,6 +7,10 @@ training, runs and metrics) on the very inputs the finished run trained S on. Th
 finished run itself. :func:`spread` then gives, per split and metric, the mean and the sample standard deviation
 over the seeds, and :func:`margin` the mean difference of two stages over the seeds both have with its spread.
 
+A row of SimLM's Table 7 ablation (``ablation/<method>``) is rerun whole: its pre-training and its Retriever₁ both
+take the seed (:func:`seeded_outputs`), and :func:`write_ablation_report` reads each row against ``none`` and ``mlm``
+seed by seed.
+
 The seed changes what the stage's config ``seed`` drives: batch order, negative draws, weights new to the model
 (the re-ranker's head) and dropout. It leaves its inputs (the stage before it, the teacher model) as they are, so
 the spread is the stage's own, not the chain's; only the distilled retriever's teacher scores are made again

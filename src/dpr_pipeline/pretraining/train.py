@@ -94,7 +94,8 @@ def load_masked_lm(reference: str, attention_dropout: float | None = None) -> to
 def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGenerator:
     """The generator: a pre-trained masked LM (``generator``: a model reference; frozen unless
     ``train_generator``) or ``random``: a small BERT (``random_generator_hidden_size``/``_layers``, the encoder's
-    attention dropout) trained jointly from random initialisation (SimLM Table 12: all three variants pre-train equally well)."""
+    attention dropout) trained jointly from random initialisation (SimLM Table 12: all three variants pre-train
+    equally well)."""
     reference = params["generator"]
     if reference == RANDOM_GENERATOR:
         hidden = params["random_generator_hidden_size"]
