@@ -44,17 +44,17 @@ def main() -> None:
         sys.exit(f"pretrain.seed and retriever.seed differ ({sorted(configured)}): set them equal, so the "
                  "finished ablation is one seed's row")
     (seed,) = configured
+    stem = Path(REPO / stage_file("ablation", "seeds", args.dataset))
     runs = {}
-    for method in methods:
+    for method in methods:  # the report is rewritten after each row: a stopped run keeps the rows it finished
         stage = f"ablation/{method}"
         runs[method] = {seed: read_metrics(REPO / stage_file(stage, "metrics.json", args.dataset))}
         for other in args.seeds:
             if other != seed:
                 workdir = seed_workdir(REPO, as_written, args.dataset, stage, other)
                 runs[method][other] = read_metrics(rerun(REPO, workdir, args.dataset, stage, args.cores))
-    stem = REPO / stage_file("ablation", "seeds", args.dataset)
-    write_ablation_report(Path(stem), runs)
-    print(Path(stem).with_suffix(".md").read_text(encoding="utf-8"))
+        write_ablation_report(stem, runs)
+    print(stem.with_suffix(".md").read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":
