@@ -3,7 +3,8 @@
 The shared trainer (:mod:`dpr_pipeline.training.trainer`) runs the loop: ``train_steps`` steps of
 ``batch_size`` passages drawn as seeded per-epoch permutations, AdamW with linear warm-up and decay, bf16
 autocast on GPU, DDP under torchrun, resumable checkpoints and a loss log. The encoder is then saved with
-``save_pretrained`` (safetensors, plus sentence-transformers CLS-pooling files), so ``plm:`` can point at it.
+``save_pretrained`` (safetensors, plus sentence-transformers files pooling as its bottleneck did: [CLS] or the
+mean), so ``plm:`` can point at it.
 """
 
 from __future__ import annotations
