@@ -157,6 +157,14 @@ def render(stage: str, below: str | None, runs: dict[int, dict], summary: dict, 
     return "\n".join(lines)
 
 
+def _write(output_stem: Path, report: dict, markdown: str) -> dict:
+    """``<output_stem>.json`` (``report``) and ``<output_stem>.md`` (``markdown``); returns ``report``."""
+    output_stem.parent.mkdir(parents=True, exist_ok=True)
+    output_stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    output_stem.with_suffix(".md").write_text(markdown, encoding="utf-8")
+    return report
+
+
 def write_report(output_stem: Path, stage: str, below: str | None, runs: dict[int, dict],
                  lower: dict | None) -> dict:
     """``<output_stem>.json`` and ``.md`` for ``stage``'s seeds, with margins over ``below``'s metrics."""
@@ -168,10 +176,7 @@ def write_report(output_stem: Path, stage: str, below: str | None, runs: dict[in
                 margins[split] = {m: margin(runs, lower, split, m) for m in metrics if m in lower[split]}
     report = {"stage": stage, "below": below, "seeds": {str(s): r for s, r in runs.items()}, "spread": summary,
               "margin_over_below": margins}
-    output_stem.parent.mkdir(parents=True, exist_ok=True)
-    output_stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    output_stem.with_suffix(".md").write_text(render(stage, below, runs, summary, margins), encoding="utf-8")
-    return report
+    return _write(output_stem, report, render(stage, below, runs, summary, margins))
 
 
 
@@ -213,7 +218,4 @@ def write_ablation_report(output_stem: Path, runs: dict[str, dict[int, dict]], m
                              f"{m['mean']:+.4f} ± {m['sd']:.4f}{' ✓' if m['all_above'] else ''}")
             lines.append(f"| {method} | {s['mean']:.4f} ± {s['sd']:.4f} | {values} | " + " | ".join(cells) + " |")
         lines.append("")
-    output_stem.parent.mkdir(parents=True, exist_ok=True)
-    output_stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    output_stem.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
-    return report
+    return _write(output_stem, report, "\n".join(lines))
