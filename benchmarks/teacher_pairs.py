@@ -28,6 +28,7 @@ from dpr_pipeline import stage_settings  # noqa: E402
 from dpr_pipeline.config import load_config  # noqa: E402
 from dpr_pipeline.data.schemas import read_artifact  # noqa: E402
 from dpr_pipeline.layout import data_file, stage_file  # noqa: E402
+from dpr_pipeline.stages import stage  # noqa: E402
 from dpr_pipeline.teacher_scores import score_teacher_shard  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def main() -> None:
     if draws is None:
         sys.exit(f"{args.dataset}: stages.reranker.teacher_pairs is all; the comparison needs drawn")
     inputs = [REPO / stage_file("reranker", "model", args.dataset),
-              REPO / stage_file("retriever2", "negatives.parquet", args.dataset),
+              REPO / stage_file(stage("reranker").fed_by, "negatives.parquet", args.dataset),
               REPO / data_file("passages.arrow", args.dataset),
               REPO / data_file("queries_train.parquet", args.dataset)]
     seconds = {"all": [], "drawn": []}

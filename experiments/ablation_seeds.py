@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO / "src"))
 from dpr_pipeline.config import load_config, stage_params  # noqa: E402
 from dpr_pipeline.layout import stage_file  # noqa: E402
 from dpr_pipeline.seed_spread import rerun, seed_workdir, write_ablation_report  # noqa: E402
+from dpr_pipeline.stages import ABLATION, PRETRAINING, member  # noqa: E402
 from dpr_pipeline.summary import read_metrics  # noqa: E402
 
 
@@ -38,16 +39,16 @@ def main() -> None:
 
     raw = load_config(args.configfile)  # validated: the seeds' configs are this one with the seeds changed
     as_written = yaml.safe_load(args.configfile.read_text(encoding="utf-8"))
-    methods = args.methods or stage_params(raw, args.dataset, "pretrain")["ablation_methods"]
-    configured = {stage_params(raw, args.dataset, block)["seed"] for block in ("pretrain", "retriever")}
+    methods = args.methods or stage_params(raw, args.dataset, PRETRAINING.block)["ablation_methods"]
+    configured = {stage_params(raw, args.dataset, block)["seed"] for block in (PRETRAINING.block, ABLATION.block)}
     if len(configured) != 1:
         sys.exit(f"pretrain.seed and retriever.seed differ ({sorted(configured)}): set them equal, so the "
                  "finished ablation is one seed's row")
     (seed,) = configured
-    stem = Path(REPO / stage_file("ablation", "seeds", args.dataset))
+    stem = Path(REPO / stage_file(ABLATION.name, "seeds", args.dataset))
     runs = {}
     for method in methods:  # the report is rewritten after each row: a stopped run keeps the rows it finished
-        stage = f"ablation/{method}"
+        stage = member(ABLATION, method)
         runs[method] = {seed: read_metrics(REPO / stage_file(stage, "metrics.json", args.dataset))}
         for other in args.seeds:
             if other != seed:

@@ -23,6 +23,7 @@ from dpr_pipeline.data.dev_split import dev_split_of  # noqa: E402
 from dpr_pipeline.layout import data_file, stage_file  # noqa: E402
 from dpr_pipeline.negatives import mine_hard_negatives  # noqa: E402
 from dpr_pipeline.reranker import listwise_loss_of  # noqa: E402
+from dpr_pipeline.stages import stage  # noqa: E402
 
 
 def held_out_reranker_loss(config: dict, dataset: str) -> dict:
@@ -30,12 +31,13 @@ def held_out_reranker_loss(config: dict, dataset: str) -> dict:
     if dev is None:
         raise SystemExit(f"dataset {dataset!r} has no dev_split: set datasets.{dataset}.dev_split first")
     params = stage_params(config, dataset, "reranker")
-    depth = stage_params(config, dataset, "mining")["retriever2"]["depth"]
+    reranked = stage("reranker").fed_by  # the stage whose runs it re-ranks and whose negatives train it
+    depth = stage_params(config, dataset, "mining")[reranked]["depth"]
     queries, qrels = REPO / data_file(f"queries_{dev.name}.parquet", dataset), \
         REPO / data_file(f"qrels_{dev.name}.parquet", dataset)
     with tempfile.TemporaryDirectory() as tmp:
         groups = Path(tmp) / "dev_groups.parquet"
-        mine_hard_negatives(str(REPO / stage_file("retriever2", f"run_{dev.name}.trec", dataset)), str(qrels),
+        mine_hard_negatives(str(REPO / stage_file(reranked, f"run_{dev.name}.trec", dataset)), str(qrels),
                             str(groups), depth=depth, keep=depth, seed=params["seed"], source=dev.name)
         loss = {name: listwise_loss_of(reference, groups, REPO / data_file("passages.arrow", dataset), queries,
                                        negatives_per_query=params["negatives_per_query"],

@@ -28,7 +28,7 @@ import dpr_pipeline.run_errors as run_errors
 def result_folders():
     """The folders the rules write under results/{dataset}/ (a wildcard there, {stage} or {trained}: every
     stage's top folder)."""
-    stage_folders = {stage.split("/")[0] for stage in STAGES + ABLATION_STAGES}
+    stage_folders = {stages.stage(stage).name for stage in STAGES + ABLATION_STAGES}
     folders = set()
     for declared in workflow.rules:
         for path in declared.output:
@@ -65,13 +65,18 @@ validate_config(config, SCHEMA_FILE)
 # The stage lists, from their declaration (src/dpr_pipeline/stages.py). The chain in pipeline order (SimLM
 # Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
 STAGES = stages.chain()
-# Pre-training methods (config pretrain.method); the ablation fine-tunes Retriever1 from each (and from `none`,
-# the un-pre-trained plm) under results/{dataset}/ablation/{method}/, as SimLM's Table 7 does.
+# Pre-training methods (config pretrain.method), each pre-training an encoder under
+# results/{dataset}/pretrain/{method}/; the ablation fine-tunes Retriever1 from each (and from `none`, the
+# un-pre-trained plm) under results/{dataset}/ablation/{method}/, as SimLM's Table 7 does.
 PRETRAIN_METHODS = SCHEMA["$defs"]["pretrain"]["properties"]["method"]["enum"]
-ABLATION_STAGES = [f"ablation/{method}" for method in ["none"] + PRETRAIN_METHODS]
+PRETRAINED_STAGES = stages.members(stages.PRETRAINING, PRETRAIN_METHODS)
+ABLATION_STAGES = stages.members(stages.ABLATION, ["none"] + PRETRAIN_METHODS)
 # Stages with an encoder, a corpus index and dense runs; stages that re-rank another stage's runs.
 BIENCODERS = stages.chain(stages.BIENCODER) + ABLATION_STAGES
 CROSS_ENCODERS = stages.chain(stages.CROSS_ENCODER)
+# What feeds the re-ranker: the stage whose runs it re-ranks (and fuses with) and whose mined negatives train it
+# and its teacher scores.
+RERANKED = stages.stage("reranker").fed_by
 
 
 # A training longer than the cluster's longest job runs as several attempts (cluster.max_runtime): say when

@@ -35,17 +35,18 @@ def teacher_shards(wildcards):
 
 
 def fusion_choice_inputs(wildcards):
-    """What fusion_weight `dev` is chosen on: the dev split's re-ranker and Retriever2 runs, and its qrels."""
+    """What fusion_weight `dev` is chosen on: the dev split's re-ranker runs and those it re-ranked (Retriever2's),
+    and its qrels."""
     dev = settings.fusion(config, wildcards.dataset)["split"]
     return {"reranker": stage_file("reranker", f"cross_encoder/run_{dev}.trec", wildcards.dataset),
-            "first_stage": stage_file("retriever2", f"run_{dev}.trec", wildcards.dataset),
+            "first_stage": stage_file(RERANKED, f"run_{dev}.trec", wildcards.dataset),
             "qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset)}
 
 
 def fusion_inputs(wildcards):
     """A fused run's two runs, and the weight's choice (fusion_choice)."""
     return {"reranker": stage_file("reranker", f"cross_encoder/run_{wildcards.split}.trec", wildcards.dataset),
-            "first_stage": stage_file("retriever2", f"run_{wildcards.split}.trec", wildcards.dataset),
+            "first_stage": stage_file(RERANKED, f"run_{wildcards.split}.trec", wildcards.dataset),
             "choice": fusion_choice(wildcards)}
 
 

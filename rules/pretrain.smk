@@ -4,6 +4,10 @@
 # ablation/{method}), summarised side by side. What a method needs is asked of its declaration (pretraining/methods.py).
 from dpr_pipeline.pretraining.methods import pretraining_method
 
+# A method's pre-trained encoder and its ablation row: the families' members (stages.member), as rule patterns.
+PRETRAINED = stages.member(stages.PRETRAINING, "{method}")
+ABLATED = stages.member(stages.ABLATION, "{method}")
+
 
 rule tokenize_corpus:
     input:
@@ -57,12 +61,12 @@ rule pretrain:
         ),
         models=fetched_inputs(pretrain_plm, pretrain_generator),
     output:
-        model=directory(stage_file("pretrain", "{method}/model")),
-        loss_log=stage_file("pretrain", "{method}/loss_log.jsonl"),
-        manifest=stage_file("pretrain", "{method}/manifest.json"),
+        model=directory(stage_file(PRETRAINED, "model")),
+        loss_log=stage_file(PRETRAINED, "loss_log.jsonl"),
+        manifest=stage_file(PRETRAINED, "manifest.json"),
     params:
         pretrain=lambda wc: settings.pretrain(config, wc.dataset, wc.method),
-        checkpoints=checkpoint_dir("pretrain/{method}"),
+        checkpoints=checkpoint_dir(PRETRAINED),
     threads: threads_of("pretrain")
     resources:
         **resources_of("pretrain"),
@@ -79,26 +83,26 @@ rule pretrain:
 rule ablation_summary:
     input:
         metrics=lambda wc: expand(
-            stage_file("ablation", "{method}/metrics.json"),
+            stage_file(ABLATED, "metrics.json"),
             dataset=wc.dataset,
             method=ablation_methods(wc),
         ),
         loss_logs=lambda wc: expand(
-            stage_file("pretrain", "{method}/loss_log.jsonl"),
+            stage_file(PRETRAINED, "loss_log.jsonl"),
             dataset=wc.dataset,
             method=[m for m in ablation_methods(wc) if m != "none"],
         ),
     output:
-        json=stage_file("ablation", "summary.json"),
-        markdown=stage_file("ablation", "summary.md"),
+        json=stage_file(stages.ABLATION.name, "summary.json"),
+        markdown=stage_file(stages.ABLATION.name, "summary.md"),
         png=report(
-            stage_file("ablation", "summary.png"),
+            stage_file(stages.ABLATION.name, "summary.png"),
             caption="../report/ablation.rst",
             category="{dataset}",
             subcategory="pre-training ablation",
         ),
         loss_png=report(
-            stage_file("ablation", "pretraining_loss.png"),
+            stage_file(stages.ABLATION.name, "pretraining_loss.png"),
             caption="../report/pretraining_loss.rst",
             category="{dataset}",
             subcategory="pre-training ablation",

@@ -14,7 +14,7 @@ rule plot_training_loss:
             subcategory="{trained}",
         ),
     wildcard_constraints:
-        trained="|".join(TRAINED_STAGES + [f"pretrain/{m}" for m in PRETRAIN_METHODS] + ABLATION_STAGES),
+        trained="|".join(TRAINED_STAGES + PRETRAINED_STAGES + ABLATION_STAGES),
     threads: threads_of("plot_training_loss")
     resources:
         **resources_of("plot_training_loss"),
@@ -53,10 +53,9 @@ rule metrics_table:
 
 rule score_distributions:
     input:
-        bm25=stage_file("bm25", "negatives.parquet"),
-        retriever1=stage_file("retriever1", "negatives.parquet"),
-        retriever2=stage_file("retriever2", "negatives.parquet"),
-        teacher=stage_file("reranker", "teacher_scores.parquet"),
+        # every mined stage's negatives (stages.py), then the teacher's scores of those the student distils
+        **{stage: stage_file(stage, "negatives.parquet") for stage in stages.mined()},
+        teacher=stage_file(stages.teacher(), "teacher_scores.parquet"),
     output:
         report(
             stage_file("report", "score_distributions.png"),

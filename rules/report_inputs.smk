@@ -52,7 +52,7 @@ def benchmarked_jobs(wildcards):
     train, evals = train_split(wildcards), eval_splits(wildcards)
     with_train = list(dict.fromkeys([train] + evals))
     queries = lambda split: data_file(f"queries_{split}.parquet", ds)
-    biencoders = stages.chain(stages.BIENCODER)
+    biencoders, mined = stages.chain(stages.BIENCODER), stages.mined(stages.BIENCODER)  # mined: train runs too
     jobs = [rule_job(rules.encode_corpus, "corpus encoding", f"{stage} shard {shard}", "passages", "ids",
                      dataset=ds, stage=stage, shard=shard)
             for stage in biencoders for shard in range(settings.encoding(config, ds)["encode_shards"])]
@@ -61,14 +61,14 @@ def benchmarked_jobs(wildcards):
                       split=split) for split in bm25_splits]
     jobs += [rule_job(rules.dense_search, "dense search", f"{stage} {split}", "queries", counted=queries(split),
                       dataset=ds, stage=stage, split=split)
-             for stage in biencoders for split in (with_train if stage in ("retriever1", "retriever2") else evals)]
+             for stage in biencoders for split in (with_train if stage in mined else evals)]
     jobs += [rule_job(rules.rerank, "re-ranking", split, "queries", counted=queries(split), dataset=ds, split=split)
              for split in evals]
     jobs += [rule_job(rules.teacher_scores_shard, "teacher scoring", f"shard {shard}", "query-passage pairs",
                       dataset=ds, shard=shard)
              for shard in range(settings.reranker(config, ds)["teacher_shards"])]
     training = {stage: (getattr(rules, stages.stage(stage).trainer), {"stage": stage}) for stage in TRAINED_STAGES}
-    training.update({stage: (rules.pretrain, {"method": stage.split("/", 1)[1]})
+    training.update({stage: (rules.pretrain, {"method": stages.family_member(stage)[1]})
                      for stage in settings.pretraining_in_chain(config, ds)})
     jobs += [rule_job(rule, "training", stage, "steps", "loss_log", dataset=ds, **chosen)
              for stage, (rule, chosen) in training.items()]

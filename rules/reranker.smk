@@ -1,10 +1,11 @@
-# Cross-encoder re-ranker (Eq. 4) on Retriever2's negatives, re-ranking of Retriever2's runs, teacher scores
-# (sharded), the distilled retriever (Eq. 5) and the per-dataset summary.
+# Cross-encoder re-ranker (Eq. 4) on Retriever2's negatives, re-ranking of Retriever2's runs (RERANKED: what feeds
+# the re-ranker, src/dpr_pipeline/stages.py), teacher scores (sharded), the distilled retriever (Eq. 5) and the
+# per-dataset summary.
 
 
 rule train_reranker:
     input:
-        negatives=stage_file("retriever2", "negatives.parquet"),
+        negatives=stage_file(RERANKED, "negatives.parquet"),
         passages=data_file("passages.arrow"),
         queries=train_queries,
         init=fetched_inputs(reranker_plm),
@@ -31,7 +32,7 @@ rule train_reranker:
 rule rerank:
     input:
         model=stage_file("reranker", "model"),
-        run=stage_file("retriever2", "run_{split}.trec"),
+        run=stage_file(RERANKED, "run_{split}.trec"),
         passages=data_file("passages.arrow"),
         queries=data_file("queries_{split}.parquet"),
     output:
@@ -97,7 +98,7 @@ rule fuse_reranked_run:
 rule teacher_scores_shard:
     input:
         model=stage_file("reranker", "model"),
-        negatives=stage_file("retriever2", "negatives.parquet"),
+        negatives=stage_file(RERANKED, "negatives.parquet"),
         passages=data_file("passages.arrow"),
         queries=train_queries,
     output:
@@ -140,7 +141,7 @@ rule train_distill:
     input:
         # the trained student or its start, whichever scores higher on the dev split (stages.selection)
         unpack(selection_inputs("distill")),
-        negatives=stage_file("reranker", "teacher_scores.parquet"),
+        negatives=stage_file(stages.stage("distill").teacher, "teacher_scores.parquet"),
         passages=data_file("passages.arrow"),
         queries=train_queries,
         init=initialisation_input("distill"),

@@ -28,12 +28,9 @@ rule train_retriever:
     input:
         # the trained model or its start, whichever scores higher on the dev split (stages.selection)
         unpack(selection_inputs()),
-        # Retriever2 learns from Retriever1's mined negatives; Retriever1 and the ablation from BM25's.
-        negatives=lambda wc: (
-            stage_file("retriever1", "negatives.parquet", wc.dataset)
-            if wc.stage == "retriever2"
-            else stage_file("bm25", "negatives.parquet", wc.dataset)
-        ),
+        # the mined negatives of the stage that feeds it (stages.py): Retriever2 learns from Retriever1's,
+        # Retriever1 and the ablation from BM25's
+        negatives=lambda wc: stage_file(stages.stage(wc.stage).fed_by, "negatives.parquet", wc.dataset),
         passages=data_file("passages.arrow"),
         queries=train_queries,
         init=initialisation_input(),
@@ -145,10 +142,10 @@ rule mine_hard_negatives:
     output:
         stage_file("{stage}", "negatives.parquet"),
     wildcard_constraints:
-        stage="retriever1|retriever2",
+        stage="|".join(stages.mined(stages.BIENCODER)),
     params:
-        # Retriever1's negatives train Retriever2; Retriever2's feed the re-ranker, the teacher scores and the
-        # distilled retriever (mining.retriever1, mining.retriever2).
+        # the mined bi-encoders (stages.py): Retriever1's negatives train Retriever2; Retriever2's feed the
+        # re-ranker, the teacher scores and the distilled retriever (mining.retriever1, mining.retriever2).
         mining=lambda wc: settings.mining(config, wc.dataset, wc.stage),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
     threads: threads_of("mine_hard_negatives")

@@ -773,7 +773,7 @@ def _(tmp, bert):
     loss_log = tmp / "out" / "loss_log.jsonl"
     return (lambda: train(torch.nn.Linear(2, 1), Examples(), lambda xs: {"x": torch.stack(xs)},
                           lambda model, batch, dist: model(batch["x"]).mean(), settings, tmp / "checkpoints",
-                          loss_log=loss_log, description="retriever")), [loss_log]
+                          loss_log=loss_log, description="retriever", stage="retriever1")), [loss_log]
 
 
 @case("config-rerank-deeper-than-search", ConfigError, "config key datasets.scifact.stages.reranker.rerank_depth: "

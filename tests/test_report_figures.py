@@ -12,8 +12,8 @@ import pytest
 
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.plots import (plot_score_distributions, plot_training_loss, read_loss_log, score_separation,
-                                training_loss_title)
+from dpr_pipeline.plots import plot_score_distributions, plot_training_loss, read_loss_log, score_separation
+from dpr_pipeline.stages import training_loss
 from dpr_pipeline.tables import metrics_frame, write_metrics_table
 from dpr_pipeline.throughput import COLUMNS, count_items, read_benchmark, throughput_table, write_throughput
 
@@ -44,10 +44,10 @@ def write_benchmark(path: Path, seconds: list[float], max_rss: float = 512.0) ->
 def test_training_loss_plot_and_titles(tmp_path: Path):
     log = write_loss_log(tmp_path / "loss_log.jsonl", [2.0, 1.8, 1.5, 1.4, 1.0, 0.9, 0.8, 0.8, 0.7, 0.6, 0.5])
     assert [row["step"] for row in read_loss_log(log)] == list(range(1, 12))
-    plot_training_loss(log, tmp_path / "loss_curve.png", "scifact: " + training_loss_title("retriever2"))
+    plot_training_loss(log, tmp_path / "loss_curve.png", "scifact: " + training_loss("retriever2"))
     assert (tmp_path / "loss_curve.png").read_bytes().startswith(PNG)
-    assert "Eq. 4" in training_loss_title("reranker") and "simlm" in training_loss_title("pretrain/simlm")
-    assert "cdmae" in training_loss_title("ablation/cdmae")
+    assert "Eq. 4" in training_loss("reranker") and "simlm" in training_loss("pretrain/simlm")
+    assert "cdmae" in training_loss("ablation/cdmae")
 
 
 @pytest.mark.parametrize("content, problem", [("", "empty"), ('{"step": 1}\n', "missing field(s) 'loss'"),

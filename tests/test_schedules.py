@@ -30,7 +30,7 @@ def test_min_steps_lengthens_only_a_run_whose_epochs_give_fewer_steps(caplog):
     assert total_steps(160, settings(min_steps=40, train_steps=12)) == 12  # a fixed budget is the user's
     assert total_steps(160, settings(min_steps=0)) == 15
     with caplog.at_level(logging.INFO):
-        check_warmup(floor, total_steps(160, floor), 160, "retriever")
+        check_warmup(floor, total_steps(160, floor), 160, "retriever", "retriever1")
     assert "40 optimizer steps (stages.retriever.min_steps 40" in caplog.text and "make only 15" in caplog.text
     assert "8.0 epochs" in caplog.text
 
@@ -49,14 +49,14 @@ def test_the_bundled_stages_are_above_the_default_floor():
 
 def test_absolute_warmup_steps_that_take_most_of_the_run_stop_the_job_before_training():
     with pytest.raises(ConfigError, match=r"warmup_steps 10 is more than half of the 12 training step\(s\)"):
-        check_warmup(settings(), total_steps(150, settings()), 150, "retriever")
+        check_warmup(settings(), total_steps(150, settings()), 150, "retriever", "retriever2")
     check_warmup(settings(warmup_ratio=0.1), 12, 150, "retriever")       # the ratio carries over
     check_warmup(settings(warmup_steps=6), 12, 150, "retriever")         # half is allowed
 
 
 def test_a_run_of_few_steps_is_a_warning(caplog):
     with caplog.at_level(logging.WARNING):
-        check_warmup(settings(warmup_ratio=0.1), FEW_STEPS - 1, 100, "distilled retriever")
+        check_warmup(settings(warmup_ratio=0.1), FEW_STEPS - 1, 100, "distilled retriever", "distill")
     assert f"only {FEW_STEPS - 1} optimizer step(s)" in caplog.text and "stages.distill.epochs" in caplog.text
 
 

@@ -33,6 +33,44 @@ def test_the_stage_lists_follow_from_the_declaration():
                            "distill": "retriever2"}
 
 
+def test_what_feeds_each_stage_and_the_mined_stages_follow_from_the_declaration():
+    assert {s.name: s.fed_by for s in stages.CHAIN + stages.FAMILIES if s.fed_by} == {
+        "retriever1": "bm25", "retriever2": "retriever1", "reranker": "retriever2", "distill": "retriever2",
+        "ablation": "bm25"}
+    assert stages.mined() == ["bm25", "retriever1", "retriever2"]
+    assert stages.mined(stages.BIENCODER) == ["retriever1", "retriever2"]
+    assert stages.fed_by("retriever2") == ["reranker"]              # the distilled retriever through its teacher
+    assert stages.teacher() == "reranker" and stages.starting_stage() == "start"
+    assert stages.starts_named_by("distill") == ("retriever1", "retriever2") and stages.starts_named_by("retriever") == ()
+    assert stages.trained_with("retriever") == ["retriever1", "retriever2"]
+    assert stages.blocks(stages.BIENCODER) == ["retriever", "distill"]
+
+
+def test_the_schemas_mining_blocks_are_the_mined_stages():
+    assert list(SCHEMA["$defs"]["mining"]["properties"]) == stages.mined()
+
+
+def test_a_family_members_name_is_built_and_read_in_one_place():
+    assert stages.member(stages.ABLATION, "simlm") == "ablation/simlm"
+    assert stages.members(stages.PRETRAINING, ["mlm", "{method}"]) == ["pretrain/mlm", "pretrain/{method}"]
+    assert stages.family_member("ablation/none") == (stages.ABLATION, "none")
+    for other in ("retriever1", "ablation", "ablation/", "colbert/simlm", "pretrain/simlm/model"):
+        assert stages.family_member(other) is None
+    assert stages.settings_block("pretrain/simlm") == "pretrain" and stages.settings_block("distill") == "distill"
+    assert stages.settings_block("training") is None and stages.settings_block(None) is None
+
+
+def test_every_trained_stage_declares_its_loss_title_and_every_model_its_card_text():
+    assert {name: stages.training_loss(name) for name in ("retriever1", "distill", "pretrain/cdmae")} == {
+        "retriever1": "Retriever₁ (BM25 negatives): contrastive loss, Eq. 3",
+        "distill": "Retriever_distill: KL to the teacher + α · contrastive, Eq. 5",
+        "pretrain/cdmae": "Pre-training (cdmae): its pre-training objective"}
+    assert all(s.loss for s in stages.CHAIN + stages.FAMILIES if s.trains)
+    assert all(s.card_negatives for s in stages.CHAIN + stages.FAMILIES if s.trains and s is not stages.PRETRAINING)
+    assert stages.card_name("reranker") == "the cross-encoder re-ranker"
+    assert stages.card_name("ablation/mlm") == "Retriever₁ of the pre-training ablation (`ablation/mlm`)"
+
+
 def test_gpu_rules_and_their_env_follow_from_the_declaration():
     assert stages.GPU_TRAINING_RULES == {"train_retriever": "retriever", "train_reranker": "reranker",
                                          "train_distill": "distill", "pretrain": "pretrain"}

@@ -149,8 +149,8 @@ def test_processes_beyond_the_visible_gpus_is_an_error_naming_the_setting():
     message = str(error.value)
     assert "retriever2 training" in message and "stages.retriever.processes is 2" in message
     assert "only 1 GPU is visible" in message and "to 1 or less" in message
-    with pytest.raises(ConfigError, match="pretrain training: stages.pretrain.processes is 8 .* only 4 GPUs are"):
-        check_processes(8, 4, "pretrain")
+    with pytest.raises(ConfigError, match="pretrain/simlm training: stages.pretrain.processes is 8 .* only 4 GPUs"):
+        check_processes(8, 4, "pretrain/simlm")
     with pytest.raises(ConfigError, match=r"training: processes \(torchrun's --nproc_per_node\) is 3"):
         check_processes(3, 2, "training")
 

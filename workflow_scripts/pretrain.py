@@ -2,15 +2,17 @@ import _library  # noqa: F401  (puts src/ on the path)
 from dpr_pipeline.pretraining.methods import pretraining_method
 from dpr_pipeline.pretraining.train import pretrain
 from dpr_pipeline.cluster import processes_for
+from dpr_pipeline.stages import PRETRAINING, member
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.workflow import logged, write_job_manifest
 
 with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.pretrain
     processes = processes_for(snakemake.resources.gpu)
-    run_training(pretrain, processes, stage="pretrain", token_shards=list(snakemake.input.tokens),
+    stage = member(PRETRAINING, params["method"])
+    run_training(pretrain, processes, stage=stage, token_shards=list(snakemake.input.tokens),
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,
                  loss_log=snakemake.output.loss_log, params=params,
                  ngram_counts=snakemake.input.ngram_counts[0] if snakemake.input.ngram_counts else None)
-    write_job_manifest(snakemake, f"pretrain/{params['method']}", seed=params["seed"], world_size=processes,
+    write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes,
                        negatives=pretraining_method(params["method"]).negatives(params["batch_size"]))

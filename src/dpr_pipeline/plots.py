@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import stages
 from .io import atomic_output
 from .summary import read_metrics
 
@@ -64,22 +65,23 @@ def plot_loss_curves(loss_logs: dict[str, str | Path], output: str | Path, title
     plt.close(fig)
 
 
-TRAINING_LOSSES = {
-    "retriever1": "Retriever₁ (BM25 negatives): contrastive loss, Eq. 3",
-    "retriever2": "Retriever₂ (Retriever₁'s mined negatives): contrastive loss, Eq. 3",
-    "reranker": "Re-ranker (Retriever₂'s mined negatives): cross-encoder loss, Eq. 4",
-    "distill": "Retriever_distill: KL to the teacher + α · contrastive, Eq. 5",
-}
-
-
-def training_loss_title(stage: str) -> str:
-    """What a stage's loss_log.jsonl measures: ``retriever1`` … ``distill``, ``pretrain/{method}``,
-    ``ablation/{method}``."""
-    if stage.startswith("pretrain/"):
-        return f"Pre-training ({stage.split('/', 1)[1]}): its pre-training objective"
-    if stage.startswith("ablation/"):
-        return f"Ablation Retriever₁ from {stage.split('/', 1)[1]}: contrastive loss, Eq. 3"
-    return TRAINING_LOSSES[stage]
+def score_panels(mined: dict[str, str | Path], teacher_scores: str | Path) -> dict[str, tuple[str | Path, str]]:
+    """The score distributions' panels, ``{title: (negatives file, what its scores are)}``: each mined stage's
+    negatives (``mined``: stage -> its negatives.parquet, in pipeline order), with the stages they train
+    (:mod:`dpr_pipeline.stages`), then the teacher's scores of the negatives its student distils."""
+    panels = {}
+    for name, path in mined.items():
+        declared = stages.stage(name)
+        trains = " and ".join(stages.prose(fed) for fed in stages.fed_by(name))
+        if declared.kind == stages.LEXICAL:
+            panels[f"{declared.label} negatives (they train {trains})"] = (path, f"{declared.label} score")
+        else:
+            panels[f"{declared.label}'s mined negatives (they train {trains})"] = (
+                path, f"{declared.label} cosine similarity")
+    scored = stages.stage(stages.stage(stages.teacher()).fed_by).label
+    panels[f"Teacher scores of the same {scored} negatives (distillation targets)"] = (
+        teacher_scores, "teacher θ (re-ranker logit)")
+    return panels
 
 
 def read_loss_log(path: str | Path) -> list[dict]:

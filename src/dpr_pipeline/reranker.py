@@ -92,11 +92,13 @@ def save_reranker(model: torch.nn.Module, tokenizer, output_dir: str | Path, max
 
 
 def train_reranker(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
-                   output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict) -> None:
+                   output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
+                   stage: str | None = None) -> None:
     """Train the re-ranker ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
 
     ``params``: plm, max_length, negatives_per_query, seed and the ``TrainingSettings`` (learning_rate,
-    warmup_steps, batch_size = queries per step, epochs, save_steps, gradient_checkpointing, bf16).
+    warmup_steps, batch_size = queries per step, epochs, save_steps, gradient_checkpointing, bf16); ``stage``:
+    the job's stage, whose settings its errors name.
     """
     dist = Distributed.from_environment()
     settings = TrainingSettings.from_params(params)
@@ -114,7 +116,7 @@ def train_reranker(negatives_path: str | Path, passages_path: str | Path, querie
         log.warning("the re-ranker's plm %s declares prompts %s, which the re-ranker does not apply (it is "
                     "fine-tuned on the bare pairs; docs/prompts.md)", params["plm"], declared)
     model = train(model, groups, make_collate(tokenizer, params["max_length"]), listwise_batch_loss, settings,
-                  checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker")
+                  checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker", stage=stage)
     if dist.is_main:
         save_reranker(model, tokenizer, output_dir, params["max_length"])
     finish(checkpoint_dir, dist)

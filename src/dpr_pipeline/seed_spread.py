@@ -31,13 +31,14 @@ from pathlib import Path
 import yaml
 
 from .layout import checkpoint_dir, dataset_dir, stage_file
-from .stages import ABLATION, CHAIN, PRETRAINING, STAGE_BELOW, stage as declared
+from .stages import ABLATION, CHAIN, PRETRAINING, STAGE_BELOW, family_member, member
 
 #: Stages a seed can be varied for (the chain's trained stages), and the config block holding their seed.
 SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}
 #: Outputs of another stage made for the seed's own draws (results/<dataset>/<path>), removed with the stage's own
-#: so the rerun makes them again: the teacher scores the pairs the distilled retriever draws.
-DRAWN_FOR = {"distill": ("reranker/teacher", "reranker/teacher_scores.parquet")}
+#: so the rerun makes them again: the teacher scores the pairs a student of it (the distilled retriever) draws.
+DRAWN_FOR = {stage.name: (f"{stage.teacher}/teacher", f"{stage.teacher}/teacher_scores.parquet")
+             for stage in CHAIN if stage.teacher is not None}
 
 
 def seeded_outputs(stage: str) -> dict[str, str]:
@@ -47,15 +48,11 @@ def seeded_outputs(stage: str) -> dict[str, str]:
     Retriever₁ (``ablation/none``: Retriever₁ alone)."""
     if stage in SEEDED_STAGES:
         return {stage: SEEDED_STAGES[stage]}
-    try:
-        family = declared(stage)
-    except KeyError:
-        family = None
+    family, method = family_member(stage) or (None, None)
     if family is not ABLATION:
         raise ValueError(f"stage {stage!r}: a seed spread is for one of {sorted(SEEDED_STAGES)} or "
-                         f"{ABLATION.name}/<method>")
-    method = stage.partition("/")[2]
-    pretrained = {} if method == "none" else {f"{PRETRAINING.name}/{method}": PRETRAINING.block}
+                         f"{member(ABLATION, '<method>')}")
+    pretrained = {} if method == "none" else {member(PRETRAINING, method): PRETRAINING.block}
     return {stage: ABLATION.block, **pretrained}
 
 

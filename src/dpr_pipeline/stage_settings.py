@@ -10,11 +10,12 @@ reads the config's stage blocks itself.
 
 from __future__ import annotations
 
-from .config import RANDOM_GENERATOR, STUDENT_STARTS, stage_params
+from .config import RANDOM_GENERATOR, stage_params
 from .data.dev_split import dev_split_of
 from .layout import stage_file
 from .model_fetch import model_source
-from .stages import STAGE_LABELS, trained
+from .stages import (ABLATION, BIENCODER, PRETRAINING, STAGE_LABELS, blocks, family_member, member, starting_stage,
+                     trained)
 from .training.trainer import STEP_KEYS
 from .stages import stage as declared
 
@@ -35,7 +36,7 @@ def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
 
 def pretrained_model(dataset: str, method: str) -> str:
     """The encoder the ``pretrain`` job of ``method`` writes."""
-    return stage_file("pretrain", f"{method}/model", dataset)
+    return stage_file(member(PRETRAINING, method), "model", dataset)
 
 
 # Keys a settings function here resolves itself, kept out of the jobs' params (so that a release adding one
@@ -59,11 +60,11 @@ def initialisation(config: dict, dataset: str, stage: str) -> str:
     """The model a bi-encoder stage starts from: its declared block's ``plm`` (``retriever``, ``distill`` for the
     distilled retriever: :mod:`dpr_pipeline.stages`), where ``pretrain`` means this dataset's
     ``pretrain.method`` output and, for the distilled retriever, ``retriever1``/``retriever2`` that stage's
-    model on this dataset; Retriever2 continues from this dataset's Retriever1 model instead with
-    ``retriever.retriever2_start: retriever1``; ``ablation/{method}`` starts from that method's output (``none``:
-    the plm that pre-training starts from)."""
-    if stage.startswith("ablation/"):
-        method = stage.split("/", 1)[1]
+    model on this dataset (a stage it declares in ``starts_from``); Retriever2 continues from this dataset's
+    Retriever1 model instead with ``retriever.retriever2_start: retriever1``; ``ablation/{method}`` starts from
+    that method's output (``none``: the plm that pre-training starts from)."""
+    family, method = family_member(stage) or (None, None)
+    if family is ABLATION:
         return pretrain(config, dataset)["plm"] if method == "none" else pretrained_model(dataset, method)
     params = stage_params(config, dataset, declared(stage).block)
     if stage == "retriever2" and params["retriever2_start"] == "retriever1":
@@ -71,7 +72,7 @@ def initialisation(config: dict, dataset: str, stage: str) -> str:
     plm = params["plm"]
     if plm == "pretrain":
         return pretrained_model(dataset, pretrain(config, dataset)["method"])
-    if stage == "distill" and plm in STUDENT_STARTS:
+    if plm in declared(stage).starts_from:
         return stage_file(plm, "model", dataset)
     return model_source(config, plm)
 
@@ -94,12 +95,12 @@ def selection(config: dict, dataset: str, stage: str) -> dict:
     collection = config["datasets"][dataset]
     dev = dev_split_of(collection)
     start = initialisation(config, dataset, stage)
-    start_stage = "start" if start == initialisation(config, dataset, "start") else \
+    start_stage = starting_stage() if start == initialisation(config, dataset, starting_stage()) else \
         next((name for name in trained() if start == stage_file(name, "model", dataset)), None)
     start_label = STAGE_LABELS[start_stage] if start_stage else start
     reason = ("stages.selection.dev is false" if not params["dev"] else
               "an ablation stage measures its pre-training method and keeps its trained model"
-              if stage.startswith("ablation/") else
+              if declared(stage) is ABLATION else
               "the dataset has no dev_split" if dev is None else
               "the dataset judges relevance by answers; the choice needs qrels"
               if collection.get("relevance") == "answers" else None)
@@ -186,6 +187,6 @@ def training_processes(config: dict, dataset: str, block: str) -> int:
 def pretraining_in_chain(config: dict, dataset: str) -> list[str]:
     """The pre-training stages the main chain trains (``pretrain/{method}``): `pretrain.method` when a bi-encoder
     starts from it, else none."""
-    if any(stage_params(config, dataset, block)["plm"] == "pretrain" for block in ("retriever", "distill")):
-        return [f"pretrain/{pretrain(config, dataset)['method']}"]
+    if any(stage_params(config, dataset, block)["plm"] == "pretrain" for block in blocks(BIENCODER)):
+        return [member(PRETRAINING, pretrain(config, dataset)["method"])]
     return []

@@ -33,7 +33,7 @@ from .io import atomic_outputs
 from .metrics import NOT_SPLITS, PER_QUERY
 from .paired_difference import CONFIDENCE, paired_difference
 from .score_fusion import describe_fusion_choice
-from .stages import BIENCODER, STAGE_BELOW, STAGE_LABELS, chain
+from .stages import BIENCODER, CROSS_ENCODER, STAGE_BELOW, STAGE_LABELS, chain, starting_stage
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,9 @@ MISSING = "–"
 #: The metric the verdict reads where a split has it (else the split's first metric).
 HEADLINE_METRIC = "nDCG@10"
 #: The stage the chain started from: the verdict reads the last bi-encoder of the chain against it.
-START = "start"
+START = starting_stage()
 #: The re-ranker, whose counterpart of a dev selection is its fusion weight chosen on dev.
-RERANKER = "reranker"
+(RERANKER,) = chain(CROSS_ENCODER)
 
 Summary = dict[str, dict[str, dict[str, float]]]
 PerQuery = dict[str, dict[str, dict[str, float]]]  # {split: {metric: {query_id: value}}}

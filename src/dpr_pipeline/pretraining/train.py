@@ -137,8 +137,9 @@ def training_step(method: PretrainingMethod, params: dict):
 
 
 def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir: str | Path,
-             loss_log: str | Path, params: dict, ngram_counts: str | None = None) -> None:
-    """Pre-train ``params["plm"]`` with ``params["method"]`` and save the encoder to ``output_dir``."""
+             loss_log: str | Path, params: dict, ngram_counts: str | None = None, stage: str | None = None) -> None:
+    """Pre-train ``params["plm"]`` with ``params["method"]`` and save the encoder to ``output_dir`` (``stage``:
+    the job's, ``pretrain/<method>``, whose settings its errors name)."""
     dist = Distributed.from_environment()
     tokenizer = models.load_tokenizer(params["plm"])
     corpus = read_token_shards(token_shards, tokenizer)
@@ -154,7 +155,8 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
     log.info("pre-training %s with %s (bottleneck: %s) on %d passages (%d tokens)", params["plm"], method.name,
              model.settings.bottleneck, len(corpus), corpus.num_tokens)
     train(model, data, collate, step, TrainingSettings.from_params(params), checkpoint_dir,
-          cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})")
+          cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})",
+          stage=stage)
     if dist.is_main:
         with atomic_output(output_dir) as tmp:
             # pooled as the bottleneck it pre-trained ([CLS] or mean); the plm's prompts, if it declares any, stay

@@ -105,7 +105,7 @@ def distillation_step(temperature: float, alpha: float):
 
 def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                     output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
-                    *, distill: bool = False, selection: dict | None = None) -> None:
+                    *, distill: bool = False, selection: dict | None = None, stage: str | None = None) -> None:
     """Fine-tune ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
 
     Retriever (``distill=False``): Eq. 3 over in-batch and hard negatives. Distilled retriever: the artifact
@@ -113,6 +113,7 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
 
     ``selection`` (:func:`dpr_pipeline.dev_selection.select`'s, plus ``output``: where its record goes): the
     saved model is the trained one or, where that scores lower on the dev split, the model it started from.
+    ``stage``: the job's stage (``retriever1``, ``distill``, ``ablation/simlm``), whose settings its errors name.
     """
     dist = Distributed.from_environment()
     settings = TrainingSettings.from_params(params)
@@ -130,7 +131,7 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     step = distillation_step(params["temperature"], params["alpha"]) if distill \
         else contrastive_step(params["temperature"])
     train(model, groups, collate, step, settings, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
-          dist=dist, description="distilled retriever" if distill else "retriever")
+          dist=dist, description="distilled retriever" if distill else "retriever", stage=stage)
     if dist.is_main:
         handed_on = model.encoder
         if selection is not None:

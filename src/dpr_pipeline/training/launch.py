@@ -16,11 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from ..stages import settings_block
 from .distributed import STAGE_VARIABLE
-
-#: The config block of a training job's stage (its wildcard), where its ``processes`` setting lives.
-_SETTINGS_BLOCK = {"retriever1": "retriever", "retriever2": "retriever", "reranker": "reranker",
-                   "distill": "distill", "pretrain": "pretrain"}
 
 
 def visible_gpus() -> int:
@@ -40,7 +37,7 @@ def check_processes(processes: int, gpus: int, stage: str) -> None:
         return
     from ..config import ConfigError
 
-    block = _SETTINGS_BLOCK.get(stage)
+    block = settings_block(stage)  # where the stage's ``processes`` setting lives (stages.py)
     setting = f"stages.{block}.processes" if block else "processes (torchrun's --nproc_per_node)"
     raise ConfigError(
         f"{stage} training: {setting} is {processes} (one process per GPU), but only {gpus} GPU"
@@ -49,11 +46,13 @@ def check_processes(processes: int, gpus: int, stage: str) -> None:
         f"where {processes} GPUs are visible (CUDA_VISIBLE_DEVICES, the cluster profile's GPUs per job)")
 
 
-def run_training(function: Callable, processes: int, *, stage: str = "training", **kwargs) -> None:
+def run_training(function: Callable, processes: int, **kwargs) -> None:
     """``function(**kwargs)`` here, or in ``processes`` torchrun processes (kwargs must be JSON values).
 
-    ``stage`` (the job's stage: ``retriever1``, ``reranker``, ``pretrain`` …) names the setting in the error
-    when ``processes`` exceeds the visible GPUs (:func:`check_processes`), raised before any process starts."""
+    ``kwargs["stage"]`` (the job's stage: ``retriever1``, ``reranker``, ``pretrain/simlm`` …; the function gets it
+    too, for the settings its errors name) names the setting in the error when ``processes`` exceeds the visible
+    GPUs (:func:`check_processes`), raised before any process starts."""
+    stage = kwargs.get("stage") or "training"
     check_processes(processes, visible_gpus(), stage)
     if processes <= 1:
         function(**kwargs)

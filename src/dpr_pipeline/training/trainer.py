@@ -44,6 +44,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from ..errors import CheckpointError
 from ..devices import autocast, to_device, uses_bf16
+from ..stages import settings_block
 from .distributed import Distributed
 
 log = logging.getLogger(__name__)
@@ -125,19 +126,20 @@ def epochs_visited(num_examples: int, **steps) -> int:
     return math.ceil(total_steps(num_examples, settings) / steps_per_epoch(num_examples, settings.batch_size))
 
 
-_STAGE_KEYS = {"retriever": "retriever", "distilled retriever": "distill", "re-ranker": "reranker"}
 #: Fewer optimizer steps than this: a stage that barely trains, said in the job's log.
 FEW_STEPS = 20
 
 
-def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, description: str = "training") -> None:
+def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, description: str = "training",
+                 stage: str | None = None) -> None:
     """A warm-up longer than half the run spends most of it below the peak learning rate (the bundled 10 steps
     of a 150-query collection in batches of 16: 9 steps, all inside it): a ConfigError naming the stage's
     setting, the step count and what made it, before any training. A run of fewer than :data:`FEW_STEPS`
-    steps is logged as a warning, and one that ``min_steps`` lengthened as what lengthened it."""
+    steps is logged as a warning, and one that ``min_steps`` lengthened as what lengthened it. ``stage``: the
+    job's stage, whose declared block (:func:`dpr_pipeline.stages.settings_block`) the messages name."""
     from ..config import ConfigError
 
-    stage = _STAGE_KEYS.get(description, "pretrain" if description.startswith("pre-training") else "<stage>")
+    stage = settings_block(stage) or "<stage>"
     made_of = (f"train_steps {settings.train_steps}" if settings.train_steps is not None else
                f"{num_examples} training examples in batches of {settings.batch_size}, {settings.epochs:g} epoch(s)")
     if settings.train_steps is None and steps > epoch_steps(num_examples, settings):
@@ -291,14 +293,15 @@ def _truncate_loss_log(path: Path, step: int) -> None:
 def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], dict],
           compute_loss: Callable[[torch.nn.Module, dict, Distributed], torch.Tensor], settings: TrainingSettings,
           checkpoint_dir: str | Path, *, cross_device_loss: bool = False, loss_log: str | Path | None = None,
-          dist: Distributed | None = None, description: str = "training") -> torch.nn.Module:
+          dist: Distributed | None = None, description: str = "training", stage: str | None = None) -> torch.nn.Module:
     """Train ``model`` in place and return it (unwrapped from DDP).
 
     ``cross_device_loss``: ``compute_loss`` returns the loss of the global batch, built from tensors that
     ``dist.gather`` collected from every process (cross-device negatives); its gradient is scaled so that
     DDP's averaging yields the gradient of that global loss. Otherwise the loss is the local batch's mean.
     The loss log (JSON lines: step, epoch, loss, learning_rate, seconds) is copied to ``loss_log`` at the end;
-    the checkpoint folder is removed once training has finished.
+    the checkpoint folder is removed once training has finished. ``description`` names the run in the log;
+    ``stage`` (the job's stage) decides which settings a schedule error names (:func:`check_warmup`).
     """
     dist = dist or Distributed.from_environment()
     if settings.batch_size % dist.world_size or min(settings.batch_size, len(data)) < dist.world_size:
@@ -308,7 +311,7 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         raise ValueError("micro_batch_size: a loss over the gathered global batch (cross-device negatives) cannot be "
                          "summed over micro-batches; use gradient_checkpointing")
     steps = total_steps(len(data), settings)
-    check_warmup(settings, steps, len(data), description)
+    check_warmup(settings, steps, len(data), description, stage)
     checkpoint_dir = Path(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     device = dist.device
