@@ -51,12 +51,10 @@ def fusion_inputs(wildcards):
 
 
 def fusion_choice(wildcards):
-    """The re-ranker's fusion weight as chosen on the dev split (fusion_weight `dev`), for the jobs about the
-    re-ranker (a release job's {stage}); nothing when the weight is a number."""
-    if wildcards.get("stage", "reranker") in CROSS_ENCODERS and \
-            settings.fusion(config, wildcards.dataset)["weight"] == "dev":
-        return [stage_file("reranker", "fusion_weight.json", wildcards.dataset)]
-    return []
+    """The file recording the re-ranker's fusion weight where it is chosen on the dev split (the `choice` of
+    settings.fusion's weight), for the jobs about the re-ranker (a release job's {stage}); nothing for a number."""
+    choice = settings.fusion(config, wildcards.dataset)["weight"]["choice"]
+    return [choice] if choice is not None and wildcards.get("stage", "reranker") in CROSS_ENCODERS else []
 
 
 def bm25_negatives_pool(wildcards):

@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -13,8 +14,9 @@ from dpr_pipeline import stage_settings
 from dpr_pipeline.config import ConfigError, validate_config
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.runs import read_trec_run, write_trec_run
-from dpr_pipeline.score_fusion import (FUSION_GRID, choose_fusion_weight, fuse_runs, fused_scores, read_fusion_weight,
-                                       standardised, write_fused_run, write_fusion_choice)
+from dpr_pipeline.score_fusion import (FUSION_GRID, choose_fusion_weight, fuse_runs, fused_scores, mixing_weight,
+                                       read_fusion_weight, standardised, weight_setting, write_fused_run,
+                                       write_fusion_choice)
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 
@@ -109,10 +111,40 @@ def test_choice_and_fused_run_files(tmp_path):
 
 def test_settings_keep_the_fusion_out_of_the_reranker_jobs():
     config = validate_config(copy.deepcopy(CONFIG))
-    assert "fusion_weight" not in stage_settings.reranker(config, "scifact")
+    assert not {"fusion_weight", "fusion_metric"} & stage_settings.reranker(config, "scifact").keys()
     fusion = stage_settings.fusion(config, "scifact")
-    assert fusion == {"weight": "dev", "metric": "nDCG@10", "depth": 30, "split": "dev", "relevance_level": 1}
-    assert stage_settings.fusion(config, "msmarco")["weight"] == 1.0  # the paper's: the re-ranker alone
+    assert fusion == {"weight": {"value": None, "choice": "results/scifact/reranker/fusion_weight.json"},
+                      "metric": "nDCG@10", "depth": 30, "split": "dev", "relevance_level": 1}
+    # the paper's: the re-ranker alone, no file to read
+    assert stage_settings.fusion(config, "msmarco")["weight"] == {"value": 1.0, "choice": None}
+
+
+def test_the_weight_setting_is_a_number_or_the_file_of_the_dev_choice(tmp_path, monkeypatch):
+    """``weight_setting`` is what every reader of ``reranker.fusion_weight`` gets; a job mixes with the number, or
+    with the weight its choice file records (``mixing_weight``)."""
+    assert weight_setting(1, "nq") == {"value": 1.0, "choice": None}
+    assert isinstance(weight_setting(1, "nq")["value"], float)
+    assert mixing_weight(weight_setting(0.3, "nq")) == 0.3
+    chosen = weight_setting("dev", "scifact")
+    assert chosen == {"value": None, "choice": "results/scifact/reranker/fusion_weight.json"}
+    monkeypatch.chdir(tmp_path)  # the workflow's working directory
+    with pytest.raises(DataError, match="fusion_weight.json: not a fusion choice file"):
+        mixing_weight(chosen)  # not written yet (choose_fusion_weight writes it first)
+    choice = tmp_path / chosen["choice"]
+    choice.parent.mkdir(parents=True)
+    choice.write_text(json.dumps({"weight": 0.7, "metric": "nDCG@10", "values": {}}))
+    assert mixing_weight(chosen) == 0.7
+
+
+def test_only_the_weight_setting_reads_the_fusion_weights_word():
+    """The rules, the adapters and the library ask ``weight_setting`` (through ``stage_settings.fusion``) what the
+    fusion weight stands for: no other line compares a value with its word ``dev`` (``CHOSEN_ON_DEV``)."""
+    files = [*(REPO / "src").rglob("*.py"), *(REPO / "rules").glob("*.smk"), *(REPO / "workflow_scripts").glob("*.py")]
+    word = re.compile(r"""(==|!=)\s*["']dev["']|["']dev["']\s*(==|!=)""")
+    found = [f"{path.relative_to(REPO)}: {line.strip()}" for path in files for line in path.read_text().splitlines()
+             if word.search(line) and "side" not in line  # a carved dev split's side (data/dev_split.py, ingest)
+             or "CHOSEN_ON_DEV" in line and path.name != "score_fusion.py"]
+    assert found == []
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -182,6 +182,17 @@ def test_a_retriever_cannot_start_from_a_model_its_own_block_trains(plm):
         validate_config(config)
 
 
+def test_a_key_resolved_here_reaches_no_job_of_its_block(config):
+    """Each settings function that turns a key into something else says so (``@resolves``); the key is then in no
+    job's params of its block, and it names a key the block has (a misspelt one would leak the real one)."""
+    assert {block: set(keys) for block, keys in settings.RESOLVED_HERE.items()} == {
+        "retriever": {"retriever2_start"}, "reranker": {"teacher_pairs", "fusion_weight", "fusion_metric"}}
+    for block, keys in settings.RESOLVED_HERE.items():
+        assert set(keys) <= config["stages"][block].keys()
+        assert not set(keys) & settings.job_params(config, "a", block).keys()
+    assert not set(settings.RESOLVED_HERE["reranker"]) & settings.reranker(config, "a", target="b").keys()
+
+
 def test_the_rules_read_no_stage_block_themselves():
     """A job's stage parameters come from one function per stage (``settings.<stage>(…)``): no rule or input
     function reads ``config["stages"]`` or merges a block with ``stage_params`` (comments aside)."""

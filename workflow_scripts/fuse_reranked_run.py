@@ -1,10 +1,10 @@
 import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.score_fusion import resolved_weight, write_fused_run
+from dpr_pipeline.score_fusion import mixing_weight, write_fused_run
 from dpr_pipeline.workflow import logged
 
 with logged(snakemake.log[0]) as log:
     fusion = snakemake.params.fusion
-    weight = resolved_weight(fusion["weight"], snakemake.input.choice)
+    weight = mixing_weight(fusion["weight"])
     log.info("re-ranker weight %s over the top %d hits", weight, fusion["depth"])
     write_fused_run(snakemake.input.reranker, snakemake.input.first_stage, snakemake.output[0], weight=weight,
                     depth=fusion["depth"], tag="dpr_pipeline-reranker")

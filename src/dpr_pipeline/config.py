@@ -20,6 +20,7 @@ from .data.readers import FORMATS, reader_of, split_files_problem
 from .errors import DataError
 from .fetch import raw_layout, rule_suffix
 from .model_refs import offline_variable, resolve_model_path
+from .score_fusion import weight_setting
 from .stages import starts_named_by, trained_with
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
@@ -326,7 +327,7 @@ def check_fusion(config: dict, name: str) -> None:
     from .metrics import parse_metric
 
     params, dataset = stage_params(config, name, "reranker"), config["datasets"][name]
-    if params["fusion_weight"] != "dev":
+    if weight_setting(params["fusion_weight"], name)["choice"] is None:  # a number: nothing is chosen on dev
         return
     key = f"config key datasets.{name}.stages.reranker.fusion_weight"
     if dev_split_of(dataset) is None:

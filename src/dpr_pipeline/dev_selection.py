@@ -22,7 +22,7 @@ that is no chain stage's model is scored on the pool too.
 
 The choice goes to ``dev_selection.json`` beside the model (:func:`selection_record`), to the job's log, the model
 card and the summary (:func:`describe`). The re-ranker's counterpart is ``reranker.fusion_weight: dev`` (weight 0
-hands on Retriever2's order).
+hands on Retriever2's order; :func:`dpr_pipeline.score_fusion.weight_setting`).
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ each is a setting, ``reranker.fusion_weight``: a number, or ``dev``, the weight 
 best dev-split ``reranker.fusion_metric`` (:func:`choose_fusion_weight`; a tie goes to the larger weight, the
 re-ranker's side). The hits below the re-ranked depth follow in the first stage's order
 (:func:`.runs.append_tail`).
+
+:func:`weight_setting` is the one reader of the setting's value: the config's check, the jobs' parameters
+(:func:`dpr_pipeline.stage_settings.fusion`), the rules' inputs and the jobs (:func:`mixing_weight`) ask it.
 """
 
 from __future__ import annotations
@@ -24,10 +27,23 @@ import pandas as pd
 from .data.schemas import read_artifact
 from .errors import DataError
 from .io import atomic_output
+from .layout import stage_file
 from .runs import append_tail, rank_order, read_trec_run, write_trec_run
 
 #: The weights ``fusion_weight: dev`` chooses from: 0, 0.1, …, 1.
 FUSION_GRID = tuple(i / 10 for i in range(11))
+#: The ``reranker.fusion_weight`` that has the weight chosen on the dev split (:func:`choose_fusion_weight`).
+CHOSEN_ON_DEV = "dev"
+
+
+def weight_setting(setting: float | str, dataset: str) -> dict:
+    """What ``reranker.fusion_weight`` stands for in ``dataset``'s jobs: ``{"value": w, "choice": None}`` for a
+    number w; for ``dev``, ``{"value": None, "choice": "results/<dataset>/reranker/fusion_weight.json"}``, the file
+    that records the weight chosen on the dev split (:func:`write_fusion_choice`): an input of the jobs that mix,
+    which read the weight there (:func:`mixing_weight`)."""
+    if setting == CHOSEN_ON_DEV:
+        return {"value": None, "choice": stage_file("reranker", "fusion_weight.json", dataset)}
+    return {"value": float(setting), "choice": None}
 
 
 def standardised(scores: pd.Series, groups: pd.Series) -> pd.Series:
@@ -151,10 +167,10 @@ def read_fusion_weight(path: str | Path) -> float:
             from None
 
 
-def resolved_weight(setting: float | str, choice: list[str]) -> float:
-    """The weight ``reranker.fusion_weight`` stands for: its number, or for ``dev`` the one recorded in the
-    choice file (``choice``: the job's inputs, :func:`write_fusion_choice`'s output first)."""
-    return read_fusion_weight(choice[0]) if setting == "dev" else float(setting)
+def mixing_weight(weight: dict) -> float:
+    """The weight a job mixes with, given :func:`weight_setting`'s record: its value, or the one its choice file
+    records."""
+    return weight["value"] if weight["choice"] is None else read_fusion_weight(weight["choice"])
 
 
 def write_fused_run(reranker_run: str | Path, first_stage_run: str | Path, output: str | Path, *, weight: float,

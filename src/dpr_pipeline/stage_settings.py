@@ -5,7 +5,9 @@ Each starts from :func:`dpr_pipeline.config.stage_params` (the top-level stage v
 overrides) and resolves what depends on the job: the model a bi-encoder starts from, the corpus side of a transfer,
 how deep a run is searched. A model named by a Hugging Face Hub name becomes the folder it is fetched into
 (:func:`dpr_pipeline.model_fetch.model_source`): no job gets a Hub name. Rules call them through ``settings`` in ``rules/common.smk``; no rule or input function
-reads the config's stage blocks itself.
+reads the config's stage blocks itself. A key one of them turns into something else (Retriever2's start, the
+fusion weight, the pairs the teacher scores) is read there only and kept out of its block's jobs' params
+(:func:`resolves`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from .config import RANDOM_GENERATOR, stage_params
 from .data.dev_split import dev_split_of
 from .layout import stage_file
 from .model_fetch import model_source
+from .score_fusion import weight_setting
 from .stages import (ABLATION, BIENCODER, PRETRAINING, STAGE_LABELS, blocks, family_member, member, starting_stage,
                      trained)
 from .training.trainer import STEP_KEYS
@@ -39,11 +42,22 @@ def pretrained_model(dataset: str, method: str) -> str:
     return stage_file(member(PRETRAINING, method), "model", dataset)
 
 
-# Keys a settings function here resolves itself, kept out of the jobs' params (so that a release adding one
-# retrains nothing): Retriever2's start (:func:`initialisation`), the re-ranked runs' fusion (:func:`fusion`), the
-# pairs the teacher scores (:func:`teacher_draws`).
-RESOLVED_HERE = {"retriever": ("retriever2_start",),
-                 "reranker": ("fusion_weight", "fusion_metric", "teacher_pairs")}
+#: Keys a settings function here resolves itself, by block (each function says which, :func:`resolves`): kept out
+#: of the block's jobs' params (:func:`job_params`), so that a release adding one retrains nothing.
+RESOLVED_HERE: dict[str, tuple[str, ...]] = {}
+
+
+def resolves(block: str, *keys: str):
+    """Marks the settings function that reads ``keys`` of ``block`` and hands the jobs what they stand for: the
+    keys join :data:`RESOLVED_HERE`, and no other function hands them on."""
+
+    def mark(function):
+        RESOLVED_HERE[block] = RESOLVED_HERE.get(block, ()) + keys
+        return function
+
+    return mark
+
+
 # Keys a job gets only when set (not null): left at null they change nothing, and a release adding one reruns
 # nothing. The bi-encoders' prompts: null takes the model's own (embedding.resolve_prompts).
 ONLY_WHEN_SET = ("query_prompt", "passage_prompt")
@@ -56,6 +70,7 @@ def job_params(config: dict, dataset: str, block: str) -> dict:
             if key not in RESOLVED_HERE.get(block, ()) and not (key in ONLY_WHEN_SET and value is None)}
 
 
+@resolves("retriever", "retriever2_start")
 def initialisation(config: dict, dataset: str, stage: str) -> str:
     """The model a bi-encoder stage starts from: its declared block's ``plm`` (``retriever``, ``distill`` for the
     distilled retriever: :mod:`dpr_pipeline.stages`), where ``pretrain`` means this dataset's
@@ -157,6 +172,7 @@ def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
 DRAW_KEYS = ("seed", "negatives_per_query") + STEP_KEYS
 
 
+@resolves("reranker", "teacher_pairs")
 def teacher_draws(config: dict, dataset: str) -> dict | None:
     """What the teacher jobs need to score only the pairs the distilled retriever draws
     (``reranker.teacher_pairs: drawn``): the student's :data:`DRAW_KEYS`; None (``all``): every pair."""
@@ -166,16 +182,19 @@ def teacher_draws(config: dict, dataset: str) -> dict | None:
     return {key: student[key] for key in DRAW_KEYS if key in student}
 
 
+@resolves("reranker", "fusion_weight", "fusion_metric")
 def fusion(config: dict, dataset: str) -> dict:
-    """How a re-ranked run mixes the re-ranker's and Retriever2's scores (:mod:`dpr_pipeline.score_fusion`):
-    ``weight`` (a number, or ``dev``: chosen on ``split``, the dataset's dev split, by ``metric`` at its
-    ``relevance_level``) over the top ``depth`` hits."""
+    """How a re-ranked run mixes the re-ranker's and Retriever2's scores (:mod:`dpr_pipeline.score_fusion`), what
+    every rule, input function and job about the fusion asks: ``weight``, ``{"value", "choice"}``
+    (:func:`dpr_pipeline.score_fusion.weight_setting`: a number, or the file recording the one chosen on ``split``,
+    the dataset's dev split, by ``metric`` at its ``relevance_level``), over the top ``depth`` hits."""
     params = stage_params(config, dataset, "reranker")
     collection = config["datasets"][dataset]
     dev = dev_split_of(collection)
     split = dev.name if dev is not None else None
-    return {"weight": params["fusion_weight"], "metric": params["fusion_metric"], "depth": params["rerank_depth"],
-            "split": split, "relevance_level": collection.get("metric_relevance", {}).get(split, 1)}
+    return {"weight": weight_setting(params["fusion_weight"], dataset), "metric": params["fusion_metric"],
+            "depth": params["rerank_depth"], "split": split,
+            "relevance_level": collection.get("metric_relevance", {}).get(split, 1)}
 
 
 def training_processes(config: dict, dataset: str, block: str) -> int:
