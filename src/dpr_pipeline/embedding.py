@@ -16,14 +16,18 @@ module it does not apply (Dense, LayerNorm, …) is a DataError naming the folde
 
 A stage's ``pooling`` setting is ``auto`` (the model's own recorded pooling, [CLS] when the folder has no
 sentence-transformers files), ``cls`` or ``mean``. :class:`TextEncoder` is the one object that training, corpus
-and query encoding, transfer and the benchmarks embed through; :func:`save_text_encoder` writes the model with
-``save_pretrained`` (safetensors) plus the sentence-transformers files for its pooling (written by
-sentence-transformers' own modules), so ``SentenceTransformer(folder).encode_document`` / ``encode_query`` give
-the pipeline's passage / query vectors and the next stage reads the pooling back with ``auto``.
+and query encoding, transfer and the benchmarks embed through; :func:`save_text_encoder` has sentence-transformers
+save it (``SentenceTransformer(modules=[Transformer, Pooling, Normalize]).save``: the weights with
+``save_pretrained``, safetensors), so ``SentenceTransformer(folder).encode_document`` / ``encode_query`` give the
+pipeline's passage / query vectors and the next stage reads the pooling back with ``auto``. Reading a folder's
+pooling resolves its ``modules.json`` types with sentence-transformers' own importer and reads the Pooling config
+with its ``Pooling`` class, without loading the weights (sentence-transformers has no public reader of
+``modules.json`` that does not load the whole model).
 
-Lengths: passages are cut at the folder's ``max_seq_length`` (the stage's ``passage_max_length``), queries at
-``query_max_length``, recorded as the Transformer module's ``query_length`` (sentence-transformers applies it in
-``encode_query``; plain ``encode`` cuts every text at ``max_seq_length``).
+Lengths: passages are cut at the folder's ``max_seq_length`` (the stage's ``passage_max_length``; saved as the
+tokenizer's ``model_max_length``), queries at ``query_max_length``, recorded as the Transformer module's
+``query_length`` (sentence-transformers applies it in ``encode_query``; plain ``encode`` cuts every text at
+``max_seq_length``).
 
 Prompts (docs/prompts.md): a folder's ``config_sentence_transformers.json`` may declare ``prompts`` (name → text,
 e.g. bge's, e5's and gte's query instruction) and a ``default_prompt_name``. :func:`resolve_prompts` picks the
@@ -49,7 +53,7 @@ import torch.nn.functional as F
 
 from .errors import DataError
 from .io import atomic_output
-from .models import load_encoder, load_tokenizer, resolve_model_path
+from .models import encoder_kwargs, load_encoder, load_tokenizer, resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +72,6 @@ def _st_modules():
         warnings.simplefilter("ignore")
         return tuple(import_from_string(f"sentence_transformers.models.{name}")
                      for name in ("Transformer", "Pooling", "Normalize"))
-
-
-def _class_path(cls) -> str:
-    """The module type sentence-transformers writes into modules.json for ``cls``."""
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def recorded_pooling(reference: str) -> str | None:
@@ -339,40 +338,38 @@ def load_text_encoder(reference: str, pooling: str = "auto", attention_dropout: 
 
 def save_text_encoder(encoder: TextEncoder, tokenizer, path: str | Path, max_length: int,
                       query_max_length: int | None = None) -> None:
-    """``save_pretrained`` (safetensors) plus the sentence-transformers files, written by its own modules: the
-    encoder's pooling, then normalisation. ``max_seq_length`` is ``max_length`` (the passages' length); with
-    ``query_max_length``, ``encode_query`` cuts queries there, as the pipeline does. The encoder's prompts go into
-    config_sentence_transformers.json (:meth:`Prompts.saved`; no file when it has none), in the keys
-    sentence-transformers writes there, so ``encode_query`` / ``encode_document`` apply them."""
+    """The encoder as a sentence-transformers folder, saved by sentence-transformers itself
+    (``SentenceTransformer(modules=[Transformer, Pooling, Normalize]).save``): the transformer and tokenizer
+    (``save_pretrained``, safetensors), the encoder's pooling, then normalisation. ``max_seq_length`` is
+    ``max_length`` (the passages' length); with ``query_max_length``, ``encode_query`` cuts queries there, as the
+    pipeline does. The encoder's prompts go into config_sentence_transformers.json (:meth:`Prompts.saved`), so
+    ``encode_query`` / ``encode_document`` apply them; a folder without prompts gets no such file (docs/prompts.md).
+    """
+    from sentence_transformers import SentenceTransformer
+
     path = Path(path)
+    # sentence-transformers' Transformer module is built from a folder: the encoder's own save is that folder
     encoder.transformer.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     transformer_cls, pooling_cls, normalize_cls = _st_modules()
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": _class_path(transformer_cls)},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": _class_path(pooling_cls)},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": _class_path(normalize_cls)},
-    ]
-    (path / "modules.json").write_text(json.dumps(modules, indent=2))
-    transformer_config = {"max_seq_length": max_length, "do_lower_case": False}
-    if query_max_length is not None:
-        transformer_config.update(query_length=query_max_length, document_length=max_length)
-    (path / "sentence_bert_config.json").write_text(json.dumps(transformer_config, indent=2))
-    for folder, module in (("1_Pooling", pooling_cls(encoder.config.hidden_size, pooling_mode=encoder.pooling,
-                                                     include_prompt=encoder.include_prompt)),
-                           ("2_Normalize", normalize_cls())):
-        (path / folder).mkdir(exist_ok=True)
-        module.save(str(path / folder))
-    prompts = encoder.prompts.saved()
-    if prompts is not None:
-        import sentence_transformers
-        import transformers
-
-        versions = {"sentence_transformers": sentence_transformers.__version__,
-                    "transformers": transformers.__version__, "pytorch": torch.__version__}
-        (path / PROMPTS_FILE).write_text(json.dumps({"__version__": versions, "model_type": "SentenceTransformer",
-                                                     **prompts, "similarity_fn_name": "cosine"},
-                                                    indent=2, sort_keys=True))
+    lengths = {} if query_max_length is None else {"query_length": query_max_length, "document_length": max_length}
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():  # loading draws no number of the run's
+        warnings.simplefilter("ignore")
+        transformer = transformer_cls(str(path), max_seq_length=max_length,
+                                      model_kwargs=encoder_kwargs(encoder.config.model_type), **lengths)
+    prompts = encoder.prompts.saved() or {}
+    model = SentenceTransformer(modules=[transformer, pooling_cls(encoder.config.hidden_size,
+                                                                  pooling_mode=encoder.pooling,
+                                                                  include_prompt=encoder.include_prompt),
+                                         normalize_cls()],
+                                device="cpu", prompts=prompts.get("prompts"),
+                                default_prompt_name=prompts.get("default_prompt_name"), similarity_fn_name="cosine")
+    # the encoder itself is what is saved (the copy just loaded from its files is the same, except its config's
+    # use_cache, which sentence-transformers turns off on load)
+    transformer.model = encoder.transformer
+    model.save(str(path), create_model_card=False)
+    if not prompts:
+        (path / PROMPTS_FILE).unlink()
 
 
 def save_starting_model(reference: str, pooling: str, output_dir: str | Path, max_length: int,

@@ -1,7 +1,7 @@
 """Model cards: a Hugging Face ``README.md`` in every model folder a stage saves, and a publishable release folder.
 
 A card is YAML front matter (``library_name: sentence-transformers``, ``pipeline_tag``, ``tags``, ``base_model``
-and ``datasets`` where the Hub id is known) and a body: the base model, the pooling (bi-encoders), the training
+and ``datasets`` where the Hub id is known; ``huggingface_hub``'s ``ModelCardData`` writes it) and a body: the base model, the pooling (bi-encoders), the training
 data (dataset, split, number of queries, the negatives the stage trained on), the stage's resolved settings,
 and how to load the folder in sentence-transformers and transformers (with the query-length note:
 ``encode_query``/``encode_document`` give the pipeline's vectors, plain ``encode`` cuts queries at the passage
@@ -32,7 +32,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .errors import DataError
 from .io import atomic_output
@@ -107,16 +107,11 @@ def base_model(plm: str, config: Mapping, dataset: str) -> tuple[str | None, str
     return hub, f"[`{hub}`](https://huggingface.co/{hub})" + (f" (`{plm}`)" if hub != plm else "")
 
 
-def _front_matter(fields: Mapping[str, Any]) -> str:
-    return "---\n" + yaml.safe_dump(dict(fields), sort_keys=False, allow_unicode=True) + "---\n"
-
-
 def read_front_matter(text: str) -> dict:
-    """The YAML front matter of a card (the tests', and a user's, way to read it)."""
+    """The YAML front matter of a card (the tests', and a user's, way to read it), read by ``huggingface_hub``."""
     if not text.startswith("---\n"):
         raise ValueError("no YAML front matter")
-    end = text.index("\n---\n", 4)
-    return yaml.safe_load(text[4:end + 1]) or {}
+    return ModelCard(text).data.to_dict()
 
 
 def metric_id(name: str) -> str:
@@ -312,28 +307,22 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
     cross = is_cross_encoder(stage)
     pooling = None if cross else (recorded_pooling(str(model_dir)) or "cls")
     prompts = None if cross else resolve_prompts(str(model_dir))   # what the folder records (docs/prompts.md)
-    fields: dict[str, Any] = {
-        "library_name": "sentence-transformers",
-        "pipeline_tag": "text-ranking" if cross else "sentence-similarity",
-        "tags": (["sentence-transformers", "cross-encoder", "reranker", "text-ranking"] if cross else
-                 ["sentence-transformers", "sentence-similarity", "feature-extraction", "dense-retrieval"])
+    card = ModelCardData(
+        library_name="sentence-transformers",
+        pipeline_tag="text-ranking" if cross else "sentence-similarity",
+        tags=(["sentence-transformers", "cross-encoder", "reranker", "text-ranking"] if cross else
+              ["sentence-transformers", "sentence-similarity", "feature-extraction", "dense-retrieval"])
         + ["simlm", "dpr_pipeline"],
-    }
-    if base:
-        fields["base_model"] = base
-    if dataset in KNOWN_DATASETS and declared(stage).trains:
-        fields["datasets"] = [KNOWN_DATASETS[dataset]]
-    if metrics is not None:
+        base_model=base,
+        datasets=[KNOWN_DATASETS[dataset]] if dataset in KNOWN_DATASETS and declared(stage).trains else None)
+    if metrics is not None:  # model-index: one result per split
         per_split = split_metrics(metrics)
-        fields["metrics"] = list(dict.fromkeys(name for values in per_split.values() for name in values))
-        fields["model-index"] = [{
-            "name": f"{dataset}-{stage.replace('/', '-')}",
-            "results": [{"task": {"type": "text-ranking" if cross else "retrieval"},
-                         "dataset": {"name": dataset, "type": KNOWN_DATASETS.get(dataset, dataset), "split": split},
-                         "metrics": [{"type": metric_id(name), "value": float(value), "name": name}
-                                     for name, value in values.items()]}
-                        for split, values in per_split.items()],
-        }]
+        card.metrics = list(dict.fromkeys(name for values in per_split.values() for name in values))
+        card.model_name = f"{dataset}-{stage.replace('/', '-')}"
+        card.eval_results = [EvalResult(task_type="text-ranking" if cross else "retrieval", dataset_name=dataset,
+                                        dataset_type=KNOWN_DATASETS.get(dataset, dataset), dataset_split=split,
+                                        metric_type=metric_id(name), metric_value=float(value), metric_name=name)
+                             for split, values in per_split.items() for name, value in values.items()]
     kind = "cross-encoder re-ranker" if cross else "bi-encoder (dense retriever)"
     title = card_name(stage)
     model_rows = [["stage", f"`{stage}`: {title}"], ["kind", kind], ["base model", base_said]]
@@ -349,7 +338,7 @@ def model_card(facts: Mapping[str, Any], model_dir: str | Path, metrics: Mapping
             model_rows.append(["prompts", prompts.describe().replace("|", "\\|")])
     settings_rows = [[f"`{key}`", _value(value)] for key, value in settings.items()]
     seed = facts.get("seed")
-    return (_front_matter(fields)
+    return (f"---\n{card.to_yaml()}\n---\n"
             + f"\n# {dataset} {stage}: {kind}\n\n"
             + f"{title[0].upper() + title[1:]}, trained by [dpr_pipeline](https://arxiv.org/abs/2207.02578) "
               f"(the SimLM recipe) on `{dataset}`.\n\n"

@@ -94,9 +94,15 @@ def dropout_overrides(reference: str, attention_dropout: float | None) -> dict:
 def load_encoder(reference: str, attention_dropout: float | None = None) -> torch.nn.Module:
     """The bare transformer encoder whose last layer a bi-encoder pools (BERT's pooler dropped: the paper
     uses the [CLS] hidden state itself); ``attention_dropout`` overrides the model's own (None keeps it)."""
-    extra = {"add_pooling_layer": False} if load_model_config(reference).model_type == "bert" else {}
-    return load_pretrained(reference, "encoder", AutoModel.from_pretrained, **extra,
+    return load_pretrained(reference, "encoder", AutoModel.from_pretrained,
+                           **encoder_kwargs(load_model_config(reference).model_type),
                            **dropout_overrides(reference, attention_dropout))
+
+
+def encoder_kwargs(model_type: str) -> dict:
+    """``from_pretrained`` keyword arguments of a bi-encoder's transformer of ``model_type``: BERT's pooler
+    dropped (it is not part of the vectors)."""
+    return {"add_pooling_layer": False} if model_type == "bert" else {}
 
 
 def load_cross_encoder(reference: str, attention_dropout: float | None = None) -> torch.nn.Module:
