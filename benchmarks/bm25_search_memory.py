@@ -67,8 +67,8 @@ def build(cache: Path, passages: int, max_queries: int, seed: int, threads: int)
     """Write ``corpus.parquet``, ``queries.parquet`` (``max_queries`` rows) and ``index/`` under ``cache`` if absent."""
     import pandas as pd
 
-    from dpr_pipeline.bm25 import build_index
     from dpr_pipeline.data.schemas import read_artifact, write_artifact
+    from dpr_pipeline.retrieval.bm25 import build_index
 
     cache.mkdir(parents=True, exist_ok=True)
     corpus, queries, index = cache / "corpus.parquet", cache / "queries.parquet", cache / "index"
@@ -97,8 +97,8 @@ def _child(args) -> None:
     """Search the first ``args.child`` queries, then print peak RSS (MB) and seconds as JSON on stdout."""
     import pandas as pd
 
-    from dpr_pipeline.bm25 import search
     from dpr_pipeline.data.schemas import read_artifact, write_artifact
+    from dpr_pipeline.retrieval.bm25 import search
 
     cache = Path(args.cache)
     subset = cache / f"queries-{args.child}.parquet"

@@ -36,12 +36,13 @@ import pandas as pd
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from dpr_pipeline import devices, models
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.embedding import load_text_encoder, save_starting_model
-from dpr_pipeline.encode import _token_budget_batches, encode_corpus_shard, encode_texts
-from dpr_pipeline.token_arrays import tokenize
+from dpr_pipeline.models import devices
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.models.embedding import load_text_encoder, save_starting_model
+from dpr_pipeline.models.token_arrays import tokenize
+from dpr_pipeline.retrieval.encode import _token_budget_batches, encode_corpus_shard, encode_texts
 
 REPO = Path(__file__).resolve().parents[1]
 logger = logging.getLogger("encode_throughput")

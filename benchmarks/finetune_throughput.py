@@ -31,8 +31,8 @@ from transformers import BertConfig, BertModel
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dpr_pipeline import devices  # noqa: E402
-from dpr_pipeline.embedding import TextEncoder  # noqa: E402
+from dpr_pipeline.models import devices  # noqa: E402
+from dpr_pipeline.models.embedding import TextEncoder  # noqa: E402
 from dpr_pipeline.training.biencoder import BiEncoder, contrastive_step  # noqa: E402
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
 from dpr_pipeline.training.trainer import _optimizer_step  # noqa: E402

@@ -31,15 +31,15 @@ REPO = Path(__file__).resolve().parents[1]
 _SRC = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--src"), str(REPO / "src"))
 sys.path.insert(0, _SRC)
 
-from dpr_pipeline import devices, models  # noqa: E402
 from dpr_pipeline.data.ingest import ingest_corpus  # noqa: E402
+from dpr_pipeline.models import devices
+from dpr_pipeline.models import loading as models  # noqa: E402
 from dpr_pipeline.pretraining.masking import bert_corrupt, random_mask  # noqa: E402
 from dpr_pipeline.pretraining.methods import METHODS, pretraining_method  # noqa: E402
 from dpr_pipeline.pretraining.objectives import SpecialTokens  # noqa: E402
 from dpr_pipeline.pretraining.token_importance import NgramCounts, write_corpus_ngram_counts  # noqa: E402
 from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard  # noqa: E402
-from dpr_pipeline.pretraining.train import (PassageData, PretrainingCollator, build_model, load_masked_lm,  # noqa: E402
-                                            training_step)
+from dpr_pipeline.pretraining.train import PassageData, PretrainingCollator, build_model, load_masked_lm, training_step  # noqa: E402
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
 
 

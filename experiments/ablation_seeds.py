@@ -1,6 +1,6 @@
 """SimLM's Table 7 over seeds: each row of a finished pre-training ablation (pre-training + Retriever₁) rerun
 with other seeds on the same inputs; each method's mean ± sd per split and its difference from `none` and from
-`mlm`, seed by seed (dpr_pipeline.seed_spread says how a rerun's folder is made):
+`mlm`, seed by seed (dpr_pipeline.evaluation.seed_spread says how a rerun's folder is made):
 
     .venv/bin/snakemake results/scifact/ablation/summary.json              # the finished ablation (seed 42)
     .venv/bin/python experiments/ablation_seeds.py --seeds 1 2             # + seeds 1 and 2 of each of its rows
@@ -21,11 +21,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dpr_pipeline.config import load_config, stage_params  # noqa: E402
-from dpr_pipeline.layout import stage_file  # noqa: E402
-from dpr_pipeline.seed_spread import rerun, seed_workdir, write_ablation_report  # noqa: E402
-from dpr_pipeline.stages import ABLATION, PRETRAINING, member  # noqa: E402
-from dpr_pipeline.summary import read_metrics  # noqa: E402
+from dpr_pipeline.evaluation.seed_spread import rerun, seed_workdir, write_ablation_report  # noqa: E402
+from dpr_pipeline.evaluation.summary import read_metrics  # noqa: E402
+from dpr_pipeline.workflow.config import load_config, stage_params  # noqa: E402
+from dpr_pipeline.workflow.layout import stage_file  # noqa: E402
+from dpr_pipeline.workflow.stages import ABLATION, PRETRAINING, member  # noqa: E402
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""How faithfully a dev pool scores a bi-encoder against the whole corpus (dpr_pipeline.dev_selection).
+"""How faithfully a dev pool scores a bi-encoder against the whole corpus (dpr_pipeline.training.dev_selection).
 
 For two bi-encoder stages of a finished run (a trained stage and the stage its model started from), each stage's
 dev queries are searched in the whole corpus (the stage's stored corpus vectors) and in pools of several kinds:
@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from dpr_pipeline.data.schemas import read_artifact
-from dpr_pipeline.encode import encode_queries
-from dpr_pipeline.metrics import evaluate_run
-from dpr_pipeline.runs import read_trec_run
+from dpr_pipeline.data.trec_runs import read_trec_run
+from dpr_pipeline.evaluation.metrics import evaluate_run
+from dpr_pipeline.retrieval.encode import encode_queries
 
 METRIC = "nDCG@10"
 

@@ -1,5 +1,5 @@
 """Rerun one trained stage with other seeds on a finished run's inputs and report mean ± sd per split (the dev
-split first), with its margin over the stage below it (dpr_pipeline.seed_spread says how):
+split first), with its margin over the stage below it (dpr_pipeline.evaluation.seed_spread says how):
 
     .venv/bin/snakemake                                                  # the finished run (seed 42)
     .venv/bin/python experiments/seed_spread.py distill --seeds 1 2      # + seeds 1 and 2 of the distilled retriever
@@ -20,10 +20,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dpr_pipeline.config import load_config, stage_params  # noqa: E402
-from dpr_pipeline.layout import dataset_file, stage_file  # noqa: E402
-from dpr_pipeline.seed_spread import SEEDED_STAGES, STAGE_BELOW, rerun, seed_workdir, write_report  # noqa: E402
-from dpr_pipeline.summary import read_metrics  # noqa: E402
+from dpr_pipeline.workflow.stages import STAGE_BELOW  # noqa: E402
+from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES, rerun, seed_workdir, write_report  # noqa: E402
+from dpr_pipeline.evaluation.summary import read_metrics  # noqa: E402
+from dpr_pipeline.workflow.config import load_config, stage_params  # noqa: E402
+from dpr_pipeline.workflow.layout import dataset_file, stage_file  # noqa: E402
 
 
 def main() -> None:

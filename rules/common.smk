@@ -1,28 +1,37 @@
-# Shared set-up: config validation, the library on the path, the stage lists and the lookups every rule uses
+# Shared set-up: config validation, the installed library, the stage lists and the lookups every rule uses
 # (splits, threads, resources, the conda env of a PyTorch job). A job's stage parameters:
-# dpr_pipeline.stage_settings (`settings`); input functions: rules/inputs.smk; the report's and the default
+# dpr_pipeline.workflow.stage_settings (`settings`); input functions: rules/inputs.smk; the report's and the default
 # target's file lists: rules/report_inputs.smk.
 import re
-import sys
 from pathlib import Path
 
 import yaml
+from snakemake.exceptions import WorkflowError
 from snakemake.io import strip_wildcard_constraints
 from snakemake.logging import logger as snakemake_logger
 
-SRC = str(Path(workflow.basedir) / "src")
-# first on the path even when already present further back: an installed dpr_pipeline must not shadow this
-# checkout's code (workflow_scripts/_library.py does the same for the jobs)
-sys.path[:] = [SRC] + [p for p in sys.path if p != SRC]
+try:
+    import dpr_pipeline
+except ImportError:
+    raise WorkflowError("the dpr_pipeline package is not installed in the environment Snakemake runs in, which its "
+                        "jobs run in too. Fix: `make install` in this checkout (or `pip install -c constraints.txt "
+                        "-e .` in your venv), then run snakemake from that environment")
+# The jobs import the package installed in this environment: warn when it is another checkout's code
+CHECKOUT_SRC = Path(workflow.basedir).resolve() / "src"
+if not Path(dpr_pipeline.__file__).resolve().is_relative_to(CHECKOUT_SRC):
+    snakemake_logger.warning(f"dpr_pipeline is imported from {Path(dpr_pipeline.__file__).parent}, not from this "
+                             f"checkout ({CHECKOUT_SRC}): the jobs run that code. Fix: `make install` (or `pip install "
+                             "-e .`) in this checkout, in the environment snakemake runs in")
 
-import dpr_pipeline.stage_settings as settings
-import dpr_pipeline.stages as stages
-from dpr_pipeline.cluster import job_resources, job_runtime, scaled, short_of_retries
-from dpr_pipeline.config import train_split_of, validate_config
-from dpr_pipeline.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
+import dpr_pipeline.workflow.stage_settings as settings
+import dpr_pipeline.workflow.stages as stages
+from dpr_pipeline.workflow.resources import job_resources, job_runtime, scaled, short_of_retries
+from dpr_pipeline.workflow.config import train_split_of, validate_config
+from dpr_pipeline.workflow.hub_models import check_offline_fetches
+from dpr_pipeline.workflow.layout import (RESULTS, benchmark_file, checkpoint_dir, data_file, dataset_file, log_file,
                                  model_dir, release_dir, stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
-import dpr_pipeline.run_errors as run_errors
+import dpr_pipeline.workflow.run_errors as run_errors
 
 
 def result_folders():
@@ -39,7 +48,7 @@ def result_folders():
 
 
 def explain_error(error):
-    """The project's message for an error that stops Snakemake before any job runs (dpr_pipeline.run_errors)."""
+    """The project's message for an error that stops Snakemake before any job runs (dpr_pipeline.workflow.run_errors)."""
     datasets = config.get("datasets") if isinstance(config, dict) else None
     return run_errors.explain(error, datasets=datasets if isinstance(datasets, dict) else {},
                               folders=result_folders, configfiles=workflow.configfiles)
@@ -61,8 +70,9 @@ SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())
 # the one validation route (the tests' too): defaults filled in, moved settings named, `config key …: … Fix: …`
 # for the top-level blocks and a dataset's overrides alike, dataset names checked
 validate_config(config, SCHEMA_FILE)
+check_offline_fetches(config)
 
-# The stage lists, from their declaration (src/dpr_pipeline/stages.py). The chain in pipeline order (SimLM
+# The stage lists, from their declaration (src/dpr_pipeline/workflow/stages.py). The chain in pipeline order (SimLM
 # Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
 STAGES = stages.chain()
 # Pre-training methods (config pretrain.method), each pre-training an encoder under
@@ -120,7 +130,7 @@ def split_files(wildcards):
 
 
 def threads_of(rule_name):
-    """A rule's CPU threads: config `resources` (per dataset overrides), see src/dpr_pipeline/cluster.py."""
+    """A rule's CPU threads: config `resources` (per dataset overrides), see src/dpr_pipeline/workflow/resources.py."""
     return lambda wildcards: job_resources(config, wildcards.dataset, rule_name)["threads"]
 
 
@@ -147,7 +157,7 @@ def resources_of(rule_name):
 
 def torch_env(rule_name):
     """The conda env, relative to rules/, of a PyTorch job: envs/torch-gpu.yaml where resources_of gives the
-    rule GPUs, else envs/torch.yaml (src/dpr_pipeline/stages.py)."""
+    rule GPUs, else envs/torch.yaml (src/dpr_pipeline/workflow/stages.py)."""
     return f"../{stages.torch_env(rule_name)}"
 
 

@@ -1,4 +1,4 @@
-# Evaluation of any stage's TREC runs on the dataset's evaluation splits, and a plot for the report.
+# Every stage's run evaluated per split, and the per-dataset summary (SimLM Table 6's layout).
 
 
 rule evaluate:
@@ -27,52 +27,32 @@ rule evaluate:
         "../workflow_scripts/evaluate.py"
 
 
-rule plot_metrics:
+rule summary:
     input:
-        stage_file("{stage}", "metrics.json"),
+        metrics=[stage_file(stage, "metrics.json") for stage in STAGES],
+        # what each trained stage handed on, chosen on dev: the bi-encoders' choice, the re-ranker's fusion weight
+        selections=[stage_file(stage, "dev_selection.json") for stage in stages.trained() if stage in BIENCODERS],
+        fusion_choice=fusion_choice,
     output:
-        report(
-            stage_file("{stage}", "metrics.png"),
-            caption="../report/metrics.rst",
+        json=dataset_file("summary.json"),
+        markdown=dataset_file("summary.md"),
+        png=report(
+            dataset_file("summary.png"),
+            caption="../report/summary.rst",
             category="{dataset}",
-            subcategory="{stage}",
+            subcategory="summary",
         ),
-    threads: threads_of("plot_metrics")
+    params:
+        stages=STAGES,
+        trained_biencoders=[stage for stage in stages.trained() if stage in BIENCODERS],
+    threads: threads_of("summary")
     resources:
-        **resources_of("plot_metrics"),
+        **resources_of("summary"),
     log:
-        log_file("plot_metrics_{stage}"),
+        log_file("summary"),
     benchmark:
-        benchmark_file("plot_metrics_{stage}")
+        benchmark_file("summary")
     conda:
         "../envs/eval.yaml"
     script:
-        "../workflow_scripts/plot_metrics.py"
-
-
-rule release_model:
-    # a stage's model folder ready to publish: its files hard-linked, and a model card with the stage's metrics
-    # per split (the model folder's own card has none: metrics come after training). Not in the default target:
-    # `snakemake results/<dataset>/<stage>/release`.
-    input:
-        model=model_dir("{stage}"),
-        manifest=stage_file("{stage}", "manifest.json"),
-        metrics=stage_file("{stage}", "metrics.json"),
-        fusion=fusion_choice,
-    output:
-        directory(release_dir("{stage}")),
-    wildcard_constraints:
-        stage="|".join(BIENCODERS + CROSS_ENCODERS),
-    params:
-        fusion_weight=lambda wc: settings.fusion(config, wc.dataset)["weight"] if wc.stage in CROSS_ENCODERS else None,
-    threads: threads_of("release_model")
-    resources:
-        **resources_of("release_model"),
-    log:
-        log_file("release_model_{stage}"),
-    benchmark:
-        benchmark_file("release_model_{stage}")
-    conda:
-        torch_env("release_model")
-    script:
-        "../workflow_scripts/release_model.py"
+        "../workflow_scripts/summary.py"

@@ -1,4 +1,4 @@
-# Fetching public collections, the first jobs of the DAG (src/dpr_pipeline/fetch.py, docs/datasets.md "Fetching the
+# Fetching public collections, the first jobs of the DAG (src/dpr_pipeline/data/fetch.py, docs/datasets.md "Fetching the
 # public collections"). Per dataset that fetches something, rules named after it:
 #   ir_datasets_<dataset>   format ir_datasets: the library downloads (md5-checked, cached in config fetch.cache)
 #                           and the job writes corpus.parquet, queries_<split>.parquet, qrels_<split>.parquet
@@ -11,10 +11,10 @@
 # Models given as Hugging Face Hub names, one job each, shared by the datasets naming them (model_fetch.py)
 #   fetch_model_<name>      the model's files + fetch_manifest.json (commit, sha256s) into fetch.models/<org>--<name>;
 #                           the jobs that load it take that folder as an input and run with the Hub offline
-from dpr_pipeline.fetch import (check_fetch_config, fetched_files, ir_datasets_ids, missing_downloads, missing_exports,
+from dpr_pipeline.data.fetch import (check_fetch_config, fetched_files, ir_datasets_ids, missing_downloads, missing_exports,
                                 raw_inputs, raw_layout, rule_suffix, with_downloads)
-from dpr_pipeline.layout import fetched_model_log
-from dpr_pipeline.model_fetch import chain_models, missing_models
+from dpr_pipeline.workflow.layout import fetched_model_log
+from dpr_pipeline.workflow.hub_models import chain_models, missing_models
 
 check_fetch_config(config)
 FETCH = config["fetch"]

@@ -1,6 +1,6 @@
-# Input functions: which files a job reads, from the config and the wildcards (paths from dpr_pipeline.layout).
-from dpr_pipeline.config import RANDOM_GENERATOR
-from dpr_pipeline.model_fetch import is_fetched
+# Input functions: which files a job reads, from the config and the wildcards (paths from dpr_pipeline.workflow.layout).
+from dpr_pipeline.workflow.config import RANDOM_GENERATOR
+from dpr_pipeline.models.hub_fetch import is_fetched
 from dpr_pipeline.pretraining.methods import pretraining_method
 
 

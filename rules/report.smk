@@ -111,3 +111,26 @@ rule throughput:
         "../envs/eval.yaml"
     script:
         "../workflow_scripts/throughput.py"
+
+
+rule plot_metrics:
+    input:
+        stage_file("{stage}", "metrics.json"),
+    output:
+        report(
+            stage_file("{stage}", "metrics.png"),
+            caption="../report/metrics.rst",
+            category="{dataset}",
+            subcategory="{stage}",
+        ),
+    threads: threads_of("plot_metrics")
+    resources:
+        **resources_of("plot_metrics"),
+    log:
+        log_file("plot_metrics_{stage}"),
+    benchmark:
+        benchmark_file("plot_metrics_{stage}")
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/plot_metrics.py"

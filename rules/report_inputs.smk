@@ -19,7 +19,7 @@ def final_targets():
 
 
 # The report (rules/report.smk): what it plots and which jobs' benchmark files it reads.
-# Training stages with a loss_log.jsonl: the main chain's (declared in src/dpr_pipeline/stages.py); the report
+# Training stages with a loss_log.jsonl: the main chain's (declared in src/dpr_pipeline/workflow/stages.py); the report
 # adds each pre-training method and each ablation Retriever1.
 TRAINED_STAGES = stages.trained()
 
@@ -44,7 +44,7 @@ def rule_job(rule, task, label, unit, output=0, counted=None, **wildcards):
 
 
 def benchmarked_jobs(wildcards):
-    """The jobs whose throughput the report shows, with what each processed (see src/dpr_pipeline/throughput.py):
+    """The jobs whose throughput the report shows, with what each processed (see src/dpr_pipeline/report/throughput.py):
     corpus encoding (passages), BM25 and dense search and re-ranking (queries), teacher scoring (query-passage
     pairs), training (steps). ``output``: a file the job writes, so the throughput job runs after it and its
     benchmark file."""

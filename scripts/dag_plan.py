@@ -21,8 +21,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from snakemake.api import SnakemakeApi
-from snakemake.settings.types import (ConfigSettings, DAGSettings, DeploymentSettings, OutputSettings,
-                                      ResourceSettings, StorageSettings, WorkflowSettings)
+from snakemake.settings.types import (
+    ConfigSettings,
+    DAGSettings,
+    DeploymentSettings,
+    OutputSettings,
+    ResourceSettings,
+    StorageSettings,
+    WorkflowSettings,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PLAN_RESOURCES = ("_cores", "threads", "mem_mb", "runtime", "gpu")

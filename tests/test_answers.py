@@ -6,11 +6,11 @@ import unicodedata
 
 import pandas as pd
 import pytest
+from conftest import REPO
 from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer
 from pyserini.eval.evaluate_dpr_retrieval import has_answers as pyserini_has_answers
 
-from conftest import REPO
-from dpr_pipeline.answers import has_answer, label_hits, read_passage_texts, tokenize
+from dpr_pipeline.data.answers import has_answer, label_hits, read_passage_texts, tokenize
 from dpr_pipeline.data.readers import read_answers, read_documents
 
 

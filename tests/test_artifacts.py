@@ -3,10 +3,10 @@
 import pandas as pd
 import pytest
 
+from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.data.schemas import read_artifact, read_negatives_table, write_artifact
+from dpr_pipeline.data.trec_runs import read_trec_run
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.io import atomic_output
-from dpr_pipeline.runs import read_trec_run
 
 
 def test_wrong_type_names_file_and_column(tmp_path):

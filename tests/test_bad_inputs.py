@@ -24,23 +24,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from conftest import DOCS, QUERIES, REPO, StandInHub, config_block, write_beir, write_msmarco
-from dpr_pipeline import models
-from dpr_pipeline.config import ConfigError, load_config
+
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
 from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
-from dpr_pipeline.dense_index import build_index
-from dpr_pipeline.dense_search import search_index
-from dpr_pipeline.errors import DataError, FetchError
-from dpr_pipeline.metrics import evaluate_splits
-from dpr_pipeline.model_fetch import fetch_model
+from dpr_pipeline.data.trec_runs import read_trec_run, write_trec_run
+from dpr_pipeline.errors import ConfigError, DataError, FetchError
+from dpr_pipeline.evaluation.metrics import evaluate_splits
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.models.hub_fetch import fetch_model
 from dpr_pipeline.pretraining.tokens import read_token_shards
 from dpr_pipeline.pretraining.train import load_masked_lm
-from dpr_pipeline.runs import read_trec_run, write_trec_run
-from dpr_pipeline.score_fusion import write_fused_run
+from dpr_pipeline.reranking.score_fusion import write_fused_run
+from dpr_pipeline.retrieval.dense_index import build_index
+from dpr_pipeline.retrieval.dense_search import search_index
 from dpr_pipeline.training.groups import read_query_groups
+from dpr_pipeline.workflow.config import load_config
+from dpr_pipeline.workflow.hub_models import check_offline_fetches
 
 CATALOGUE = REPO / "docs" / "bad_inputs.md"
 
@@ -810,7 +811,9 @@ def model_setting_call(tmp, edit, workdir: Path | None = None, env: dict | None 
 
     def call():
         with contextlib.chdir(workdir or REPO), mock.patch.dict(os.environ, env or {}):
-            return load()
+            config = load()
+            check_offline_fetches(config)  # rules/common.smk's start-up, after validate_config
+            return config
     return call, outputs
 
 

@@ -9,12 +9,12 @@ import weakref
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, write_beir
-from dpr_pipeline import bm25
-from dpr_pipeline.bm25 import build_index, search
+
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
-from dpr_pipeline.runs import read_trec_run
+from dpr_pipeline.data.trec_runs import read_trec_run
+from dpr_pipeline.retrieval import bm25
+from dpr_pipeline.retrieval.bm25 import build_index, search
 
 pytestmark = pytest.mark.slow
 
@@ -126,7 +126,7 @@ def test_java_heap_reaches_the_jvm(tiny, tmp_path):
     """The JVM starts once per process, so a fresh Python searches with java_heap 300m and reports its JVM."""
     code = f"""
 import json, sys
-from dpr_pipeline.bm25 import search
+from dpr_pipeline.retrieval.bm25 import search
 search({str(tiny / "index-flat")!r}, {str(tiny / "queries.parquet")!r}, {str(tmp_path / "run.trec")!r}, depth=2,
        java_heap="300m")
 from jnius import autoclass

@@ -1,10 +1,16 @@
 """Portable job resources (config `resources`, per dataset, attempt-scaled) and shard-bounded teacher reads."""
 
 import yaml
-
 from conftest import REPO
-from dpr_pipeline.cluster import (attempts_needed, job_resources, job_runtime, processes_for, scaled,
-                                  short_of_retries)
+
+from dpr_pipeline.workflow.resources import (
+    attempts_needed,
+    job_resources,
+    job_runtime,
+    processes_for,
+    scaled,
+    short_of_retries,
+)
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 

@@ -4,10 +4,12 @@ import copy
 
 import pytest
 import yaml
-
 from conftest import REPO, config_block
-from dpr_pipeline.cluster import BUILTIN_DEFAULT
-from dpr_pipeline.config import ConfigError, load_config, stage_params, validate_config
+
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.workflow.config import load_config, stage_params, validate_config
+from dpr_pipeline.workflow.hub_models import check_offline_fetches
+from dpr_pipeline.workflow.resources import BUILTIN_DEFAULT
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 MINIMAL = {"datasets": {"scifact": {"format": "beir", "path": "p", "train_split": "train", "eval_splits": ["test"]}}}
@@ -22,15 +24,15 @@ def test_shipped_config_is_valid_and_scifact_is_the_default():
 def test_offline_the_shipped_config_loads_and_run_datasets_need_their_hub_models_fetched(tmp_path, monkeypatch):
     """HF_HUB_OFFLINE=1 and no fetched models: SciFact (pkg: models) loads, though msmarco's defaults are Hub
     names (checked offline only for run_datasets, the others' fetch jobs say the same at once); running msmarco
-    too stops at start-up naming its setting (config.check_fetchable)."""
+    too stops at start-up naming its setting (hub_models.check_offline_fetches, after validate_config)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    load_config(REPO / "config.yaml")
+    check_offline_fetches(load_config(REPO / "config.yaml"))
     config = copy.deepcopy(CONFIG)
     config["run_datasets"] = ["scifact", "msmarco"]
     with pytest.raises(ConfigError, match=r"config key stages.pretrain.plm: bert-base-uncased: a Hugging Face Hub "
                        r"name, not fetched yet \(no complete folder data/models/bert-base-uncased\)"):
-        validate_config(config)
+        check_offline_fetches(validate_config(config))
 
 
 def leaf_keys(config: dict, prefix: tuple = ()) -> list[tuple]:

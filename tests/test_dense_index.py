@@ -9,14 +9,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import DOCS, QUERIES
+
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.dense_index import build_index
-from dpr_pipeline.dense_search import dense_search, search_index
-from dpr_pipeline.encode import encode_corpus_shard
+from dpr_pipeline.data.trec_runs import read_trec_run, write_trec_run
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.runs import read_trec_run, write_trec_run
+from dpr_pipeline.retrieval.dense_index import build_index
+from dpr_pipeline.retrieval.dense_search import dense_search, search_index
+from dpr_pipeline.retrieval.encode import encode_corpus_shard
 
 DIM = 16
 

@@ -1,4 +1,4 @@
-"""What a trained bi-encoder stage hands on (dpr_pipeline.dev_selection): the trained model, or its start where
+"""What a trained bi-encoder stage hands on (dpr_pipeline.training.dev_selection): the trained model, or its start where
 that scores higher on the dev split; the pool it is scored in; the record and its sentence."""
 
 from __future__ import annotations
@@ -11,22 +11,22 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-
 from conftest import make_tiny_bert
-from dpr_pipeline import stage_settings as settings
-from dpr_pipeline.config import ConfigError, validate_config
-from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.dev_selection import START, TRAINED, choose, describe, dev_pool, pool_run, select
-from dpr_pipeline.embedding import load_text_encoder
-from dpr_pipeline.encode import encode_texts
-from dpr_pipeline.errors import DataError
-from dpr_pipeline.metrics import evaluate_run
-from dpr_pipeline.models import load_encoder, load_tokenizer
-from dpr_pipeline.training.biencoder import train_biencoder
-from dpr_pipeline.data.passage_store import PassageStore
-from dpr_pipeline.training.groups import read_queries
-
 from test_training import TOPICS, write_training_data
+
+from dpr_pipeline.data.passage_store import PassageStore
+from dpr_pipeline.data.schemas import write_artifact
+from dpr_pipeline.errors import ConfigError, DataError
+from dpr_pipeline.evaluation.metrics import evaluate_run
+from dpr_pipeline.models.embedding import load_text_encoder
+from dpr_pipeline.models.loading import load_encoder, load_tokenizer
+from dpr_pipeline.retrieval.encode import encode_texts
+from dpr_pipeline.training.biencoder import train_biencoder
+from dpr_pipeline.training.dev_selection import dev_pool, pool_run, select
+from dpr_pipeline.training.groups import read_queries
+from dpr_pipeline.training.selection_record import START, TRAINED, choose, describe
+from dpr_pipeline.workflow import stage_settings as settings
+from dpr_pipeline.workflow.config import validate_config
 
 PARAMS = {"query_max_length": 16, "passage_max_length": 24, "bf16": False, "seed": 1}
 

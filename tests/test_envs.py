@@ -1,12 +1,16 @@
-"""The rules' conda env files pin the same versions as pyproject.toml."""
+"""The rules' conda env files pin the same versions as pyproject.toml, and hold what their jobs import."""
 
+import ast
+import re
+import subprocess
+import sys
+import textwrap
 import tomllib
 
 import pytest
 import yaml
-from packaging.requirements import Requirement
-
 from conftest import REPO
+from packaging.requirements import Requirement
 
 PROJECT = {Requirement(r).name: Requirement(r) for r in
            tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
@@ -35,3 +39,46 @@ def test_every_rule_env_exists():
         for line in smk.read_text().splitlines():
             if line.strip().startswith('"../envs/'):
                 assert (REPO / "rules" / line.strip().strip('",')).resolve().is_file(), line
+
+
+# The packages a job can import only where its conda env installs them (import names), and what each env adds;
+# a pip name's own dependencies count as its env's (pyserini brings transformers, transformers huggingface_hub).
+OPTIONAL_IMPORTS = {"torch", "transformers", "sentence_transformers", "faiss", "huggingface_hub", "ir_measures",
+                    "pytrec_eval", "matplotlib", "scipy", "pyserini", "jnius", "ir_datasets", "jsonschema"}
+ENV_IMPORTS = {
+    "data": {"jsonschema", "ir_datasets", "huggingface_hub"},
+    "eval": {"ir_measures", "pytrec_eval", "matplotlib", "scipy"},
+    "bm25": {"pyserini", "jnius", "faiss", "torch", "transformers", "huggingface_hub", "scipy"},
+    "torch": {"torch", "transformers", "sentence_transformers", "faiss", "huggingface_hub", "scipy", "jsonschema"},
+}
+RULE = re.compile(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", re.M | re.S)
+
+
+def rule_scripts():
+    """(rule, env name, script) for every rule that runs a workflow script in a conda env."""
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        for name, body in RULE.findall(smk.read_text()):
+            env = re.search(r"conda:\s*\n\s*(?:\"\.\./envs/([\w-]+)\.yaml\"|torch_env\()", body)
+            script = re.search(r"script:\s*\n\s*\"\.\./(workflow_scripts/\w+\.py)\"", body)
+            if env and script:
+                yield name, (env.group(1) or "torch").replace("torch-gpu", "torch"), script.group(1)
+
+
+@pytest.mark.parametrize("rule, env, script", list(rule_scripts()), ids=lambda value: str(value))
+def test_a_jobs_imports_are_in_its_conda_env(rule, env, script):
+    """A job imports, through its workflow script and the package modules it imports at their top, only what its
+    conda env installs (a torch import reached from an eval job fails there, not in the project venv)."""
+    tree = ast.parse((REPO / script).read_text())
+    imports = "\n".join(ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)))
+    forbidden = sorted(OPTIONAL_IMPORTS - ENV_IMPORTS[env])
+    probe = textwrap.dedent(f"""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {forbidden!r}:
+                    raise ImportError(f"{{name}} is not in envs/{env}.yaml")
+        sys.meta_path.insert(0, Block())
+        sys.path.insert(0, {str(REPO / "workflow_scripts")!r})
+    """) + imports
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, f"rule {rule} ({script}, envs/{env}.yaml): {result.stderr.strip().splitlines()[-1]}"

@@ -5,8 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpr_pipeline.dense_index import build_index
-from dpr_pipeline.dense_search import cpu_search_note, gpus_available, search_index
+from dpr_pipeline.retrieval.dense_index import build_index
+from dpr_pipeline.retrieval.dense_search import cpu_search_note, gpus_available, search_index
 
 
 @pytest.fixture

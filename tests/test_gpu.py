@@ -9,20 +9,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import DOCS, QUERIES, make_tiny_bert
 from transformers import BertConfig, BertForSequenceClassification
 
-from conftest import DOCS, QUERIES, make_tiny_bert
-from dpr_pipeline.config import ConfigError
-from dpr_pipeline.devices import autocast, uses_bf16
-from dpr_pipeline.embedding import load_text_encoder
-from dpr_pipeline.encode import encode_texts
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.passage_store import PassageStore
 from dpr_pipeline.data.schemas import to_table
-from dpr_pipeline.models import load_tokenizer
-from dpr_pipeline.reranker import make_collate, mean_listwise_loss
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.models.devices import autocast, uses_bf16
+from dpr_pipeline.models.embedding import load_text_encoder
+from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.retrieval.encode import encode_texts
+from dpr_pipeline.training.cross_encoder import make_collate, mean_listwise_loss
+from dpr_pipeline.training.distributed import visible_gpus
 from dpr_pipeline.training.groups import QueryGroups
-from dpr_pipeline.training.launch import run_training, visible_gpus
+from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.trainer import _rng_state, _set_rng_state
 
 pytestmark = pytest.mark.gpu

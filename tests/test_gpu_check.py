@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check.py"

@@ -4,8 +4,8 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import DOCS, QRELS, QUERIES, write_beir, write_msmarco
+
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_split, read_ingestion_counts
 from dpr_pipeline.errors import DataError
 

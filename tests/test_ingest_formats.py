@@ -9,14 +9,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from conftest import REPO, write_beir, write_msmarco
+
 from dpr_pipeline.data import ingest
+from dpr_pipeline.data.fetch import raw_layout
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
 from dpr_pipeline.data.readers import FORMATS, raw_files, read_documents, read_judgements, read_queries
 from dpr_pipeline.data.schemas import SCHEMAS, read_artifact
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.fetch import raw_layout
 
 
 def ingest_all(fmt, root, out):

@@ -4,12 +4,18 @@ import math
 
 import pytest
 import torch
-
 import torch.nn.functional as F
 
-from dpr_pipeline.losses import (at_least_float32, contrastive_loss, distillation_loss, kl_distillation_loss,
-                                 linear_cross_entropy_and_samples, linear_cross_entropy_sum, listwise_loss,
-                                 span_contrastive_loss)
+from dpr_pipeline.training.losses import (
+    at_least_float32,
+    contrastive_loss,
+    distillation_loss,
+    kl_distillation_loss,
+    linear_cross_entropy_and_samples,
+    linear_cross_entropy_sum,
+    listwise_loss,
+    span_contrastive_loss,
+)
 
 E = math.e
 # Two queries, each with [d⁺, n]: q1 = d1⁺ = n2 = (1, 0); q2 = d2⁺ = n1 = (0, 1).

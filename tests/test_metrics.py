@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from dpr_pipeline.metrics import evaluate_run, evaluate_splits, parse_metric
+from dpr_pipeline.evaluation.metrics import evaluate_run, evaluate_splits, parse_metric
 
 QRELS = pd.DataFrame([("q1", "d1", 1), ("q1", "d2", 2), ("q1", "d5", 0), ("q2", "d3", 1), ("q3", "d4", 1),
                       ("q4", "d1", 0)], columns=["query_id", "doc_id", "relevance"])
@@ -78,6 +78,7 @@ def test_arguana_shaped_split_keeps_every_judged_query_as_trec_eval_and_beir_do(
     """ArguAna's shape: queries are corpus documents (ignore_identical_ids), and some test judgements name
     documents missing from the corpus (5 in the real BEIR ArguAna), kept under unknown_qrels_ids: warn."""
     from conftest import write_beir
+
     from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
 
     arguments = [(f"q{i}", "", f"argument {i}") for i in range(1, 6)]

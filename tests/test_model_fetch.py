@@ -9,18 +9,17 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, StandInHub, planned_jobs, run_snakemake, tiny_scifact_config
-from dpr_pipeline import stage_settings as settings
-from dpr_pipeline.config import validate_config
+
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.model_fetch import (MANIFEST, chain_models, fetch_model, missing_models, model_source,
-                                      named_models)
-from dpr_pipeline.model_refs import resolve_model_path
+from dpr_pipeline.models.hub_fetch import MANIFEST, fetch_model, model_source
+from dpr_pipeline.models.refs import resolve_model_path
+from dpr_pipeline.workflow import stage_settings as settings
+from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.workflow.hub_models import chain_models, missing_models, named_models
 
 REPO_ID = "tiny-org/tiny-bert"
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -81,11 +80,11 @@ def test_a_job_loads_the_fetched_folder_with_the_hub_offline_and_stopped(fetched
     script.write_text(f"""
 import sys
 sys.path.insert(0, {str(REPO / 'workflow_scripts')!r})
-import _library
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 import huggingface_hub.constants
-from dpr_pipeline.embedding import load_text_encoder
-from dpr_pipeline.encode import encode_texts
-from dpr_pipeline.models import load_tokenizer
+from dpr_pipeline.models.embedding import load_text_encoder
+from dpr_pipeline.retrieval.encode import encode_texts
+from dpr_pipeline.models.loading import load_tokenizer
 assert huggingface_hub.constants.HF_HUB_OFFLINE
 encoder = load_text_encoder({str(folder)!r}, "cls")
 vectors = encode_texts(encoder, load_tokenizer({str(folder)!r}), ["why do cats purr"], max_length=16, batch_size=1)

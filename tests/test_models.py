@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dpr_pipeline.errors import DataError
 from dpr_pipeline.data.corpus_shards import passage_text
-from dpr_pipeline.models import load_encoder, resolve_model_path
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.models.loading import load_encoder, resolve_model_path
 
 
 def test_package_reference_resolves_to_the_shipped_folder():

@@ -7,10 +7,10 @@ import re
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, copy_repo, make_tiny_bert, planned_jobs, run_snakemake, slurm_dry_run
+
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
-from dpr_pipeline.metrics import evaluate_run
+from dpr_pipeline.evaluation.metrics import evaluate_run
 
 FIXTURE = REPO / "tests" / "data" / "msmarco"
 MSMARCO = yaml.safe_load((REPO / "config.yaml").read_text())["datasets"]["msmarco"]

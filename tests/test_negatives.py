@@ -5,7 +5,7 @@ import math
 import pandas as pd
 
 from dpr_pipeline.data.schemas import read_artifact
-from dpr_pipeline.negatives import negatives_from_run, sample_negatives, write_bm25_negatives
+from dpr_pipeline.retrieval.negatives import negatives_from_run, sample_negatives, write_bm25_negatives
 
 QRELS = pd.DataFrame([("q1", "p1", 1), ("q1", "p2", 1), ("q2", "p3", 1), ("q3", "x", 0), ("q4", "p4", 1)],
                      columns=["query_id", "doc_id", "relevance"])

@@ -9,16 +9,16 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from conftest import REPO, copy_repo, make_tiny_bert, planned_jobs, run_snakemake, slurm_dry_run
-from dpr_pipeline.answers import has_answer
-from dpr_pipeline.config import stage_params, validate_config
+
+from dpr_pipeline.data.answers import has_answer
 from dpr_pipeline.data.ingest import ingest_answers, ingest_corpus, ingest_official_negatives, ingest_split
 from dpr_pipeline.data.schemas import read_artifact
+from dpr_pipeline.data.trec_runs import write_trec_run
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.metrics import answer_accuracy, evaluate_answer_splits
-from dpr_pipeline.negatives import mine_hard_negatives
-from dpr_pipeline.runs import write_trec_run
+from dpr_pipeline.evaluation.metrics import answer_accuracy, evaluate_answer_splits
+from dpr_pipeline.retrieval.negatives import mine_hard_negatives
+from dpr_pipeline.workflow.config import stage_params, validate_config
 
 FIXTURE = REPO / "tests" / "data" / "nq"
 NQ = yaml.safe_load((REPO / "config.yaml").read_text())["datasets"]["nq"]

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from dpr_pipeline.paired_difference import paired_difference
+from dpr_pipeline.evaluation.paired_difference import paired_difference
 
 
 def test_three_queries_by_hand():

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-
 from conftest import write_beir
+
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.data.passage_store import PassageStore, write_passage_store

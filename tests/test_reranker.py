@@ -13,20 +13,19 @@ import torch
 from sentence_transformers import CrossEncoder
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
 
-from dpr_pipeline.cross_encoder_scoring import score_pairs
-from dpr_pipeline.reranking import rerank_run
-from dpr_pipeline.runs import append_tail
-from dpr_pipeline.teacher_scores import merge_teacher_shards, score_teacher_shard, shard_slice
+from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.passage_store import PassageStore, write_passage_store
 from dpr_pipeline.data.schemas import read_artifact, read_negatives_table, write_artifact
+from dpr_pipeline.data.trec_runs import append_tail, read_trec_run, write_trec_run
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.losses import listwise_loss
-from dpr_pipeline.data.corpus_shards import passage_text
-from dpr_pipeline.models import load_cross_encoder, load_tokenizer
-from dpr_pipeline.reranker import listwise_loss_of, train_reranker
+from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
+from dpr_pipeline.reranking.rerank import rerank_run
+from dpr_pipeline.reranking.scoring import score_pairs
+from dpr_pipeline.reranking.teacher_scores import merge_teacher_shards, score_teacher_shard, shard_slice
+from dpr_pipeline.training.cross_encoder import listwise_loss_of, train_reranker
 from dpr_pipeline.training.groups import QueryGroups
+from dpr_pipeline.training.losses import listwise_loss
 from dpr_pipeline.training.trainer import TrainingSettings, parameter_groups
-from dpr_pipeline.runs import read_trec_run, write_trec_run
 
 MAX_LENGTH = 48
 TOPICS = ["cats", "dogs", "birds", "fish", "trees", "rivers", "stars", "trains"]
@@ -348,9 +347,9 @@ def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert,
 def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypatch):
     """``micro_batch_size``: Eq. 4 is a mean over queries, so the gradient summed over micro-batches (each loss
     weighted by its share) is the whole batch's; and a training run logs the same losses either way."""
-    from dpr_pipeline.cross_encoder_scoring import load_scorer
-    from dpr_pipeline.devices import autocast
-    from dpr_pipeline.reranker import listwise_batch_loss, make_collate
+    from dpr_pipeline.models.devices import autocast
+    from dpr_pipeline.reranking.scoring import load_scorer
+    from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
     from dpr_pipeline.training.distributed import Distributed
     from dpr_pipeline.training.groups import read_query_groups
     from dpr_pipeline.training.trainer import _accumulate_gradients

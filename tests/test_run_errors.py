@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 import yaml
-
 from conftest import REPO, run_snakemake
 
 pytestmark = pytest.mark.slow

@@ -4,12 +4,12 @@ import copy
 import logging
 from pathlib import Path
 
+import pytest
 import yaml
 
-import pytest
-
-from dpr_pipeline.config import ConfigError, stage_params, validate_config
+from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.training.trainer import FEW_STEPS, TrainingSettings, check_warmup, total_steps
+from dpr_pipeline.workflow.config import stage_params, validate_config
 
 
 def settings(**changes):

@@ -1,4 +1,4 @@
-"""The re-ranked run's fused score (dpr_pipeline.score_fusion), its dev-split choice and its settings."""
+"""The re-ranked run's fused score (dpr_pipeline.reranking.score_fusion), its dev-split choice and its settings."""
 
 import copy
 import json
@@ -8,15 +8,24 @@ import re
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO
-from dpr_pipeline import stage_settings
-from dpr_pipeline.config import ConfigError, validate_config
-from dpr_pipeline.errors import DataError
-from dpr_pipeline.runs import read_trec_run, write_trec_run
-from dpr_pipeline.score_fusion import (FUSION_GRID, choose_fusion_weight, fuse_runs, fused_scores, mixing_weight,
-                                       read_fusion_weight, standardised, weight_setting, write_fused_run,
-                                       write_fusion_choice)
+
+from dpr_pipeline.data.trec_runs import read_trec_run, write_trec_run
+from dpr_pipeline.errors import ConfigError, DataError
+from dpr_pipeline.reranking.score_fusion import (
+    FUSION_GRID,
+    choose_fusion_weight,
+    fuse_runs,
+    fused_scores,
+    mixing_weight,
+    read_fusion_weight,
+    standardised,
+    weight_setting,
+    write_fused_run,
+    write_fusion_choice,
+)
+from dpr_pipeline.workflow import stage_settings
+from dpr_pipeline.workflow.config import validate_config
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 # everything the pipeline runs: the package, the workflow scripts and rules, scripts, benchmarks and tests
@@ -136,7 +135,7 @@ def test_no_shell_commands_built_from_config_in_the_rules():
 
 def test_subprocesses_get_argument_lists():
     """Pyserini (bm25.py) and torchrun (launch.py) are started with argument lists, no shell in between."""
-    for module in ("src/dpr_pipeline/bm25.py", "src/dpr_pipeline/training/launch.py"):
+    for module in ("src/dpr_pipeline/retrieval/bm25.py", "src/dpr_pipeline/training/launch.py"):
         tree = ast.parse((REPO / module).read_text())
         calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and call_name(n).startswith("subprocess.")]
         assert calls, module

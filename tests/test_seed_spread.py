@@ -5,7 +5,14 @@ import json
 import pytest
 import yaml
 
-from dpr_pipeline.seed_spread import margin, seed_workdir, seeded_outputs, spread, write_ablation_report, write_report
+from dpr_pipeline.evaluation.seed_spread import (
+    margin,
+    seed_workdir,
+    seeded_outputs,
+    spread,
+    write_ablation_report,
+    write_report,
+)
 
 RUNS = {42: {"dev": {"nDCG@10": 0.70, "num_queries": 81}}, 1: {"dev": {"nDCG@10": 0.72, "num_queries": 81}},
         2: {"dev": {"nDCG@10": 0.74, "num_queries": 81}}}

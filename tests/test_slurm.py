@@ -13,7 +13,8 @@ default: no conda) and the first status check after 2 s instead of 40
 (--slurm-init-seconds-before-status-checks). It checks that every job went through sbatch and finished in
 Slurm's accounting, that GPU rules asked for GPUs and CPU rules for none, that the retriever was trained by
 torchrun with 2 processes in a job given 2 GPUs, and that a job made to fail once (an injected fault: its
-script exits non-zero on the first attempt) is resubmitted with twice the memory and the run completes. Skipped, with the reason, where Slurm cannot be started (not root, no apt-get).
+script exits non-zero on the first attempt) is resubmitted with twice the memory and the run completes. Skipped, with
+the reason, where Slurm cannot be started (not root, no apt-get).
 The Slurm job ids and the sacct table go to logs/slurm_test.log (.ci/run prints it).
 """
 
@@ -28,7 +29,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, copy_repo, make_tiny_bert, planned_jobs, slurm_dry_run, tiny_scifact_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

@@ -1,12 +1,13 @@
-"""The parameters each job gets (dpr_pipeline.stage_settings), from a validated config without Snakemake."""
+"""The parameters each job gets (dpr_pipeline.workflow.stage_settings), from a validated config without Snakemake."""
 
 import copy
 import re
 
 import pytest
 
-from dpr_pipeline import stage_settings as settings
-from dpr_pipeline.config import ConfigError, validate_config
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.workflow import stage_settings as settings
+from dpr_pipeline.workflow.config import validate_config
 
 BASE = {
     "datasets": {
@@ -130,7 +131,7 @@ def test_no_setting_has_its_default_in_two_places():
     """Snakemake fills the first default it meets: a block and a fragment it uses must not both give one."""
     import yaml
 
-    from dpr_pipeline.config import SCHEMA_PATH
+    from dpr_pipeline.workflow.config import SCHEMA_PATH
 
     defs = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
 

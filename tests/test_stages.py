@@ -1,4 +1,5 @@
-"""Each stage declared once (src/dpr_pipeline/stages.py): the lists the workflow uses follow from it, and the parsed
+"""Each stage declared once (src/dpr_pipeline/workflow/stages.py): the lists the workflow uses follow from it, and the
+parsed
 workflow and the Slurm profile agree with it (a rule that asks for a GPU runs in the CUDA environment and on the
 GPU partition; a CPU rule in neither)."""
 
@@ -8,12 +9,12 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import REPO
-from dpr_pipeline import stages
-from dpr_pipeline.seed_spread import SEEDED_STAGES, STAGE_BELOW
-from dpr_pipeline.stage_settings import biencoder
-from dpr_pipeline.config import validate_config
+
+from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES
+from dpr_pipeline.workflow import stages
+from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.workflow.stage_settings import biencoder
 
 PROFILE = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
@@ -29,7 +30,7 @@ def test_the_stage_lists_follow_from_the_declaration():
     assert stages.STAGE_LABELS["distill"] == "Retriever_distill" and list(stages.STAGE_LABELS) == stages.chain()
     assert SEEDED_STAGES == {"retriever1": "retriever", "retriever2": "retriever", "reranker": "reranker",
                              "distill": "distill"}
-    assert STAGE_BELOW == {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2",
+    assert stages.STAGE_BELOW == {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2",
                            "distill": "retriever2"}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.summary import write_summary
+from dpr_pipeline.evaluation.summary import write_summary
 
 STAGE_METRICS = {
     "bm25": {"dev": {"num_queries": 3, "MRR@10": 0.18400, "R@1000": 0.853}},
@@ -113,7 +113,7 @@ def test_the_verdict_names_a_stage_not_above_the_stage_below_it_and_the_chain_ag
     for stage, value in values.items():
         paths[stage] = tmp_path / f"{stage}.json"
         paths[stage].write_text(json.dumps({"dev": {"num_queries": 5, "MRR@10": 0.9, "nDCG@10": value}}))
-    with caplog.at_level("INFO", logger="dpr_pipeline.summary"):
+    with caplog.at_level("INFO", logger="dpr_pipeline.evaluation.summary"):
         write_summary(paths, tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png")
     markdown = (tmp_path / "s.md").read_text()
     assert ("**Not above the stage below (nDCG@10):** Retriever₁ -0.0200 against Starting model (untrained); "

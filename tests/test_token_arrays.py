@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from dpr_pipeline.cross_encoder_scoring import TRUNCATION
-from dpr_pipeline.models import load_tokenizer
-from dpr_pipeline.token_arrays import tokenize
+from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.models.token_arrays import tokenize
+from dpr_pipeline.reranking.scoring import TRUNCATION
 
 TEXTS = ["short", "", "a somewhat longer text about cats and dogs and birds", "word " * 100,
          "medium length text here", "x", "the quick brown fox jumps over the lazy dog " * 2]
@@ -56,7 +56,7 @@ def test_pairs_with_their_token_types_equal_the_tokenizers_padding(tokenizer, si
 
 
 def test_more_texts_than_one_tokenizer_call_and_a_missing_pad_token(tokenizer, monkeypatch):
-    from dpr_pipeline import token_arrays
+    from dpr_pipeline.models import token_arrays
 
     monkeypatch.setattr(token_arrays, "TOKENIZE_CHUNK", 3)   # three calls for seven texts
     tokens = tokenize(tokenizer, TEXTS, max_length=32, token_type_ids=False)

@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from dpr_pipeline.pretraining.token_importance import (NgramCounts, ami_importance, count_ngrams,
-                                                        importance_aware_mask, pmi)
+from dpr_pipeline.pretraining.token_importance import (
+    NgramCounts,
+    ami_importance,
+    count_ngrams,
+    importance_aware_mask,
+    pmi,
+)
 
 # Unigrams 1:3 2:3 3:1 4:1 5:1 (9); bigrams 12:3 23:1 24:1 51:1 (6); trigrams 123 124 512 (3).
 TOY = [np.array([1, 2, 3]), np.array([1, 2, 4]), np.array([5, 1, 2])]

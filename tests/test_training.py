@@ -14,19 +14,20 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import REPO, make_tiny_bert
+
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.passage_store import PassageStore, write_passage_store
 from dpr_pipeline.data.schemas import read_artifact, to_table, write_artifact
-from dpr_pipeline.embedding import load_text_encoder
-from dpr_pipeline.encode import encode_texts
-from dpr_pipeline.models import load_encoder, load_tokenizer
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.models.embedding import load_text_encoder
+from dpr_pipeline.models.loading import load_encoder, load_tokenizer
+from dpr_pipeline.retrieval.encode import encode_texts
 from dpr_pipeline.training.biencoder import train_biencoder
+from dpr_pipeline.training.distributed import check_processes, visible_gpus
 from dpr_pipeline.training.groups import read_queries
-from dpr_pipeline.config import ConfigError
-from dpr_pipeline.training.launch import check_processes, run_training, visible_gpus
-from dpr_pipeline.training.trainer import batch_indices, epochs_visited, total_steps, TrainingSettings
+from dpr_pipeline.training.launch import run_training
+from dpr_pipeline.training.trainer import TrainingSettings, batch_indices, epochs_visited, total_steps
 
 SCRIPT = REPO / "tests" / "scripts" / "train_tiny_retriever.py"
 TOPICS = ["cats purr", "dogs bark", "birds sing", "fish swim", "cows moo", "bees buzz", "owls hoot", "frogs croak"]

@@ -9,14 +9,14 @@ import math
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, config_block, planned_jobs, run_snakemake
-from dpr_pipeline.config import ConfigError, train_split_of, validate_config
+
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.errors import DataError
-from dpr_pipeline.metrics import drop_identical_ids, evaluate_splits
-from dpr_pipeline.runs import write_trec_run
-from dpr_pipeline.transfer import check_transfer_leakage, write_transfer_summary
+from dpr_pipeline.data.trec_runs import write_trec_run
+from dpr_pipeline.errors import ConfigError, DataError
+from dpr_pipeline.evaluation.metrics import drop_identical_ids, evaluate_splits
+from dpr_pipeline.evaluation.transfer_summary import check_transfer_leakage, write_transfer_summary
+from dpr_pipeline.workflow.config import train_split_of, validate_config
 
 ARGUANA_MINI = REPO / "tests" / "data" / "arguana_mini"
 BUNDLED = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -15,7 +15,6 @@ import zipfile
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, tiny_scifact_config
 
 pytestmark = pytest.mark.slow
@@ -133,7 +132,7 @@ def test_every_stage_is_evaluated_and_summarised(built):
 
 
 def test_each_stage_has_a_manifest_that_its_metrics_name(built):
-    from dpr_pipeline.manifest import file_sha256
+    from dpr_pipeline.workflow.manifests import file_sha256
 
     config = yaml.safe_load((built.parents[1] / "config.yaml").read_text())
     for stage in ("bm25", "start", "retriever1", "retriever2", "reranker", "distill"):
@@ -187,8 +186,8 @@ def test_models_load_in_transformers_and_sentence_transformers(built):
 
 
 def test_scifact_models_transfer_to_the_evaluation_only_collection(built):
-    from dpr_pipeline.metrics import drop_identical_ids, evaluate_run
-    from dpr_pipeline.runs import read_trec_run
+    from dpr_pipeline.data.trec_runs import read_trec_run
+    from dpr_pipeline.evaluation.metrics import drop_identical_ids, evaluate_run
 
     arguana = built.parent / "arguana_mini"
     summary = json.loads((built / "transfer_summary.json").read_text())

@@ -8,15 +8,20 @@ import sys
 import textwrap
 
 import pytest
+from conftest import REPO
 from snakemake.exceptions import InputFunctionException, MissingRuleException
 from snakemake_interface_common.exceptions import WorkflowError
 
-from conftest import REPO
-from dpr_pipeline.config import ConfigError
-from dpr_pipeline.errors import CheckpointError, DataError, OutputWriteError, PipelineError
-from dpr_pipeline.layout import error_file
-from dpr_pipeline.run_errors import (FailedJob, LastLines, explain, failed_jobs_report, unknown_target,
-                                     write_job_error)
+from dpr_pipeline.errors import CheckpointError, ConfigError, DataError, OutputWriteError, PipelineError
+from dpr_pipeline.workflow.layout import error_file
+from dpr_pipeline.workflow.run_errors import (
+    FailedJob,
+    LastLines,
+    explain,
+    failed_jobs_report,
+    unknown_target,
+    write_job_error,
+)
 
 MESSAGE = "data/x/corpus.jsonl, line 5: duplicate document id 'd2'. Fix: give every document a unique id"
 
@@ -27,7 +32,7 @@ def run_job(tmp_path, raise_line: str) -> subprocess.CompletedProcess:
         import sys
         sys.path.insert(0, {str(REPO / "src")!r})
         from dpr_pipeline.errors import DataError
-        from dpr_pipeline.workflow import logged
+        from dpr_pipeline.workflow.job_log import logged
 
         with logged({str(tmp_path / "logs" / "job.log")!r}) as log:
             log.info("started")

@@ -1,7 +1,7 @@
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.plots import plot_loss_curves
-from dpr_pipeline.summary import write_summary
-from dpr_pipeline.workflow import logged
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.report.plots import plot_loss_curves
+from dpr_pipeline.evaluation.summary import write_summary
+from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0]):
     methods = snakemake.params.methods

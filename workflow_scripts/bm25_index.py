@@ -1,6 +1,7 @@
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.bm25 import build_index
-from dpr_pipeline.workflow import logged, write_job_manifest
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.retrieval.bm25 import build_index
+from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.workflow.manifests import write_job_manifest
 
 with logged(snakemake.log[0]):
     build_index(snakemake.input.corpus, snakemake.output.index, fields=snakemake.params.bm25["fields"],

@@ -1,6 +1,6 @@
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.metrics import evaluate_answer_splits, evaluate_splits
-from dpr_pipeline.workflow import logged
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.evaluation.metrics import evaluate_answer_splits, evaluate_splits
+from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0]) as log:
     if snakemake.params.relevance == "answers":

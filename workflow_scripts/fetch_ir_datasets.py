@@ -1,8 +1,8 @@
 import contextlib
 
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.ir_datasets_export import ProgressToLog, export_ir_datasets
-from dpr_pipeline.workflow import logged
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.data.ir_datasets_export import ProgressToLog, export_ir_datasets
+from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0]) as logger, contextlib.redirect_stderr(ProgressToLog(logger)):
     # ir_datasets' download progress bars (stderr) become log lines, one every 30 s

@@ -1,6 +1,6 @@
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.score_fusion import mixing_weight, write_fused_run
-from dpr_pipeline.workflow import logged
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.reranking.score_fusion import mixing_weight, write_fused_run
+from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0]) as log:
     fusion = snakemake.params.fusion

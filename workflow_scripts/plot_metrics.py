@@ -1,6 +1,6 @@
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.plots import plot_stage_metrics
-from dpr_pipeline.workflow import logged
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.report.plots import plot_stage_metrics
+from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0]):
     plot_stage_metrics(snakemake.input[0], snakemake.output[0],

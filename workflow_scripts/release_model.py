@@ -1,7 +1,7 @@
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.model_card import write_release
-from dpr_pipeline.score_fusion import mixing_weight
-from dpr_pipeline.workflow import logged
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.models.card import write_release
+from dpr_pipeline.reranking.score_fusion import mixing_weight
+from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.threads):
     fusion_weight = snakemake.params.fusion_weight  # stage_settings.fusion's weight; None: a bi-encoder

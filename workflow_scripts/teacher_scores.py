@@ -1,6 +1,6 @@
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.teacher_scores import score_teacher_shard
-from dpr_pipeline.workflow import logged
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.reranking.teacher_scores import score_teacher_shard
+from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.threads):
     p = snakemake.params.reranker

@@ -1,6 +1,6 @@
-import _library  # noqa: F401  (puts src/ on the path)
-from dpr_pipeline.transfer import write_transfer_summary
-from dpr_pipeline.workflow import logged
+import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.evaluation.transfer_summary import write_transfer_summary
+from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0]):
     # the input lists, per target in transfer_to order, its BM25 metrics then each transferred stage's

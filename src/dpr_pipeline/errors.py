@@ -1,5 +1,5 @@
 """The error types: bad input data (DataError), unusable checkpoints, outputs that cannot be written; each names
-the file, the problem and the fix. Each is a :class:`PipelineError`, as is ``config.ConfigError``: what a job or
+the file, the problem and the fix. Each is a :class:`PipelineError`, as is :class:`ConfigError`: what a job or
 the workflow reports as the message alone, its traceback kept in the job's log (``workflow.logged``,
 ``run_errors``)."""
 
@@ -12,6 +12,10 @@ from pathlib import Path
 class PipelineError(Exception):
     """An error in the user's data, config or files (not a bug): ``str(error)`` is the whole message, naming the
     file (or config key), the line or row where there is one, the problem and ``Fix: ...``."""
+
+
+class ConfigError(PipelineError, ValueError):
+    """The configuration breaks the schema, or a setting cannot work where the job runs; the message names the key."""
 
 
 class DataError(PipelineError, ValueError):

@@ -38,7 +38,8 @@ class Patch:
 def add_stage(patch) -> None:
     """``retriever3`` in ``stages.CHAIN`` after ``retriever2``, as its one line in stages.py would put it (and in the
     tables computed from the chain when stages.py is imported)."""
-    from dpr_pipeline import seed_spread, stages
+    from dpr_pipeline.evaluation import seed_spread
+    from dpr_pipeline.workflow import stages
 
     declared = stages.Stage(STAGE, "Retriever₃", stages.BIENCODER, "retriever", trainer="train_retriever",
                             below="retriever2", fed_by="retriever2",

@@ -31,8 +31,9 @@ def train_biencoder_slowly(seconds_per_step: float, **kwargs) -> None:
 if __name__ == "__main__":
     import logging
 
+    from slow_training import train_biencoder_slowly as by_its_module_name  # not __main__'s, for the workers
+
     from dpr_pipeline.training.launch import run_training
-    from slow_training import train_biencoder_slowly as by_its_module_name   # not __main__'s, for the workers
 
     logging.basicConfig(level=logging.INFO)
     run_training(by_its_module_name, 2, **json.loads(Path(sys.argv[1]).read_text()))

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from dpr_pipeline.data.passage_store import PassageStore  # noqa: E402
 from dpr_pipeline.data.schemas import read_negatives_table  # noqa: E402
-from dpr_pipeline.embedding import load_text_encoder  # noqa: E402
-from dpr_pipeline.models import load_tokenizer  # noqa: E402
+from dpr_pipeline.models.embedding import load_text_encoder  # noqa: E402
+from dpr_pipeline.models.loading import load_tokenizer  # noqa: E402
 from dpr_pipeline.training.biencoder import BiEncoder, BiEncoderCollator, contrastive_step  # noqa: E402
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
 from dpr_pipeline.training.groups import QueryGroups, read_queries  # noqa: E402

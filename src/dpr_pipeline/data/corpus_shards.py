@@ -12,8 +12,8 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import DataError
-from .schemas import check_schema, open_parquet
+from dpr_pipeline.data.schemas import check_schema, open_parquet
+from dpr_pipeline.errors import DataError
 
 _READ_BATCH = 4096  # Parquet rows per streamed record batch
 _REBUILD = "delete it and rerun the Snakemake rule that writes it"

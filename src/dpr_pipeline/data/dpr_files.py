@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import DataError
-from .records import Document, Location, Question, as_text, check_unicode
-from .text_files import iter_csv_rows, iter_json_array
+from dpr_pipeline.data.records import Document, Location, Question, as_text, check_unicode
+from dpr_pipeline.data.text_files import iter_csv_rows, iter_json_array
+from dpr_pipeline.errors import DataError
 
 
 def read_dpr_passages(path: Path) -> Iterator[Document]:

@@ -15,15 +15,23 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import DataError
-from ..ids import ID_FIX, id_problem
-from ..io import atomic_output, atomic_outputs
-from .dev_split import DevSplit, carved_query_ids, normal_text
-from .readers import (raw_files, raw_paths, read_answers, read_documents, read_judgements, read_official_negatives,
-                      read_queries, reader_of)
-from .records import Document
-from .schemas import SCHEMAS, read_artifact, write_artifact, write_artifact_batches
-from .text_files import dataset_folder
+from dpr_pipeline.atomic_writes import atomic_output, atomic_outputs
+from dpr_pipeline.data.dev_split import DevSplit, carved_query_ids, normal_text
+from dpr_pipeline.data.ids import ID_FIX, id_problem
+from dpr_pipeline.data.readers import (
+    raw_files,
+    raw_paths,
+    read_answers,
+    read_documents,
+    read_judgements,
+    read_official_negatives,
+    read_queries,
+    reader_of,
+)
+from dpr_pipeline.data.records import Document
+from dpr_pipeline.data.schemas import SCHEMAS, read_artifact, write_artifact, write_artifact_batches
+from dpr_pipeline.data.text_files import dataset_folder
+from dpr_pipeline.errors import DataError
 
 log = logging.getLogger(__name__)
 

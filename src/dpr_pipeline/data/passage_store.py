@@ -4,7 +4,8 @@ Training, re-ranking and teacher-scoring jobs look passages up by doc id. Read i
 negatives as id strings), each process held ~1.2 KB per passage (benchmarks/training_groups_memory.py), ~10.7 GB
 for MS MARCO's 8.8M, once per GPU process of a job.
 The store (``data/passages.arrow``, rule ``passage_store``) is an uncompressed Arrow IPC file with the columns
-``doc_id`` and ``passage`` (``title text``, the string every encoder reads: :func:`~dpr_pipeline.data.corpus_shards.passage_text`)
+``doc_id`` and ``passage`` (``title text``, the string every encoder reads:
+:func:`~dpr_pipeline.data.corpus_shards.passage_text`)
 in the corpus artifact's row order. :meth:`PassageStore.open` memory-maps it: its pages live in the operating
 system's page cache, one copy for all processes of a node, and a process holds only the rows it asks for.
 """
@@ -18,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import DataError
-from ..io import atomic_output
-from .corpus_shards import iter_corpus_rows, open_corpus, passage_text
-from .schemas import map_arrow_file
+from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.data.corpus_shards import iter_corpus_rows, open_corpus, passage_text
+from dpr_pipeline.data.schemas import map_arrow_file
+from dpr_pipeline.errors import DataError
 
 SCHEMA = pa.schema([("doc_id", pa.string()), ("passage", pa.large_string())])
 

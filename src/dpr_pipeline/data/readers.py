@@ -17,7 +17,8 @@ Layouts (``path`` is the dataset folder from config.yaml; any text file may also
   and optionally the official BM25 negatives: ``qid<TAB>pid,pid,...`` (Tevatron/RocketQA
   ``train.negatives.tsv``) or ``qid<TAB>positive pid<TAB>negative pid`` (``qidpidtriples.train.full.2.tsv``).
 * ``parquet``: ``corpus.parquet`` (``doc_id``, ``text``, optional ``title``), ``queries_<split>.parquet``
-  or (when there is none) ``queries.parquet`` (``query_id``, ``text``), ``qrels_<split>.parquet`` (``query_id``, ``doc_id``,
+  or (when there is none) ``queries.parquet`` (``query_id``, ``text``), ``qrels_<split>.parquet`` (``query_id``,
+  ``doc_id``,
   ``relevance``).
 * ``dpr`` (DPR's open-domain QA releases: Natural Questions, TriviaQA, ...): ``psgs_w100.tsv`` (header
   ``id<TAB>text<TAB>title``, read like DPR with ``csv`` and a tab delimiter), and per split either a DPR
@@ -39,10 +40,26 @@ from typing import Iterator
 
 import pyarrow.parquet as pq
 
-from ..errors import DataError
-from .dpr_files import read_dpr_passages, read_dpr_questions
-from .records import Document, Judgement, Location, NegativeList, Query, Question, as_relevance, as_text
-from .text_files import ambiguous_files, dataset_folder, iter_json_lines, iter_lines, iter_tsv, resolve_file
+from dpr_pipeline.data.dpr_files import read_dpr_passages, read_dpr_questions
+from dpr_pipeline.data.records import (
+    Document,
+    Judgement,
+    Location,
+    NegativeList,
+    Query,
+    Question,
+    as_relevance,
+    as_text,
+)
+from dpr_pipeline.data.text_files import (
+    ambiguous_files,
+    dataset_folder,
+    iter_json_lines,
+    iter_lines,
+    iter_tsv,
+    resolve_file,
+)
+from dpr_pipeline.errors import DataError
 
 log = logging.getLogger(__name__)
 

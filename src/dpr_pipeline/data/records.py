@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import DataError
+from dpr_pipeline.errors import DataError
 
 
 class Location(NamedTuple):

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import DataError
-from ..io import atomic_output
+from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.errors import DataError
 
 SCHEMAS: dict[str, pa.Schema] = {
     "corpus": pa.schema([("doc_id", pa.string()), ("title", pa.string()), ("text", pa.string())]),

@@ -6,6 +6,7 @@ in the first id or breaks the first JSON line."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import logging
@@ -13,7 +14,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import DataError
+from dpr_pipeline.errors import DataError
 
 log = logging.getLogger(__name__)
 BOM = "\ufeff"
@@ -150,8 +151,6 @@ def iter_csv_rows(path: Path, columns: tuple[str, ...], *, header: tuple[str, ..
 
     ``header``: the first row must be exactly these names. ``line_number`` is the row's last physical line.
     """
-    import csv
-
     with open_text(path) as handle:
         reader = csv.reader(handle, delimiter="\t")
         try:

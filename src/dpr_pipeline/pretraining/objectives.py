@@ -15,12 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.bert.modeling_bert import BertLayer
 
-from ..embedding import POOLING_MODES, pool
-from ..losses import (at_least_float32, linear_cross_entropy_and_samples, linear_cross_entropy_sum,
-                      span_contrastive_loss)
-from .masking import bert_corrupt, nested_mask, random_mask
-from .methods import Decoder, ObjectiveSettings, pretraining_method
-from .token_importance import importance_aware_mask
+from dpr_pipeline.models.embedding import POOLING_MODES, pool
+from dpr_pipeline.pretraining.masking import bert_corrupt, nested_mask, random_mask
+from dpr_pipeline.pretraining.methods import Decoder, ObjectiveSettings, pretraining_method
+from dpr_pipeline.pretraining.token_importance import importance_aware_mask
+from dpr_pipeline.training.losses import at_least_float32, linear_cross_entropy_and_samples, linear_cross_entropy_sum
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ def lm_head_parts(head: nn.Module) -> tuple[nn.Module, nn.Linear]:
 def lm_loss_sum(head: nn.Module, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Σ cross-entropy of ``head``'s prediction from each row of ``states`` [N, H] against ``targets`` [N]:
     the value of ``F.cross_entropy(head(states).float(), targets, reduction="sum")``, computed without the
-    [N, vocabulary] logits (:func:`~dpr_pipeline.losses.linear_cross_entropy_sum`). Pass only the rows that
+    [N, vocabulary] logits (:func:`~dpr_pipeline.training.losses.linear_cross_entropy_sum`). Pass only the rows that
     are predicted: the head runs on those alone."""
     transform, projection = lm_head_parts(head)
     return linear_cross_entropy_sum(transform(states), projection.weight, projection.bias, targets)
@@ -294,54 +293,3 @@ def compile_layers(model: nn.Module) -> int:
     for layer in layers:
         layer.compile()
     return len(layers)
-
-
-def _no_sync(model: nn.Module, last: bool):
-    return model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()
-
-
-def cocondenser_step(chunk_size: int):
-    """coCondenser's step (Eq. 7): mean Condenser MLM + mean span contrastive loss over the global batch of
-    span pairs (vectors gathered across processes). It back-propagates itself and returns the loss detached.
-
-    ``chunk_size`` > 0: gradient caching (§3.3). A no-grad pass computes every span's [CLS] vector; the
-    contrastive loss's gradient with respect to those vectors (Eq. 9) is cached; then each chunk of
-    ``chunk_size`` spans is run again with gradients and back-propagates v·h + its MLM share (Eq. 12), so
-    only one chunk's activations are held at a time. The RNG state is replayed so that both passes draw the
-    same masks and dropout. The gradient equals the one-pass gradient.
-    """
-
-    def compute_loss(model, batch: dict, dist) -> torch.Tensor:
-        inputs = (batch["input_ids"], batch["attention_mask"], batch["content"])
-        scale = dist.world_size  # DDP averages over processes; the global contrastive loss needs their sum
-        if chunk_size <= 0 or chunk_size >= len(inputs[0]):
-            out = model(*inputs)
-            mlm = out["mlm_sum"] / out["masked"].clamp(min=1)
-            contrastive = span_contrastive_loss(dist.gather(out["cls"]))
-            (mlm + scale * contrastive).backward()
-            return (mlm + contrastive).detach()
-        chunks = [slice(i, i + chunk_size) for i in range(0, len(inputs[0]), chunk_size)]
-        devices = [inputs[0].device] if inputs[0].device.type == "cuda" else []
-        states, vectors, masked = [], [], 0
-        with torch.no_grad():
-            for part in chunks:
-                states.append((torch.get_rng_state(), torch.cuda.get_rng_state(devices[0]) if devices else None))
-                out = model(*(x[part] for x in inputs))
-                vectors.append(out["cls"])
-                masked += int(out["masked"])
-        cached = at_least_float32(torch.cat(vectors)).requires_grad_()
-        contrastive = span_contrastive_loss(dist.gather(cached))
-        contrastive.backward()
-        masked = max(masked, 1)
-        mlm = 0.0
-        for index, (part, (cpu_state, cuda_state)) in enumerate(zip(chunks, states)):
-            torch.set_rng_state(cpu_state)  # the same masks and dropout as in the first pass
-            if cuda_state is not None:
-                torch.cuda.set_rng_state(cuda_state, devices[0])
-            with _no_sync(model, last=index == len(chunks) - 1):
-                out = model(*(x[part] for x in inputs))
-                (scale * (at_least_float32(out["cls"]) * cached.grad[part]).sum() + out["mlm_sum"] / masked).backward()
-            mlm += out["mlm_sum"].item() / masked
-        return (contrastive + mlm).detach()
-
-    return compute_loss

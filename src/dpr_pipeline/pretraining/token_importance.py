@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .. import models
-from ..io import atomic_output
-from .tokens import read_token_shards
+from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.pretraining.tokens import read_token_shards
 
 MAX_KEY_BITS = 63  # an n-gram key is a non-negative int64
 

@@ -21,11 +21,11 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from .. import models
-from ..data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
-from ..data.schemas import map_arrow_file
-from ..errors import DataError
-from ..io import atomic_output
+from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.data.corpus_shards import corpus_shard_bounds, open_corpus, read_corpus_rows
+from dpr_pipeline.data.schemas import map_arrow_file
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.models import loading as models
 
 log = logging.getLogger(__name__)
 

@@ -17,18 +17,18 @@ import numpy as np
 import torch
 from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM
 
-from ..embedding import TextEncoder, resolve_pooling, resolve_prompts, save_text_encoder
-from .. import models
-from ..config import RANDOM_GENERATOR
-from ..errors import DataError
-from ..io import atomic_output
-from ..training.distributed import Distributed
-from ..training.trainer import TrainingSettings, finish, train
-from .masking import content_positions
-from .methods import ObjectiveSettings, PretrainingMethod, pretraining_method
-from .objectives import PretrainingModel, SpecialTokens, TokenGenerator, compile_layers
-from .token_importance import NgramCounts, ami_importance
-from .tokens import TokenizedCorpus, read_token_shards
+from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.errors import DataError
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.models.embedding import TextEncoder, resolve_pooling, resolve_prompts, save_text_encoder
+from dpr_pipeline.pretraining.masking import content_positions
+from dpr_pipeline.pretraining.methods import ObjectiveSettings, PretrainingMethod, pretraining_method
+from dpr_pipeline.pretraining.objectives import PretrainingModel, SpecialTokens, TokenGenerator, compile_layers
+from dpr_pipeline.pretraining.token_importance import NgramCounts, ami_importance
+from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.trainer import TrainingSettings, finish, train
+from dpr_pipeline.workflow.config import RANDOM_GENERATOR
 
 log = logging.getLogger(__name__)
 

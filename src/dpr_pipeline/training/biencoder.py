@@ -1,6 +1,6 @@
 """Bi-encoder training: Retriever₁ and Retriever₂ (Eq. 3) and the distilled retriever (Eq. 5 + α·Eq. 3).
 
-One shared :class:`~dpr_pipeline.embedding.TextEncoder` embeds queries and passages as L2-normalised pooled
+One shared :class:`~dpr_pipeline.models.embedding.TextEncoder` embeds queries and passages as L2-normalised pooled
 vectors (the stage's ``pooling``: ``auto`` takes the starting model's own), each text after its prompt (the
 starting model's, or the stage's ``query_prompt`` / ``passage_prompt``), which the saved model keeps. Vectors are
 gathered across processes before the loss, so every query sees every process's passages as negatives
@@ -15,14 +15,15 @@ from pathlib import Path
 
 import torch
 
-from ..dev_selection import select, write_selection
-from ..io import atomic_output
-from ..losses import contrastive_loss, distillation_loss
-from ..embedding import Prompts, TextEncoder, load_text_encoder, save_text_encoder
-from ..models import load_tokenizer
-from .distributed import Distributed
-from .groups import read_query_groups
-from .trainer import STEP_KEYS, TrainingSettings, epochs_visited, finish, train
+from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.models.embedding import Prompts, TextEncoder, load_text_encoder, save_text_encoder
+from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.training.dev_selection import select
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.groups import read_query_groups
+from dpr_pipeline.training.losses import contrastive_loss, distillation_loss
+from dpr_pipeline.training.selection_record import write_selection
+from dpr_pipeline.training.trainer import STEP_KEYS, TrainingSettings, epochs_visited, finish, train
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     Retriever (``distill=False``): Eq. 3 over in-batch and hard negatives. Distilled retriever: the artifact
     carries the re-ranker's scores and the loss is L_kl + α·L_cont.
 
-    ``selection`` (:func:`dpr_pipeline.dev_selection.select`'s, plus ``output``: where its record goes): the
+    ``selection`` (:func:`dpr_pipeline.training.dev_selection.select`'s, plus ``output``: where its record goes): the
     saved model is the trained one or, where that scores lower on the dev split, the model it started from.
     ``stage``: the job's stage (``retriever1``, ``distill``, ``ablation/simlm``), whose settings its errors name.
     """

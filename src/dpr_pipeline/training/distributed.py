@@ -12,9 +12,33 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.workflow.stages import settings_block
 
 #: The training job's stage, which ``run_training`` passes to its torchrun processes (for error messages).
 STAGE_VARIABLE = "DPR_PIPELINE_STAGE"
+
+
+def visible_gpus() -> int:
+    """The CUDA devices this process may use (``CUDA_VISIBLE_DEVICES`` applied); 0 without CUDA."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_processes(processes: int, gpus: int, stage: str) -> None:
+    """``processes`` training processes need one GPU each where there are GPUs: more processes than the ``gpus``
+    visible is a ConfigError naming the setting, the stage and both counts (torchrun would otherwise start, and
+    rank ``gpus`` would die in ``torch.cuda.set_device`` with CUDA's ``invalid device ordinal``).
+
+    Without a visible GPU any number of processes trains on the CPU (gloo), as the tests do with two."""
+    if processes <= 1 or gpus == 0 or processes <= gpus:
+        return
+    block = settings_block(stage)  # where the stage's ``processes`` setting lives (stages.py)
+    setting = f"stages.{block}.processes" if block else "processes (torchrun's --nproc_per_node)"
+    raise ConfigError(
+        f"{stage} training: {setting} is {processes} (one process per GPU), but only {gpus} GPU"
+        f"{'' if gpus == 1 else 's'} {'is' if gpus == 1 else 'are'} visible to this job. Fix: set "
+        f"{'the dataset' + chr(39) + 's ' + setting if block else 'processes'} to {gpus} or less, or run the job "
+        f"where {processes} GPUs are visible (CUDA_VISIBLE_DEVICES, the cluster profile's GPUs per job)")
 
 
 @dataclass(frozen=True)
@@ -46,8 +70,6 @@ class Distributed:
         context = cls(rank=int(os.environ["RANK"]), world_size=world_size,
                       local_rank=int(os.environ.get("LOCAL_RANK", "0")))
         if not dist.is_initialized():
-            from .launch import check_processes, visible_gpus
-
             # a torchrun started by hand with more processes than GPUs: the setting's error, not CUDA's
             on_this_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
             check_processes(max(on_this_node, context.local_rank + 1), visible_gpus(),

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..data.passage_store import PassageStore
-from ..data.schemas import read_artifact, read_negatives_table
-from ..errors import DataError
+from dpr_pipeline.data.passage_store import PassageStore
+from dpr_pipeline.data.schemas import read_artifact, read_negatives_table
+from dpr_pipeline.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class QueryGroups:
     def drawn(self, epochs: int) -> tuple[np.ndarray, np.ndarray]:
         """Which pairs epochs ``0 … epochs - 1`` draw: boolean masks over the table's flattened positive and
         negative lists (a query left out draws none). The teacher scores these pairs alone
-        (:mod:`dpr_pipeline.teacher_scores`), so the distilled retriever reads every score it draws."""
+        (:mod:`dpr_pipeline.reranking.teacher_scores`), so the distilled retriever reads every score it draws."""
         positives = np.zeros(len(self.positive_ids.rows), dtype=bool)
         negatives = np.zeros(len(self.negative_ids.rows), dtype=bool)
         for index in range(len(self)):

@@ -1,4 +1,5 @@
-"""Writes the tiny NQ stand-in (60 passages, 24 train and 10 test questions) in DPR's formats (run from the repository root; the files are committed):
+"""Writes the tiny NQ stand-in (60 passages, 24 train and 10 test questions) in DPR's formats (run from the repository
+root; the files are committed):
 psgs_w100.tsv, biencoder-nq-train.json, nq-test.qa.csv. Invented places, people and facts (no real data):
 20 topics of 3 passages; every question's answer is in its positive passage's text, and a founder's name also
 in the next topic's third passage ("The fair was opened by ..."): a passage with the answer that is not the
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-from dpr_pipeline.answers import has_answer  # noqa: E402
+from dpr_pipeline.data.answers import has_answer  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 PLACES = ["Varnel", "Ostrava Bay", "Kelmar", "Durnholt", "Saint-Émile", "Brakken", "Lyssa", "Quorran", "Tevid",

@@ -1,0 +1,1 @@
+"""Evaluation: metrics, paired differences, seed spreads, the per-dataset and transfer summaries."""

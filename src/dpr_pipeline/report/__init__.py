@@ -1,0 +1,1 @@
+"""The Snakemake report's plots and tables, and the jobs' throughput."""

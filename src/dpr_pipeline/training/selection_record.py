@@ -1,0 +1,71 @@
+"""A bi-encoder stage's dev selection record (``dev_selection.json``): which model it handed on, the trained one or
+its start, with both scores; written by the training job (:mod:`dpr_pipeline.training.dev_selection`), read by the
+model card and the summary, which need no encoder to read it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.errors import DataError
+
+TRAINED = "trained"
+START = "start"
+
+
+def choose(trained: float, start: float) -> str:
+    """:data:`TRAINED` when the trained model scores at least its start's, else :data:`START`."""
+    return TRAINED if trained >= start else START
+
+
+def scoring(selection: dict, params: dict) -> dict:
+    """How the candidates were scored, for the record."""
+    return {"split": selection["split"], "metric": selection["metric"], "pool_depth": selection["pool_depth"],
+            "relevance_level": selection["relevance_level"], "query_max_length": params["query_max_length"],
+            "passage_max_length": params["passage_max_length"]}
+
+
+def selection_record(*, label: str, start_label: str, start_model: str, handed_on: str,
+                     settings: dict | None = None, trained: float | None = None, start: float | None = None,
+                     pool=None, start_score_from: str | None = None,
+                     reason: str | None = None) -> dict:
+    """dev_selection.json: the candidates' scores and the one handed on; without a dev score, ``reason``
+    says why the trained model went on unchecked."""
+    record = {"stage": label, "handed_on": handed_on, "start": start_label, "start_model": start_model}
+    if reason is not None:
+        return {**record, "reason": reason}
+    return {**record, **settings, "trained_score": trained, "start_score": start, "difference": trained - start,
+            "handed_on_score": trained if handed_on == TRAINED else start,
+            "pool": {"queries": len(pool.query_ids), "passages": len(pool.doc_ids)},
+            "start_score_from": start_score_from}
+
+
+def describe(record: dict) -> str:
+    """One sentence on a stage's choice, for the job's log, the model card and the summary."""
+    label, start_label = record["stage"], record["start"]
+    if "reason" in record:
+        return f"{label}: the trained model was handed on without a dev check ({record['reason']})."
+    change = f"{record['difference']:+.4f} {record['metric']}, its {record['pool']['queries']} queries searched " \
+             f"in a pool of {record['pool']['passages']} passages"
+    if record["handed_on"] == START:
+        return f"{label} did not beat its start ({start_label}) on {record['split']} ({change}): its start was " \
+               "handed on."
+    return f"{label} is at or above its start ({start_label}) on {record['split']} ({change}): the trained model " \
+           "was handed on."
+
+
+def write_selection(path: str | Path, record: dict) -> None:
+    """Write a stage's dev_selection.json."""
+    with atomic_output(path) as tmp:
+        Path(tmp).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def read_selection(path: str | Path) -> dict:
+    """A stage's dev_selection.json."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DataError(path, f"cannot be read as a dev selection record ({err})",
+                        "rerun the stage's training job") from None

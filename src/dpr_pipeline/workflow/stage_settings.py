@@ -1,0 +1,224 @@
+"""The parameters each job gets, one function per stage, from the validated config, the dataset and the job's
+wildcards (stage, method, split, target B of a transfer).
+
+Each starts from :func:`dpr_pipeline.workflow.config.stage_params` (the top-level stage values merged with the dataset's
+overrides) and resolves what depends on the job: the model a bi-encoder starts from, the corpus side of a transfer,
+how deep a run is searched. A model named by a Hugging Face Hub name becomes the folder it is fetched into
+(:func:`dpr_pipeline.models.hub_fetch.model_source`): no job gets a Hub name. Rules call them through ``settings`` in
+``rules/common.smk``; no rule or input function
+reads the config's stage blocks itself. A key one of them turns into something else (Retriever2's start, the
+fusion weight, the pairs the teacher scores) is read there only and kept out of its block's jobs' params
+(:func:`resolves`).
+"""
+
+from __future__ import annotations
+
+from dpr_pipeline.data.dev_split import dev_split_of
+from dpr_pipeline.models.hub_fetch import model_source
+from dpr_pipeline.reranking.score_fusion import weight_setting
+from dpr_pipeline.training.trainer import STEP_KEYS
+from dpr_pipeline.workflow.config import RANDOM_GENERATOR, stage_params
+from dpr_pipeline.workflow.layout import stage_file
+from dpr_pipeline.workflow.stages import (
+    ABLATION,
+    BIENCODER,
+    PRETRAINING,
+    STAGE_LABELS,
+    blocks,
+    family_member,
+    member,
+    starting_stage,
+    trained,
+)
+from dpr_pipeline.workflow.stages import stage as declared
+
+
+def bm25(config: dict, dataset: str) -> dict:
+    """Pyserini's index and search settings (`bm25`)."""
+    return stage_params(config, dataset, "bm25")
+
+
+def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
+    """Pre-training settings (`pretrain`), ``plm`` and ``generator`` as the jobs load them; ``method``: the one a
+    ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from)."""
+    params = stage_params(config, dataset, "pretrain")
+    params = {**params, "plm": model_source(config, params["plm"]), "generator": model_source(
+        config, params["generator"]) if params["generator"] != RANDOM_GENERATOR else RANDOM_GENERATOR}
+    return params if method is None else {**params, "method": method}
+
+
+def pretrained_model(dataset: str, method: str) -> str:
+    """The encoder the ``pretrain`` job of ``method`` writes."""
+    return stage_file(member(PRETRAINING, method), "model", dataset)
+
+
+#: Keys a settings function here resolves itself, by block (each function says which, :func:`resolves`): kept out
+#: of the block's jobs' params (:func:`job_params`), so that a release adding one retrains nothing.
+RESOLVED_HERE: dict[str, tuple[str, ...]] = {}
+
+
+def resolves(block: str, *keys: str):
+    """Marks the settings function that reads ``keys`` of ``block`` and hands the jobs what they stand for: the
+    keys join :data:`RESOLVED_HERE`, and no other function hands them on."""
+
+    def mark(function):
+        RESOLVED_HERE[block] = RESOLVED_HERE.get(block, ()) + keys
+        return function
+
+    return mark
+
+
+# Keys a job gets only when set (not null): left at null they change nothing, and a release adding one reruns
+# nothing. The bi-encoders' prompts: null takes the model's own (embedding.resolve_prompts).
+ONLY_WHEN_SET = ("query_prompt", "passage_prompt")
+
+
+def job_params(config: dict, dataset: str, block: str) -> dict:
+    """A config block's values (:func:`dpr_pipeline.workflow.config.stage_params`) as its jobs get them: without the
+    keys
+    resolved here (``RESOLVED_HERE``), nor those of ``ONLY_WHEN_SET`` left at null."""
+    return {key: value for key, value in stage_params(config, dataset, block).items()
+            if key not in RESOLVED_HERE.get(block, ()) and not (key in ONLY_WHEN_SET and value is None)}
+
+
+@resolves("retriever", "retriever2_start")
+def initialisation(config: dict, dataset: str, stage: str) -> str:
+    """The model a bi-encoder stage starts from: its declared block's ``plm`` (``retriever``, ``distill`` for the
+    distilled retriever: :mod:`dpr_pipeline.workflow.stages`), where ``pretrain`` means this dataset's
+    ``pretrain.method`` output and, for the distilled retriever, ``retriever1``/``retriever2`` that stage's
+    model on this dataset (a stage it declares in ``starts_from``); Retriever2 continues from this dataset's
+    Retriever1 model instead with ``retriever.retriever2_start: retriever1``; ``ablation/{method}`` starts from
+    that method's output (``none``: the plm that pre-training starts from)."""
+    family, method = family_member(stage) or (None, None)
+    if family is ABLATION:
+        return pretrain(config, dataset)["plm"] if method == "none" else pretrained_model(dataset, method)
+    params = stage_params(config, dataset, declared(stage).block)
+    if stage == "retriever2" and params["retriever2_start"] == "retriever1":
+        return stage_file("retriever1", "model", dataset)
+    plm = params["plm"]
+    if plm == "pretrain":
+        return pretrained_model(dataset, pretrain(config, dataset)["method"])
+    if plm in declared(stage).starts_from:
+        return stage_file(plm, "model", dataset)
+    return model_source(config, plm)
+
+
+def biencoder(config: dict, dataset: str, stage: str) -> dict:
+    """A bi-encoder stage's training and text-encoding settings (its declared block), ``plm`` resolved to the model
+    it starts from."""
+    return {**job_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
+
+
+def selection(config: dict, dataset: str, stage: str) -> dict:
+    """How a trained bi-encoder stage chooses on the dev split between its trained model and its start
+    (`selection`, :mod:`dpr_pipeline.training.dev_selection`): ``split`` (the dataset's dev split), ``metric`` at its
+    ``relevance_level``, ``pool_depth``, the encoding batch size, the stage's ``label`` and its start's
+    (``start_label``; ``start_stage``: the chain stage whose model it starts from, ``start`` for the bi-encoders'
+    starting model, else None; its dev run is the start's score and part of the pool). ``split`` is None
+    and ``reason`` says why where the trained model goes on unchecked: `selection.dev` false, no dev split, a
+    dataset judged by answers, or an ablation stage (it measures its pre-training method, so it keeps its model)."""
+    params = stage_params(config, dataset, "selection")
+    collection = config["datasets"][dataset]
+    dev = dev_split_of(collection)
+    start = initialisation(config, dataset, stage)
+    start_stage = starting_stage() if start == initialisation(config, dataset, starting_stage()) else \
+        next((name for name in trained() if start == stage_file(name, "model", dataset)), None)
+    start_label = STAGE_LABELS[start_stage] if start_stage else start
+    reason = ("stages.selection.dev is false" if not params["dev"] else
+              "an ablation stage measures its pre-training method and keeps its trained model"
+              if declared(stage) is ABLATION else
+              "the dataset has no dev_split" if dev is None else
+              "the dataset judges relevance by answers; the choice needs qrels"
+              if collection.get("relevance") == "answers" else None)
+    return {"split": None if reason else dev.name, "reason": reason, "metric": params["metric"],
+            "pool_depth": params["pool_depth"],
+            "relevance_level": collection.get("metric_relevance", {}).get(dev.name, 1) if dev else 1,
+            "encode_batch_size": encoding(config, dataset)["encode_batch_size"],
+            "label": STAGE_LABELS.get(stage, stage), "start_label": start_label, "start_stage": start_stage}
+
+
+# What a transfer job takes from target B rather than from A: B's corpus decides these.
+CORPUS_SIDE = ("encode_shards", "index", "search_depth")
+
+
+def encoding(config: dict, dataset: str, target: str | None = None) -> dict:
+    """Corpus encoding, index and search settings, shared by every bi-encoder stage (`retriever`). A transfer job
+    (``target`` B) keeps A's model-side settings (batch size, embedding dtype) and takes B's corpus side."""
+    params = job_params(config, dataset, "retriever")
+    if target is None:
+        return params
+    theirs = job_params(config, target, "retriever")
+    return {**params, **{key: theirs[key] for key in CORPUS_SIDE}}
+
+
+def mining(config: dict, dataset: str, stage: str) -> dict:
+    """How negatives are drawn from ``stage``'s train-split run (`mining.<stage>`: depth, keep, seed)."""
+    return stage_params(config, dataset, "mining")[stage]
+
+
+def search_depth(config: dict, dataset: str, stage: str, split: str, target: str | None = None) -> int:
+    """Hits per query of ``stage``'s run on ``split`` (of ``target`` for a transfer): the full depth
+    (bm25.depth, retriever.search_depth), except a train split searched only to be mined, which stops at the
+    mining depth."""
+    if stage == "bm25":
+        full = bm25(config, dataset)["depth"]
+    else:
+        full = encoding(config, dataset, target)["search_depth"]
+    collection = config["datasets"][dataset]
+    mined = stage in stage_params(config, dataset, "mining") and target is None
+    if mined and split == collection.get("train_split") and split not in collection["eval_splits"]:
+        return min(full, mining(config, dataset, stage)["depth"])
+    return full
+
+
+def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
+    """The re-ranker's training and scoring settings (`reranker` but the fusion's); re-ranking target B's BM25 run
+    goes `transfer.rerank_depth` deep."""
+    params = job_params(config, dataset, "reranker")
+    params["plm"] = model_source(config, params["plm"])
+    return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
+
+
+#: The distilled retriever's settings that decide which pairs it draws (training.groups, training.trainer).
+DRAW_KEYS = ("seed", "negatives_per_query") + STEP_KEYS
+
+
+@resolves("reranker", "teacher_pairs")
+def teacher_draws(config: dict, dataset: str) -> dict | None:
+    """What the teacher jobs need to score only the pairs the distilled retriever draws
+    (``reranker.teacher_pairs: drawn``): the student's :data:`DRAW_KEYS`; None (``all``): every pair."""
+    if stage_params(config, dataset, "reranker")["teacher_pairs"] == "all":
+        return None
+    student = stage_params(config, dataset, declared("distill").block)
+    return {key: student[key] for key in DRAW_KEYS if key in student}
+
+
+@resolves("reranker", "fusion_weight", "fusion_metric")
+def fusion(config: dict, dataset: str) -> dict:
+    """How a re-ranked run mixes the re-ranker's and Retriever2's scores (:mod:`dpr_pipeline.reranking.score_fusion`),
+    what
+    every rule, input function and job about the fusion asks: ``weight``, ``{"value", "choice"}``
+    (:func:`dpr_pipeline.reranking.score_fusion.weight_setting`: a number, or the file recording the one chosen on
+    ``split``,
+    the dataset's dev split, by ``metric`` at its ``relevance_level``), over the top ``depth`` hits."""
+    params = stage_params(config, dataset, "reranker")
+    collection = config["datasets"][dataset]
+    dev = dev_split_of(collection)
+    split = dev.name if dev is not None else None
+    return {"weight": weight_setting(params["fusion_weight"], dataset), "metric": params["fusion_metric"],
+            "depth": params["rerank_depth"], "split": split,
+            "relevance_level": collection.get("metric_relevance", {}).get(split, 1)}
+
+
+def training_processes(config: dict, dataset: str, block: str) -> int:
+    """Training processes of a training stage's jobs (torchrun DDP, one per GPU: the GPUs the job asks for);
+    ``block``: pretrain, retriever, reranker or distill."""
+    return stage_params(config, dataset, block)["processes"]
+
+
+def pretraining_in_chain(config: dict, dataset: str) -> list[str]:
+    """The pre-training stages the main chain trains (``pretrain/{method}``): `pretrain.method` when a bi-encoder
+    starts from it, else none."""
+    if any(stage_params(config, dataset, block)["plm"] == "pretrain" for block in blocks(BIENCODER)):
+        return [member(PRETRAINING, pretrain(config, dataset)["method"])]
+    return []

@@ -1,0 +1,58 @@
+"""A training rule's job: its model trained in one process per GPU it holds, then the model's card and the
+stage's manifest; the negatives a query sees and the dev files of its selection, from the job's inputs."""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dpr_pipeline.models.card import write_job_card
+from dpr_pipeline.training.launch import run_training
+from dpr_pipeline.training.selection_record import read_selection
+from dpr_pipeline.workflow.manifests import negatives_per_query, write_job_manifest
+from dpr_pipeline.workflow.resources import processes_for
+
+
+def negative_counts(negatives_path) -> list[int]:
+    """Per query of a negatives (or teacher scores) artifact, the negatives it offers."""
+    column = pq.read_table(negatives_path, columns=["negative_ids"]).column("negative_ids")
+    return pc.list_value_length(column).to_pylist()
+
+
+def group_negatives(snakemake, params: dict, *, in_batch: bool) -> dict:
+    """The negatives a training query of a fine-tuning job sees (:func:`dpr_pipeline.workflow.manifests.negatives_per_query`)."""
+    return negatives_per_query(negative_counts(snakemake.input.negatives), params["negatives_per_query"],
+                               batch_size=params["batch_size"], in_batch=in_batch)
+
+
+#: A bi-encoder training job's inputs for its dev selection (rules/inputs.smk, selection_inputs), by the names
+#: :func:`dpr_pipeline.training.dev_selection.select` reads them.
+SELECTION_INPUTS = {"dev_queries": "queries", "dev_qrels": "qrels", "dev_pool_run": "pool_run",
+                    "dev_start_run": "start_run"}
+
+
+def selection_options(snakemake) -> dict:
+    """A bi-encoder training job's ``selection`` argument (:func:`dpr_pipeline.training.biencoder.train_biencoder`):
+    its settings, its dev files and its ``output``, the job's dev_selection.json."""
+    files = {name: getattr(snakemake.input, key) for key, name in SELECTION_INPUTS.items()
+             if key in snakemake.input.keys()}
+    return {**snakemake.params.selection, "files": files, "output": snakemake.output.selection}
+
+
+def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bool, **options) -> None:
+    """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) on the rule's negatives, corpus
+    and queries, in one process per GPU the job holds (torchrun when several), then the model folder's card and
+    the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its ``report``).
+    ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
+    processes = processes_for(snakemake.resources.gpu)
+    run_training(train, processes, stage=stage, negatives_path=snakemake.input.negatives,
+                 passages_path=snakemake.input.passages,
+                 queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
+                 checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
+                 **options)
+    selection = options.get("selection")
+    negatives = group_negatives(snakemake, params, in_batch=in_batch)
+    report = {"dev_selection": read_selection(selection["output"])} if selection else None
+    write_job_card(snakemake, stage, seed=params["seed"], negatives=negatives, report=report)
+    write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes, negatives=negatives,
+                       report=report)
