@@ -761,7 +761,8 @@ def _(tmp, bert):
 def _(tmp, bert):
     import torch
 
-    from dpr_pipeline.training.trainer import TrainingSettings, train
+    from dpr_pipeline.training.schedule import TrainingSettings
+    from dpr_pipeline.training.trainer import train
 
     class Examples:  # 150 train queries, as in the issue
         def __len__(self):

@@ -30,7 +30,7 @@ from dpr_pipeline.errors import CheckpointError
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.pretraining.tokens import tokenize_corpus_shard
 from dpr_pipeline.training import trainer
-from dpr_pipeline.training.trainer import TrainingSettings
+from dpr_pipeline.training.schedule import TrainingSettings
 
 STAGE_SCRIPT = REPO / "tests" / "scripts" / "run_training_stage.py"
 TOPICS = ["cats purr", "dogs bark", "birds sing", "fish swim", "cows moo", "bees buzz", "owls hoot", "frogs croak"]

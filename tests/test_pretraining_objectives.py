@@ -8,7 +8,6 @@ from transformers import BertConfig, BertForMaskedLM
 from dpr_pipeline.pretraining import objectives
 from dpr_pipeline.pretraining.masking import bert_corrupt, content_positions, nested_mask, random_mask
 from dpr_pipeline.pretraining.methods import METHODS, ObjectiveSettings, pretraining_method
-from dpr_pipeline.pretraining.span_contrast import cocondenser_step
 from dpr_pipeline.pretraining.objectives import (
     PretrainingModel,
     SpecialTokens,
@@ -16,6 +15,7 @@ from dpr_pipeline.pretraining.objectives import (
     compile_layers,
     local_causal_mask,
 )
+from dpr_pipeline.pretraining.span_contrast import cocondenser_step
 from dpr_pipeline.pretraining.train import training_step
 from dpr_pipeline.training.distributed import Distributed
 

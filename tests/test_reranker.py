@@ -25,7 +25,8 @@ from dpr_pipeline.reranking.teacher_scores import merge_teacher_shards, score_te
 from dpr_pipeline.training.cross_encoder import listwise_loss_of, train_reranker
 from dpr_pipeline.training.groups import QueryGroups
 from dpr_pipeline.training.losses import listwise_loss
-from dpr_pipeline.training.trainer import TrainingSettings, parameter_groups
+from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.trainer import parameter_groups
 
 MAX_LENGTH = 48
 TOPICS = ["cats", "dogs", "birds", "fish", "trees", "rivers", "stars", "trains"]

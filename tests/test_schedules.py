@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.training.trainer import FEW_STEPS, TrainingSettings, check_warmup, total_steps
+from dpr_pipeline.training.schedule import FEW_STEPS, TrainingSettings, check_warmup, total_steps
 from dpr_pipeline.workflow.config import stage_params, validate_config
 
 

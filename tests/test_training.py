@@ -27,7 +27,8 @@ from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.distributed import check_processes, visible_gpus
 from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.launch import run_training
-from dpr_pipeline.training.trainer import TrainingSettings, batch_indices, epochs_visited, total_steps
+from dpr_pipeline.training.schedule import TrainingSettings, epochs_visited, total_steps
+from dpr_pipeline.training.trainer import batch_indices
 
 SCRIPT = REPO / "tests" / "scripts" / "train_tiny_retriever.py"
 TOPICS = ["cats purr", "dogs bark", "birds sing", "fish swim", "cows moo", "bees buzz", "owls hoot", "frogs croak"]

@@ -21,7 +21,8 @@ from dpr_pipeline.models.loading import load_tokenizer  # noqa: E402
 from dpr_pipeline.training.biencoder import BiEncoder, BiEncoderCollator, contrastive_step  # noqa: E402
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
 from dpr_pipeline.training.groups import QueryGroups, read_queries  # noqa: E402
-from dpr_pipeline.training.trainer import TrainingSettings, train  # noqa: E402
+from dpr_pipeline.training.schedule import TrainingSettings  # noqa: E402
+from dpr_pipeline.training.trainer import train  # noqa: E402
 
 
 class SlowGroups(QueryGroups):

@@ -5,7 +5,7 @@ importance from corpus n-gram counts, span pairs) and how it steps; its ``loss``
 blocks of :class:`~dpr_pipeline.pretraining.objectives.PretrainingModel`. The rule (``rules/pretrain.smk``),
 the job's adapter, the trainer (``train.py``), the model (``objectives.py``) and the throughput benchmark ask
 the method; none compares names. ``METHODS`` is the registry; the schema's lists of methods are tested against
-it (``tests/test_pretraining_methods.py``).
+it (``tests/test_pretraining_methods.py``). This module imports no torch: Snakemake reads it when it plans.
 
 ``method`` (config ``pretrain.method``) selects one; ``L`` is what the step minimises. "Content" positions are
 real tokens other than [CLS]/[SEP]/padding (:func:`~dpr_pipeline.pretraining.masking.content_positions`).
@@ -45,7 +45,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Callable
 
-from dpr_pipeline.pretraining.span_contrast import cocondenser_step
 
 # loss(model: PretrainingModel, input_ids, attention_mask, content, importance) -> named tensors
 Loss = Callable[..., dict]
@@ -168,6 +167,8 @@ def _cocondenser(model, input_ids, attention_mask, content, importance):
 
 
 def _span_contrast_step(params: dict) -> Step:
+    from dpr_pipeline.pretraining.span_contrast import cocondenser_step  # heavy: torch (read when Snakemake plans)
+
     return cocondenser_step(params["gradient_cache_chunk"])
 
 

@@ -27,7 +27,8 @@ from dpr_pipeline.pretraining.objectives import PretrainingModel, SpecialTokens,
 from dpr_pipeline.pretraining.token_importance import NgramCounts, ami_importance
 from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
 from dpr_pipeline.training.distributed import Distributed
-from dpr_pipeline.training.trainer import TrainingSettings, finish, train
+from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.trainer import finish, train
 from dpr_pipeline.workflow.config import RANDOM_GENERATOR
 
 log = logging.getLogger(__name__)

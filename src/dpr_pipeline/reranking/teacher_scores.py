@@ -25,7 +25,7 @@ from dpr_pipeline.data.schemas import read_artifact, read_negatives_table, write
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.reranking.scoring import load_scorer, score_pairs
 from dpr_pipeline.training.groups import QueryGroups, known_id_lists, read_queries
-from dpr_pipeline.training.trainer import STEP_KEYS, epochs_visited
+from dpr_pipeline.training.schedule import STEP_KEYS, epochs_visited
 
 log = logging.getLogger(__name__)
 

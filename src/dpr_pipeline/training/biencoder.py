@@ -22,8 +22,9 @@ from dpr_pipeline.training.dev_selection import select
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import read_query_groups
 from dpr_pipeline.training.losses import contrastive_loss, distillation_loss
+from dpr_pipeline.training.schedule import STEP_KEYS, TrainingSettings, epochs_visited
 from dpr_pipeline.training.selection_record import write_selection
-from dpr_pipeline.training.trainer import STEP_KEYS, TrainingSettings, epochs_visited, finish, train
+from dpr_pipeline.training.trainer import finish, train
 
 log = logging.getLogger(__name__)
 

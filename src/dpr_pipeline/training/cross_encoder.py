@@ -27,7 +27,8 @@ from dpr_pipeline.reranking.scoring import encode_pairs, load_scorer
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group, QueryGroups, read_query_groups
 from dpr_pipeline.training.losses import listwise_loss
-from dpr_pipeline.training.trainer import TrainingSettings, finish, train
+from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.trainer import finish, train
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dpr_pipeline.data.dev_split import dev_split_of
 from dpr_pipeline.models.hub_fetch import model_source
 from dpr_pipeline.reranking.score_fusion import weight_setting
-from dpr_pipeline.training.trainer import STEP_KEYS
+from dpr_pipeline.training.schedule import STEP_KEYS
 from dpr_pipeline.workflow.config import RANDOM_GENERATOR, stage_params
 from dpr_pipeline.workflow.layout import stage_file
 from dpr_pipeline.workflow.stages import (
