@@ -6,9 +6,9 @@
 #   download_<dataset>_<f>  one per `downloads` entry: url + md5/sha256 into the dataset's path
 #   fetch_<dataset>         target of all of them and of the models its chain loads: `snakemake --cores 1
 #                           fetch_msmarco` on a login node
-# A file already in the dataset's path is used as it is: no job produces it, so none can remove it (fetch.py,
+# A file already in the dataset's path is used as it is: no job produces it, so none can remove it (data/fetch.py,
 # missing_downloads). Ingestion (rules/data.smk) reads these files.
-# Models given as Hugging Face Hub names, one job each, shared by the datasets naming them (model_fetch.py)
+# Models given as Hugging Face Hub names, one job each, shared by the datasets naming them (models/hub_fetch.py)
 #   fetch_model_<name>      the model's files + fetch_manifest.json (commit, sha256s) into fetch.models/<org>--<name>;
 #                           the jobs that load it take that folder as an input and run with the Hub offline
 from dpr_pipeline.data.fetch import (check_fetch_config, fetched_files, ir_datasets_ids, missing_downloads, missing_exports,

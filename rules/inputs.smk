@@ -102,7 +102,7 @@ def selection_inputs(stage=None):
 
 
 def fetched_inputs(*models):
-    """Of the models a job loads, the fetched Hub models' folders (model_fetch.py), so that their fetch jobs run
+    """Of the models a job loads, the fetched Hub models' folders (models/hub_fetch.py), so that their fetch jobs run
     first: ``models`` are functions of the wildcards giving a model reference each, as the job gets it."""
 
     def inputs(wildcards):

@@ -73,7 +73,7 @@ def test_only_what_a_model_needs_is_fetched_safetensors_first(tmp_path, tiny_ber
 
 
 def test_a_job_loads_the_fetched_folder_with_the_hub_offline_and_stopped(fetched, tmp_path):
-    """As a workflow script: _library puts the Hub offline before transformers is imported; the folder loads
+    """As a workflow script: _hub_offline puts the Hub offline before transformers is imported; the folder loads
     (checked against its manifest), with HF_ENDPOINT at the stopped stand-in and an empty Hugging Face home."""
     folder, _, hub = fetched
     script = tmp_path / "job.py"

@@ -96,7 +96,7 @@ def base_model(plm: str, config: Mapping, dataset: str) -> tuple[str | None, str
     found = family_member(plm[len(prefix):-len(suffix)] if plm.startswith(prefix) and plm.endswith(suffix) else "")
     if found is not None and found[0] is PRETRAINING:
         method, block = found[1], PRETRAINING.block
-        # config.stage_params(config, dataset, block)["plm"] (config.py needs jsonschema, which the training
+        # config.stage_params(config, dataset, block)["plm"] (workflow/config.py needs jsonschema, which the training
         # environments lack)
         overrides = config["datasets"][dataset].get("stages", {}).get(block, {})
         origin = overrides.get("plm", config["stages"][block]["plm"])

@@ -14,7 +14,7 @@ killed job's rerun continues); a folder already there is used as it is (no job, 
 
 The jobs get the folder instead of the Hub name (:func:`model_source`, through
 :mod:`dpr_pipeline.workflow.stage_settings`), take it as an input (so the fetch runs first), and load it with
-``HF_HUB_OFFLINE=1`` (workflow_scripts/_library.py). Loading a fetched folder checks it against its manifest
+``HF_HUB_OFFLINE=1`` (workflow_scripts/_hub_offline.py). Loading a fetched folder checks it against its manifest
 (:func:`verify_fetched_model`, called by :func:`dpr_pipeline.models.refs.resolve_model_path`): a missing or
 changed file is one DataError naming it.
 """

@@ -32,7 +32,7 @@ def check_processes(processes: int, gpus: int, stage: str) -> None:
     Without a visible GPU any number of processes trains on the CPU (gloo), as the tests do with two."""
     if processes <= 1 or gpus == 0 or processes <= gpus:
         return
-    block = settings_block(stage)  # where the stage's ``processes`` setting lives (stages.py)
+    block = settings_block(stage)  # where the stage's ``processes`` setting lives (workflow/stages.py)
     setting = f"stages.{block}.processes" if block else "processes (torchrun's --nproc_per_node)"
     raise ConfigError(
         f"{stage} training: {setting} is {processes} (one process per GPU), but only {gpus} GPU"

@@ -39,7 +39,7 @@ def log_file(job: str, dataset: str = WILDCARD) -> str:
 
 def error_file(log: str) -> str:
     """The message of a job that failed, beside its log ``log`` (``….log`` -> ``….error``): written by
-    ``workflow.logged``, read by the Snakefile's ``onerror`` (``run_errors``)."""
+    ``workflow.job_log.logged``, read by the Snakefile's ``onerror`` (``run_errors``)."""
     return log[:-len(".log")] + ".error" if log.endswith(".log") else log + ".error"
 
 

@@ -1,6 +1,6 @@
 """What a failed run shows last: the project's own message (file, line or row, problem, ``Fix:``), not a traceback.
 
-Jobs: ``workflow.logged`` writes a failing job's traceback to its log and its message to the job's error file
+Jobs: ``workflow.job_log.logged`` writes a failing job's traceback to its log and its message to the job's error file
 (:func:`~dpr_pipeline.workflow.layout.error_file`; :func:`write_job_error`). The Snakefile's ``onerror`` gathers the
 failed jobs' messages (:func:`failed_jobs_report`). Snakemake prints a few lines of its own after ``onerror``
 and ends with its error (``At least one job did not complete successfully.``); :class:`LastLines`, a filter on
