@@ -190,7 +190,10 @@ def time_limit_run(slurm, tmp_path_factory):
                # the profile's SIGTERM 2 minutes early would come at once in a one-minute job: Slurm's own at the
                # time limit instead (the harder case: KillWait seconds to save)
                "--set-resources", "train_retriever:slurm_extra=''", "train_retriever:slurm_partition='gpu'"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # the copy's package (with the slow steps) first on the path of Snakemake and of the Slurm jobs, which inherit
+    # its environment: as where the copy is the installed checkout
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(root / "src")}
     began = time.monotonic()
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env, timeout=1800)
     output = done.stdout + done.stderr
