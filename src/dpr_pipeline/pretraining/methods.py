@@ -45,7 +45,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Callable
 
-
 # loss(model: PretrainingModel, input_ids, attention_mask, content, importance) -> named tensors
 Loss = Callable[..., dict]
 # step(model, batch, dist) -> the batch's loss, as the trainer calls it (training/trainer.py)
