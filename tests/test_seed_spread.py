@@ -51,11 +51,17 @@ def test_a_rerun_folder_shares_the_finished_inputs_and_drops_the_stage_itself(tm
     (finished / "reranker" / "teacher").mkdir()
     (finished / "reranker" / "teacher" / "shard_0.parquet").write_text("")
     (finished / "reranker" / "teacher_scores.parquet").write_text("")
+    (finished / "benchmarks" / "train").mkdir(parents=True)
+    (finished / "benchmarks" / "train" / "distill.tsv").write_text("s\n300\n")
     (tmp_path / "data").mkdir()
     config = {"datasets": {"a": {"format": "beir", "path": "data/a", "eval_splits": ["test"],
                                  "stages": {"distill": {"epochs": 2}}}}}
     workdir = seed_workdir(tmp_path, config, "a", "distill", 7)
     copy = workdir / "results" / "a"
+    # Snakemake rewrites a benchmark file in place: the rerun's timing must not land in the finished run's file
+    with open(copy / "benchmarks" / "train" / "distill.tsv", "w") as rewritten:
+        rewritten.write("s\n200\n")
+    assert (finished / "benchmarks" / "train" / "distill.tsv").read_text() == "s\n300\n"
     assert not (copy / "distill").exists() and not (copy / "checkpoints" / "distill").exists()
     assert (copy / "reranker" / "metrics.json").stat().st_ino == (finished / "reranker" / "metrics.json").stat().st_ino
     # the teacher scored the pairs seed 42 draws: the seed's own are scored again

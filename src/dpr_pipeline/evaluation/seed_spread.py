@@ -1,10 +1,10 @@
 """How much a trained stage's metrics move with its seed alone: the spread that a difference must exceed.
 
 For a stage S and seeds n₁ … n_k, each rerun is a Snakemake run of this checkout's workflow in a folder of its own
-(``results/{dataset}/seeds/{S}/seed_{n}/``) that holds the finished run's results as hard links, less S's own
-outputs and checkpoints, and the config with S's block's ``seed`` set to n: Snakemake rebuilds S alone (its
-training, runs and metrics) on the very inputs the finished run trained S on. The stage's configured seed is the
-finished run itself. :func:`spread` then gives, per split and metric, the mean and the sample standard deviation
+(``results/{dataset}/seeds/{S}/seed_{n}/``) that holds the finished run's results as hard links (the jobs'
+benchmark files as copies: Snakemake rewrites those in place), less S's own outputs and checkpoints, and the
+config with S's block's ``seed`` set to n: Snakemake rebuilds S alone (its training, runs and metrics) on the
+very inputs the finished run trained S on. The stage's configured seed is the finished run itself. :func:`spread` then gives, per split and metric, the mean and the sample standard deviation
 over the seeds, and :func:`margin` the mean difference of two stages over the seeds both have with its spread.
 
 A row of SimLM's Table 7 ablation (``ablation/<method>``) is rerun whole: its pre-training and its Retriever₁ both
@@ -66,7 +66,8 @@ def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) 
     workdir = finished / "seeds" / stage / f"seed_{seed}"
     if not (workdir / dataset_dir(dataset)).is_dir():
         copy_of = workdir / dataset_dir(dataset)
-        shutil.copytree(finished, copy_of, copy_function=os.link,
+        shutil.copytree(finished, copy_of, copy_function=lambda source, target: _link_unless_rewritten(
+                            finished, source, target),
                         ignore=lambda folder, names: ["seeds"] if Path(folder) == finished else [])
         for name in remade:
             for own in (copy_of / name, workdir / checkpoint_dir(name, dataset)):
@@ -80,6 +81,15 @@ def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) 
     if not (workdir / "data").exists():  # the raw collections, relative to the working directory as in config.yaml
         (workdir / "data").symlink_to((repo / "data").resolve(), target_is_directory=True)
     return workdir
+
+
+def _link_unless_rewritten(finished: Path, source: str, destination: str) -> None:
+    """A hard link, but a copy of the jobs' benchmark files (``finished/benchmarks/``): Snakemake rewrites such a file
+    in place (the same inode), so a rerun of the job through a link would overwrite the finished run's timing."""
+    if Path(source).relative_to(finished).parts[0] == "benchmarks":
+        shutil.copy2(source, destination)
+    else:
+        os.link(source, destination)
 
 
 def rerun(repo: Path, workdir: Path, dataset: str, stage: str, cores: int) -> Path:
