@@ -4,8 +4,9 @@ For a stage S and seeds n₁ … n_k, each rerun is a Snakemake run of this chec
 (``results/{dataset}/seeds/{S}/seed_{n}/``) that holds the finished run's results as hard links (the jobs'
 benchmark files as copies: Snakemake rewrites those in place), less S's own outputs and checkpoints, and the
 config with S's block's ``seed`` set to n: Snakemake rebuilds S alone (its training, runs and metrics) on the
-very inputs the finished run trained S on. The stage's configured seed is the finished run itself. :func:`spread` then gives, per split and metric, the mean and the sample standard deviation
-over the seeds, and :func:`margin` the mean difference of two stages over the seeds both have with its spread.
+very inputs the finished run trained S on. The stage's configured seed is the finished run itself. :func:`spread`
+then gives, per split and metric, the mean and the sample standard deviation over the seeds, and :func:`margin`
+the mean difference of two stages over the seeds both have with its spread.
 
 A row of SimLM's Table 7 ablation (``ablation/<method>``) is rerun whole: its pre-training and its Retriever₁ both
 take the seed (:func:`seeded_outputs`), and :func:`write_ablation_report` reads each row against ``none`` and ``mlm``
