@@ -1,0 +1,29 @@
+"""A start that is part language model, part untrained: the top Transformer layers of an encoder drawn anew as
+BERT draws them, the embeddings and the lower layers kept (docs/pretraining.md, regimes (c) and (d)). It is how
+pre-training can be read on a start that is already a sentence embedder: the re-drawn layers are what the
+pre-training methods have to fill, as they fill a whole BERT in the papers."""
+
+from __future__ import annotations
+
+import torch
+
+
+def reinitialize_top_layers(transformer: torch.nn.Module, layers: int, seed: int) -> None:
+    """Draw the top ``layers`` Transformer layers of a BERT-architecture ``transformer`` anew, in place: every
+    linear weight from N(0, ``config.initializer_range``), its bias 0, every LayerNorm's weight 1 and bias 0 (BERT's
+    own initialisation), in module order from a generator seeded with ``seed``; nothing else changes."""
+    stack = transformer.encoder.layer
+    if not 0 < layers <= len(stack):
+        raise ValueError(f"cannot re-initialise the top {layers} layers of a {len(stack)}-layer encoder: "
+                         f"choose 1 to {len(stack)}")
+    std = transformer.config.initializer_range
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in stack[len(stack) - layers:]:
+            for module in layer.modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.weight.copy_(torch.empty_like(module.weight).normal_(0.0, std, generator=generator))
+                    module.bias.zero_()
+                elif isinstance(module, torch.nn.LayerNorm):
+                    module.weight.fill_(1.0)
+                    module.bias.zero_()
