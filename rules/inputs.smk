@@ -76,7 +76,7 @@ def initialisation_input(stage=None):
 
     def inputs(wildcards):
         model = settings.initialisation(config, wildcards.dataset, stage or wildcards.stage)
-        return [model] if model.startswith(f"{RESULTS}/") or is_fetched(config, model) else []
+        return [model] if made_here(model) else []
 
     return inputs
 
@@ -101,12 +101,19 @@ def selection_inputs(stage=None):
     return inputs
 
 
-def fetched_inputs(*models):
-    """Of the models a job loads, the fetched Hub models' folders (models/hub_fetch.py), so that their fetch jobs run
+def made_here(model):
+    """Whether a job's model is a file of this workflow's, which the job takes as an input: a stage's output (a
+    pre-training result, its start) or a fetched Hub model's folder (models/hub_fetch.py); not a local folder nor
+    ``pkg:``."""
+    return model.startswith(f"{RESULTS}/") or is_fetched(config, model)
+
+
+def model_inputs(*models):
+    """Of the models a job loads, those the workflow makes (:func:`made_here`), so that the jobs making them run
     first: ``models`` are functions of the wildcards giving a model reference each, as the job gets it."""
 
     def inputs(wildcards):
-        return [model for model in (get(wildcards) for get in models) if is_fetched(config, model)]
+        return [model for model in (get(wildcards) for get in models) if made_here(model)]
 
     return inputs
 

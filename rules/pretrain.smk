@@ -9,10 +9,30 @@ PRETRAINED = stages.member(stages.PRETRAINING, "{method}")
 ABLATED = stages.member(stages.ABLATION, "{method}")
 
 
+rule pretraining_start:
+    input:
+        plm=model_inputs(lambda wc: settings.pretraining_start(config, wc.dataset)["plm"]),
+    output:
+        model=directory(stage_file(PRETRAINING_START, "model")),
+    params:
+        start=lambda wc: settings.pretraining_start(config, wc.dataset),
+    threads: threads_of("pretraining_start")
+    resources:
+        **resources_of("pretraining_start"),
+    log:
+        log_file("pretraining_start"),
+    benchmark:
+        benchmark_file("pretraining_start")
+    conda:
+        torch_env("pretraining_start")
+    script:
+        "../workflow_scripts/pretraining_start.py"
+
+
 rule tokenize_corpus:
     input:
         corpus=data_file("corpus.parquet"),
-        plm=fetched_inputs(pretrain_plm),
+        plm=model_inputs(pretrain_plm),
     output:
         stage_file("tokens", "part_{shard}.arrow"),
     params:
@@ -33,7 +53,7 @@ rule tokenize_corpus:
 rule count_ngrams:
     input:
         tokens=token_shards,
-        plm=fetched_inputs(pretrain_plm),
+        plm=model_inputs(pretrain_plm),
     output:
         stage_file("tokens", "ngram_counts.npz"),
     params:
@@ -59,7 +79,7 @@ rule pretrain:
             if pretraining_method(wc.method).ngram_counts
             else []
         ),
-        models=fetched_inputs(pretrain_plm, pretrain_generator),
+        models=model_inputs(pretrain_plm, pretrain_generator),
     output:
         model=directory(stage_file(PRETRAINED, "model")),
         loss_log=stage_file(PRETRAINED, "loss_log.jsonl"),

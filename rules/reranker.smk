@@ -7,7 +7,7 @@ rule train_reranker:
         negatives=stage_file(RERANKED, "negatives.parquet"),
         passages=data_file("passages.arrow"),
         queries=train_queries,
-        init=fetched_inputs(reranker_plm),
+        init=model_inputs(reranker_plm),
     output:
         model=directory(stage_file("reranker", "model")),
         loss_log=stage_file("reranker", "loss_log.jsonl"),

@@ -2,9 +2,11 @@
 
 import pytest
 import torch
+from conftest import make_tiny_bert
 from transformers import BertConfig, BertModel
 
-from dpr_pipeline.models.reinitialize import reinitialize_top_layers
+from dpr_pipeline.models.embedding import load_text_encoder
+from dpr_pipeline.models.reinitialize import reinitialize_top_layers, write_reinitialized_start
 
 
 def tiny_bert(seed: int = 0) -> BertModel:
@@ -56,3 +58,13 @@ def test_the_draw_is_the_seed_s():
 def test_a_count_the_encoder_does_not_have_is_refused(layers):
     with pytest.raises(ValueError, match="choose 1 to 3"):
         reinitialize_top_layers(tiny_bert(), layers, seed=0)
+
+
+def test_the_written_start_is_the_plm_with_its_top_layer_drawn_and_its_pooling_kept(tmp_path):
+    plm = make_tiny_bert(tmp_path / "plm")
+    write_reinitialized_start(str(plm), 1, seed=5, output_dir=tmp_path / "start", max_length=48)
+    before, after = load_text_encoder(str(plm)), load_text_encoder(str(tmp_path / "start"))
+    assert after.pooling == before.pooling == "cls"
+    reinitialize_top_layers(before.transformer, 1, seed=5)  # the same draw, done here
+    for name, tensor in after.transformer.state_dict().items():
+        assert torch.equal(tensor, before.transformer.state_dict()[name]), name

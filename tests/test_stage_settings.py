@@ -57,6 +57,19 @@ def test_a_pretraining_job_trains_its_own_method(config):
     assert settings.pretraining_in_chain(config, "a") == []
 
 
+def test_a_drawn_start_is_what_pretraining_and_the_none_row_load(config):
+    assert settings.pretraining_start(config, "a") is None
+    assert settings.pretrain(config, "a")["plm"] == "data/models/bert-base-uncased"  # the plm, fetched
+    config["datasets"]["a"]["stages"]["pretrain"] = {"plm": "some/hub-model", "reinitialize_layers": 2}
+    start = "results/a/pretrain_start/model"
+    assert settings.pretraining_start(config, "a") == {"plm": "data/models/some--hub-model", "layers": 2, "seed": 0,
+                                                       "model": start, "max_length": 144}
+    assert settings.pretrain(config, "a", "mlm")["plm"] == start
+    assert settings.initialisation(config, "a", "ablation/none") == start
+    # the jobs get the start, not the keys that draw it: a release adding them reruns no pre-training job
+    assert not {"reinitialize_layers", "reinitialize_seed"} & set(settings.pretrain(config, "a"))
+
+
 def test_torch_compile_of_pretraining_is_off_unless_a_dataset_asks_for_it(config):
     assert settings.pretrain(config, "a")["compile"] is False
     config["datasets"]["a"]["stages"]["pretrain"] = {"compile": True}
@@ -187,7 +200,8 @@ def test_a_key_resolved_here_reaches_no_job_of_its_block(config):
     """Each settings function that turns a key into something else says so (``@resolves``); the key is then in no
     job's params of its block, and it names a key the block has (a misspelt one would leak the real one)."""
     assert {block: set(keys) for block, keys in settings.RESOLVED_HERE.items()} == {
-        "retriever": {"retriever2_start"}, "reranker": {"teacher_pairs", "fusion_weight", "fusion_metric"}}
+        "retriever": {"retriever2_start"}, "reranker": {"teacher_pairs", "fusion_weight", "fusion_metric"},
+        "pretrain": {"reinitialize_layers", "reinitialize_seed"}}
     for block, keys in settings.RESOLVED_HERE.items():
         assert set(keys) <= config["stages"][block].keys()
         assert not set(keys) & settings.job_params(config, "a", block).keys()

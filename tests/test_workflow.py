@@ -84,6 +84,25 @@ def test_retriever2_continues_from_retriever1_when_set(workdir):
     assert "results/scifact/retriever1/model" not in inputs["retriever1"].split(", ")
 
 
+def test_a_drawn_pretraining_start_is_made_once_and_read_by_every_row(workdir):
+    """``pretrain.reinitialize_layers``: one job draws the start; tokenisation, each method's pre-training and the
+    ablation's ``none`` row read it, and nothing reads the plm's own folder in its place."""
+    override = workdir / "reinitialized_start.yaml"
+    override.write_text(yaml.safe_dump({"datasets": {"scifact": {"stages": {"pretrain": {
+        "reinitialize_layers": 1}}}}}))
+    plan = snakemake(workdir, "-n", "results/scifact/ablation/summary.json",
+                     "--configfile", str(workdir / "config.yaml"), str(override))
+    start = "results/scifact/pretrain_start/model"
+    assert planned_jobs(plan)["pretraining_start"] == 1
+    inputs = {m.group(1): m.group(2) for m in re.finditer(
+        r"rule (tokenize_corpus|pretrain|train_retriever):\n\s+input: ([^\n]+)", plan)}
+    assert set(inputs) == {"tokenize_corpus", "pretrain", "train_retriever"}, plan[-3000:]
+    none_row = re.search(r"rule train_retriever:\n\s+input: ([^\n]+)\n(?:\s+\w+: [^\n]*\n)*?\s+wildcards: "
+                         r"dataset=scifact, stage=ablation/none", plan)
+    for listed in (inputs["tokenize_corpus"], inputs["pretrain"], none_row.group(1)):
+        assert start in listed.split(", ")
+
+
 @pytest.fixture(scope="module")
 def built(workdir):
     snakemake(workdir)

@@ -5,7 +5,12 @@ pre-training methods have to fill, as they fill a whole BERT in the papers."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import torch
+
+log = logging.getLogger(__name__)
 
 
 def reinitialize_top_layers(transformer: torch.nn.Module, layers: int, seed: int) -> None:
@@ -27,3 +32,19 @@ def reinitialize_top_layers(transformer: torch.nn.Module, layers: int, seed: int
                 elif isinstance(module, torch.nn.LayerNorm):
                     module.weight.fill_(1.0)
                     module.bias.zero_()
+
+
+def write_reinitialized_start(plm: str, layers: int, seed: int, output_dir: str | Path, max_length: int) -> None:
+    """``plm`` (any model reference) with its top ``layers`` drawn anew (:func:`reinitialize_top_layers`), saved as
+    a model folder at ``output_dir`` (its pooling and prompts kept, ``max_length`` its passage length), whole or not
+    at all."""
+    from dpr_pipeline.atomic_writes import atomic_output
+    from dpr_pipeline.models.embedding import load_text_encoder, save_text_encoder
+    from dpr_pipeline.models.loading import load_tokenizer
+
+    encoder = load_text_encoder(plm)
+    reinitialize_top_layers(encoder.transformer, layers, seed)
+    with atomic_output(output_dir) as tmp:
+        save_text_encoder(encoder, load_tokenizer(plm), tmp, max_length)
+    log.info("%s: %s with its top %d of %d layers drawn anew (seed %d)", output_dir, plm, layers,
+             len(encoder.transformer.encoder.layer), seed)

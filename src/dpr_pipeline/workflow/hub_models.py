@@ -37,8 +37,9 @@ def chain_models(config: dict, dataset: str) -> list[str]:
     models.append(settings.reranker(config, dataset)["plm"])
     for stage in settings.pretraining_in_chain(config, dataset):
         pretrain = settings.pretrain(config, dataset, family_member(stage)[1])
-        models += [pretrain["plm"]] + ([pretrain["generator"]] if pretraining_method(pretrain["method"]).generator
-                                       else [])
+        start = settings.pretraining_start(config, dataset)  # its plm, where the start is drawn from one
+        models += [pretrain["plm"] if start is None else start["plm"]]
+        models += [pretrain["generator"]] if pretraining_method(pretrain["method"]).generator else []
     return [model for model in dict.fromkeys(models) if is_fetched(config, model)]
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 RESULTS = "results"
 WILDCARD = "{dataset}"
+#: The folder of the start pre-training draws from its plm (``pretrain.reinitialize_layers``), read by every method
+#: and by the ablation's ``none`` row: ``results/<dataset>/pretrain_start/model``.
+PRETRAINING_START = "pretrain_start"
 
 
 def dataset_dir(dataset: str = WILDCARD) -> str:

@@ -18,7 +18,7 @@ from dpr_pipeline.models.hub_fetch import model_source
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.training.schedule import STEP_KEYS
 from dpr_pipeline.workflow.config import RANDOM_GENERATOR, stage_params
-from dpr_pipeline.workflow.layout import stage_file
+from dpr_pipeline.workflow.layout import PRETRAINING_START, stage_file
 from dpr_pipeline.workflow.stages import (
     ABLATION,
     BIENCODER,
@@ -36,20 +36,6 @@ from dpr_pipeline.workflow.stages import stage as declared
 def bm25(config: dict, dataset: str) -> dict:
     """Pyserini's index and search settings (`bm25`)."""
     return stage_params(config, dataset, "bm25")
-
-
-def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
-    """Pre-training settings (`pretrain`), ``plm`` and ``generator`` as the jobs load them; ``method``: the one a
-    ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from)."""
-    params = stage_params(config, dataset, "pretrain")
-    params = {**params, "plm": model_source(config, params["plm"]), "generator": model_source(
-        config, params["generator"]) if params["generator"] != RANDOM_GENERATOR else RANDOM_GENERATOR}
-    return params if method is None else {**params, "method": method}
-
-
-def pretrained_model(dataset: str, method: str) -> str:
-    """The encoder the ``pretrain`` job of ``method`` writes."""
-    return stage_file(member(PRETRAINING, method), "model", dataset)
 
 
 #: Keys a settings function here resolves itself, by block (each function says which, :func:`resolves`): kept out
@@ -79,6 +65,35 @@ def job_params(config: dict, dataset: str, block: str) -> dict:
     resolved here (``RESOLVED_HERE``), nor those of ``ONLY_WHEN_SET`` left at null."""
     return {key: value for key, value in stage_params(config, dataset, block).items()
             if key not in RESOLVED_HERE.get(block, ()) and not (key in ONLY_WHEN_SET and value is None)}
+
+
+@resolves("pretrain", "reinitialize_layers", "reinitialize_seed")
+def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
+    """Pre-training settings (`pretrain`), ``plm`` and ``generator`` as the jobs load them (``plm``: the
+    :func:`pretraining_start` folder where ``reinitialize_layers`` is set); ``method``: the one a
+    ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from)."""
+    params = job_params(config, dataset, "pretrain")
+    start = pretraining_start(config, dataset)
+    params = {**params, "plm": start["model"] if start else model_source(config, params["plm"]), "generator": model_source(
+        config, params["generator"]) if params["generator"] != RANDOM_GENERATOR else RANDOM_GENERATOR}
+    return params if method is None else {**params, "method": method}
+
+
+def pretraining_start(config: dict, dataset: str) -> dict | None:
+    """What the ``pretraining_start`` job draws, where ``pretrain.reinitialize_layers`` is set (else None): the plm
+    (as loaded), how many of its top layers, the draw's seed, the folder it writes (``model``) and that folder's passage
+    length (Retriever₁'s, which the ablation's ``none`` row trains at)."""
+    params = stage_params(config, dataset, "pretrain")
+    if not params["reinitialize_layers"]:
+        return None
+    return {"plm": model_source(config, params["plm"]), "layers": params["reinitialize_layers"],
+            "seed": params["reinitialize_seed"], "model": stage_file(PRETRAINING_START, "model", dataset),
+            "max_length": stage_params(config, dataset, "retriever")["passage_max_length"]}
+
+
+def pretrained_model(dataset: str, method: str) -> str:
+    """The encoder the ``pretrain`` job of ``method`` writes."""
+    return stage_file(member(PRETRAINING, method), "model", dataset)
 
 
 @resolves("retriever", "retriever2_start")
