@@ -1,11 +1,11 @@
-"""A pre-training start that is not yet an embedder: a ``plm`` with its top Transformer layers drawn anew
-(dpr_pipeline.models.reinitialize), saved as a model folder that `pretrain.plm` names (docs/pretraining.md,
-regimes (c) and (d)):
+"""A pre-training start that is not yet an embedder, by hand: a ``plm`` with its top Transformer layers drawn
+anew (dpr_pipeline.models.reinitialize), saved as a model folder, the one the `pretraining_start` job writes for
+`pretrain.reinitialize_layers` (docs/pretraining.md, regimes (c) and (d)); for a folder to inspect, or to name as
+another stage's plm:
 
     .venv/bin/python experiments/reinitialized_start.py --layers 2 --output data/minilm_top2_reinit
-    # then, in the dataset's stages: pretrain: {plm: data/minilm_top2_reinit, ...}
 
-The folder keeps the plm's pooling and prompts, and its passage length.
+The folder keeps the plm's pooling and prompts; --max-length is its passage length.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dpr_pipeline.models.embedding import load_text_encoder, save_text_encoder  # noqa: E402
-from dpr_pipeline.models.loading import load_tokenizer  # noqa: E402
-from dpr_pipeline.models.reinitialize import reinitialize_top_layers  # noqa: E402
+from dpr_pipeline.models.reinitialize import write_reinitialized_start  # noqa: E402
 
 
 def main() -> None:
@@ -32,9 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.output.exists():
         sys.exit(f"{args.output} exists: remove it or name another folder")
-    encoder = load_text_encoder(args.plm)
-    reinitialize_top_layers(encoder.transformer, args.layers, args.seed)
-    save_text_encoder(encoder, load_tokenizer(args.plm), args.output, args.max_length)
+    write_reinitialized_start(args.plm, args.layers, args.seed, args.output, args.max_length)
     print(f"{args.output}: {args.plm} with its top {args.layers} layers drawn anew (seed {args.seed})")
 
 
