@@ -74,15 +74,16 @@ def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
     ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from)."""
     params = job_params(config, dataset, "pretrain")
     start = pretraining_start(config, dataset)
-    params = {**params, "plm": start["model"] if start else model_source(config, params["plm"]), "generator": model_source(
-        config, params["generator"]) if params["generator"] != RANDOM_GENERATOR else RANDOM_GENERATOR}
+    generator = params["generator"]
+    params = {**params, "plm": start["model"] if start else model_source(config, params["plm"]),
+              "generator": generator if generator == RANDOM_GENERATOR else model_source(config, generator)}
     return params if method is None else {**params, "method": method}
 
 
 def pretraining_start(config: dict, dataset: str) -> dict | None:
-    """What the ``pretraining_start`` job draws, where ``pretrain.reinitialize_layers`` is set (else None): the plm
-    (as loaded), how many of its top layers, the draw's seed, the folder it writes (``model``) and that folder's passage
-    length (Retriever₁'s, which the ablation's ``none`` row trains at)."""
+    """What the ``pretraining_start`` job draws, where ``pretrain.reinitialize_layers`` is set (else None): the
+    plm (as loaded), how many of its top layers, the draw's seed, the folder it writes (``model``) and that
+    folder's passage length (Retriever₁'s, which the ablation's ``none`` row trains at)."""
     params = stage_params(config, dataset, "pretrain")
     if not params["reinitialize_layers"]:
         return None
