@@ -10,6 +10,10 @@ from pathlib import Path
 
 import torch
 
+from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.models.embedding import load_text_encoder, save_text_encoder
+from dpr_pipeline.models.loading import load_tokenizer
+
 log = logging.getLogger(__name__)
 
 
@@ -38,10 +42,6 @@ def write_reinitialized_start(plm: str, layers: int, seed: int, output_dir: str 
     """``plm`` (any model reference) with its top ``layers`` drawn anew (:func:`reinitialize_top_layers`), saved as
     a model folder at ``output_dir`` (its pooling and prompts kept, ``max_length`` its passage length), whole or not
     at all."""
-    from dpr_pipeline.atomic_writes import atomic_output
-    from dpr_pipeline.models.embedding import load_text_encoder, save_text_encoder
-    from dpr_pipeline.models.loading import load_tokenizer
-
     encoder = load_text_encoder(plm)
     reinitialize_top_layers(encoder.transformer, layers, seed)
     with atomic_output(output_dir) as tmp:
