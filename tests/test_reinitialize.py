@@ -5,6 +5,7 @@ import torch
 from conftest import make_tiny_bert
 from transformers import BertConfig, BertModel
 
+from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.models.embedding import load_text_encoder
 from dpr_pipeline.models.reinitialize import reinitialize_top_layers, write_reinitialized_start
 
@@ -56,7 +57,7 @@ def test_the_draw_is_the_seed_s():
 
 @pytest.mark.parametrize("layers", [0, 4])
 def test_a_count_the_encoder_does_not_have_is_refused(layers):
-    with pytest.raises(ValueError, match="choose 1 to 3"):
+    with pytest.raises(ConfigError, match=r"pretrain.reinitialize_layers: .* Fix: choose 1 to 3"):
         reinitialize_top_layers(tiny_bert(), layers, seed=0)
 
 

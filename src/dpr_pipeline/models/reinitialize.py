@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.models.embedding import load_text_encoder, save_text_encoder
 from dpr_pipeline.models.loading import load_tokenizer
 
@@ -20,11 +21,12 @@ log = logging.getLogger(__name__)
 def reinitialize_top_layers(transformer: torch.nn.Module, layers: int, seed: int) -> None:
     """Draw the top ``layers`` Transformer layers of a BERT-architecture ``transformer`` anew, in place: every
     linear weight from N(0, ``config.initializer_range``), its bias 0, every LayerNorm's weight 1 and bias 0 (BERT's
-    own initialisation), in module order from a generator seeded with ``seed``; nothing else changes."""
+    own initialisation), in module order from a generator seeded with ``seed``; nothing else changes. A count the
+    encoder does not have is a ConfigError (the job's one message: run_errors), not a bug's traceback."""
     stack = transformer.encoder.layer
     if not 0 < layers <= len(stack):
-        raise ValueError(f"cannot re-initialise the top {layers} layers of a {len(stack)}-layer encoder: "
-                         f"choose 1 to {len(stack)}")
+        raise ConfigError(f"pretrain.reinitialize_layers: {layers}: cannot re-initialise the top {layers} layers of "
+                          f"a {len(stack)}-layer encoder. Fix: choose 1 to {len(stack)}, or 0 to keep the plm as it is")
     std = transformer.config.initializer_range
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
