@@ -204,6 +204,19 @@ def test_base_model_of_each_kind_of_reference():
     # a pre-trained encoder of the dataset goes back to the model pre-training started from (the dataset's plm)
     hub, said = model_card.base_model("results/scifact/pretrain/cdmae/model", CONFIG, "scifact")
     assert hub == "sentence-transformers/all-MiniLM-L6-v2" and "`cdmae`" in said
+    assert "drawn anew" not in said
+
+
+def test_base_model_of_a_drawn_pretraining_start_names_the_redrawn_layers():
+    drawn = {**CONFIG, "stages": {"pretrain": {"plm": "bert-base-uncased", "reinitialize_layers": 2,
+                                               "reinitialize_seed": 7},
+                                  "retriever": {"passage_max_length": 256}}}
+    hub, said = model_card.base_model("results/scifact/pretrain_start/model", drawn, "scifact")  # the `none` row
+    assert hub == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "top 2 Transformer layers drawn anew" in said and "seed 7" in said
+    hub, said = model_card.base_model("results/scifact/pretrain/simlm/model", drawn, "scifact")  # pre-trained on it
+    assert hub == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "drawn anew" in said and "`simlm`" in said
 
 
 def test_a_card_without_a_hub_base_model_leaves_base_model_out(tmp_path: Path):

@@ -42,8 +42,9 @@ from dpr_pipeline.models.embedding import recorded_include_prompt, recorded_pool
 from dpr_pipeline.models.refs import PACKAGE_PREFIX, looks_like_path, read_manifest
 from dpr_pipeline.training.selection_record import describe
 from dpr_pipeline.workflow.config import stage_params
-from dpr_pipeline.workflow.layout import dataset_dir, stage_file
+from dpr_pipeline.workflow.layout import PRETRAINING_START, dataset_dir, stage_file
 from dpr_pipeline.workflow.manifests import SNAKEMAKE_MARKER, file_sha256, job_files
+from dpr_pipeline.workflow.stage_settings import pretraining_start
 from dpr_pipeline.workflow.stages import CROSS_ENCODER, PRETRAINING, card_name, card_negatives, family_member
 from dpr_pipeline.workflow.stages import stage as declared
 
@@ -90,14 +91,20 @@ def hub_id(reference: str) -> str | None:
 
 def base_model(plm: str, config: Mapping, dataset: str) -> tuple[str | None, str]:
     """``(Hub id or None, a sentence)`` for the model a stage started from; a pre-trained encoder of this
-    dataset (``results/<dataset>/pretrain/<method>/model``) goes back to the model pre-training started from."""
+    dataset (``results/<dataset>/pretrain/<method>/model``) goes back to the model pre-training started from, and a
+    drawn pre-training start (``pretrain.reinitialize_layers``) to the plm it was drawn from."""
     prefix, suffix = dataset_dir(dataset) + "/", "/model"
     found = family_member(plm[len(prefix):-len(suffix)] if plm.startswith(prefix) and plm.endswith(suffix) else "")
     if found is not None and found[0] is PRETRAINING:
-        method, block = found[1], PRETRAINING.block
-        origin = stage_params(config, dataset, block)["plm"]
+        start = pretraining_start(config, dataset)
+        origin = start["model"] if start else stage_params(config, dataset, PRETRAINING.block)["plm"]
         hub, said = base_model(origin, config, dataset)
-        return hub, f"{said}, pre-trained with `{method}` on the {dataset} corpus (`{plm}`)"
+        return hub, f"{said}, pre-trained with `{found[1]}` on the {dataset} corpus (`{plm}`)"
+    if plm == stage_file(PRETRAINING_START, "model", dataset):
+        start = pretraining_start(config, dataset)
+        hub, said = base_model(stage_params(config, dataset, PRETRAINING.block)["plm"], config, dataset)
+        return hub, (f"{said} with its top {start['layers']} Transformer layers drawn anew "
+                     f"(`pretrain.reinitialize_layers`, seed {start['seed']}; `{plm}`)")
     hub = hub_id(plm)
     if hub is None:
         return None, f"`{plm}`"

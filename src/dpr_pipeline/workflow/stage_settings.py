@@ -85,7 +85,7 @@ def pretraining_start(config: dict, dataset: str) -> dict | None:
     plm (as loaded), how many of its top layers, the draw's seed, the folder it writes (``model``) and that
     folder's passage length (Retriever₁'s, which the ablation's ``none`` row trains at)."""
     params = stage_params(config, dataset, "pretrain")
-    if not params["reinitialize_layers"]:
+    if not params.get("reinitialize_layers"):  # absent from a manifest's config written before the setting
         return None
     return {"plm": model_source(config, params["plm"]), "layers": params["reinitialize_layers"],
             "seed": params["reinitialize_seed"], "model": stage_file(PRETRAINING_START, "model", dataset),
