@@ -847,6 +847,26 @@ def _(tmp, bert):
         generator="./generators/electra"), workdir=tmp)
 
 
+@case("config-generator-reads-its-own-encoder", ConfigError, "config key datasets.scifact.stages.pretrain.generator: "
+      "the encoder that `simlm` pre-trains cannot be read by its own pre-training (`simlm` takes a generator, which "
+      "would be its own output)",
+      "Fix: name the encoder of a method without a generator (such as results/<dataset>/pretrain/mlm/model)")
+def _(tmp, bert):
+    return model_setting_call(tmp, lambda c: scifact_stage(c, "pretrain").update(
+        generator="results/scifact/pretrain/simlm/model"), workdir=tmp)
+
+
+@case("pretrain-generator-without-lm-head", DataError, "the generator has no masked-LM head: cls.predictions.",
+      "missing from its weights", "Fix: set pretrain.generator to a masked language model")
+def _(tmp, bert):
+    from dpr_pipeline.models.loading import load_model_config
+    from dpr_pipeline.pretraining.train import build_generator
+
+    config = load_model_config(str(bert))
+    return (lambda: build_generator({"generator": str(bert), "train_generator": False}, config,
+                                    config.vocab_size)), []
+
+
 @case("config-plm-not-a-model-folder", ConfigError, "config key datasets.scifact.stages.reranker.plm: data/scifact: "
       "the folder data/scifact is not a model folder (it has neither config.json nor modules.json)",
       "Fix: point `plm` at a folder written by `save_pretrained`")

@@ -219,3 +219,19 @@ def test_the_readme_own_collection_example_plans(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "train_distill" in done.stdout and "results/mine/distill/metrics.json" in done.stdout
+
+
+def test_a_model_setting_may_name_an_encoder_the_workflow_pre_trains_before_it_exists(tmp_path, monkeypatch):
+    """`pretrain.generator` (or a stage's plm) naming `results/<dataset>/pretrain/mlm/model`: no folder yet, and
+    none is needed at start-up (the workflow pre-trains it first); `pretrain.plm` naming one is refused."""
+    monkeypatch.chdir(tmp_path)  # no results/ here
+    config = copy.deepcopy(CONFIG)
+    config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
+    config["datasets"]["scifact"]["stages"]["pretrain"]["generator"] = "results/scifact/pretrain/mlm/model"
+    config["datasets"]["scifact"]["stages"]["reranker"]["plm"] = "results/scifact/pretrain/condenser/model"
+    loaded = validate_config(copy.deepcopy(config))
+    assert stage_params(loaded, "scifact", "pretrain")["generator"] == "results/scifact/pretrain/mlm/model"
+    config["datasets"]["scifact"]["stages"]["pretrain"]["plm"] = "results/scifact/pretrain/mlm/model"
+    with pytest.raises(ConfigError, match=r"pretrain\.plm: the encoder that `mlm` pre-trains cannot be read by its "
+                       r"own pre-training \(every pre-training method and the tokens start from pretrain\.plm\)"):
+        validate_config(config)

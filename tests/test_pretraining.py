@@ -12,7 +12,7 @@ import torch
 import yaml
 from conftest import REPO
 from safetensors.torch import load_file
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, BertForMaskedLM
 
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.data.ingest import ingest_corpus
@@ -91,6 +91,37 @@ def test_the_bottleneck_is_the_plms_own_pooling_unless_set(tiny_bert):
     assert train_module.objective_settings({**minilm, "bottleneck": "cls"}).bottleneck == "cls"
 
 
+def test_the_saved_encoder_is_a_masked_lm_that_simlm_takes_as_its_generator(scifact_tokens, tiny_bert, tmp_path):
+    """The pre-trained folder holds the encoder and its LM head (as bert-base-uncased ships): the bi-encoders load
+    the encoder, and SimLM loads the whole masked LM as its frozen generator (the paper's setting, made offline)."""
+    _, shards = scifact_tokens
+    mlm = tmp_path / "mlm"
+    train_module.pretrain(shards, mlm / "model", mlm / "checkpoints", mlm / "loss_log.jsonl",
+                          pretrain_params(tiny_bert, "mlm", train_steps=4))
+    masked_lm, loading = BertForMaskedLM.from_pretrained(mlm / "model", output_loading_info=True)
+    assert not loading["missing_keys"]  # the trained head, not one drawn at random
+    saved = load_file(mlm / "model" / "model.safetensors")
+    head = "cls.predictions.transform.dense.weight"
+    assert torch.equal(masked_lm.get_parameter(head), saved[head])
+    encoder = models.load_encoder(str(mlm / "model")).eval()
+    ids = torch.tensor([[101, 2054, 2003, 102]])
+    assert torch.equal(encoder(input_ids=ids).last_hidden_state, masked_lm.eval().bert(input_ids=ids).last_hidden_state)
+    generator = train_module.build_generator(pretrain_params(tiny_bert, "simlm", generator=str(mlm / "model")),
+                                             masked_lm.config, masked_lm.config.vocab_size)
+    assert not any(p.requires_grad for p in generator.parameters())  # frozen unless train_generator
+    assert torch.equal(generator.model.cls.predictions.transform.dense.weight,
+                       masked_lm.cls.predictions.transform.dense.weight)
+
+
+def test_a_generator_without_a_masked_lm_head_is_refused(tiny_bert):
+    """The tiny BERT folder is an encoder alone: as a generator its head would be drawn at random, and its
+    replacements noise."""
+    params = pretrain_params(tiny_bert, "simlm", generator=str(tiny_bert))
+    config = models.load_model_config(str(tiny_bert))
+    with pytest.raises(DataError, match=r"(?s)bert.*no masked-LM head: cls\.predictions.*pretrain\.generator"):
+        train_module.build_generator(params, config, config.vocab_size)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(method, scifact_tokens, tiny_bert,
@@ -104,11 +135,11 @@ def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(
     assert np.mean(losses[-4:]) < np.mean(losses[:4]), losses
     assert not (tmp_path / "checkpoints").exists()
     encoder = models.load_encoder(str(tmp_path / "model"))
-    assert encoder.config.num_hidden_layers == 2  # the encoder alone: no decoder, head or generator
+    assert encoder.config.num_hidden_layers == 2  # the encoder and its LM head: no decoder, generator or other head
     saved = load_file(tmp_path / "model" / "model.safetensors")
     initial = load_file(tiny_bert / "model.safetensors")
-    assert saved.keys() == initial.keys()
-    assert any(not torch.equal(saved[k], initial[k]) for k in saved)
+    assert {k for k in saved if not k.startswith("cls.predictions.")} == {f"bert.{k}" for k in initial}
+    assert any(not torch.equal(saved[f"bert.{k}"], initial[k]) for k in initial)
     assert recorded_pooling(str(tmp_path / "model")) == "cls"  # the tiny BERT's pooling, the bottleneck it trained
 
 

@@ -42,7 +42,7 @@ from dpr_pipeline.models.embedding import recorded_include_prompt, recorded_pool
 from dpr_pipeline.models.refs import PACKAGE_PREFIX, looks_like_path, read_manifest
 from dpr_pipeline.training.selection_record import describe
 from dpr_pipeline.workflow.config import stage_params
-from dpr_pipeline.workflow.layout import PRETRAINING_START, dataset_dir, stage_file
+from dpr_pipeline.workflow.layout import PRETRAINING_START, model_stage, stage_file
 from dpr_pipeline.workflow.manifests import SNAKEMAKE_MARKER, file_sha256, job_files
 from dpr_pipeline.workflow.stage_settings import pretraining_start
 from dpr_pipeline.workflow.stages import CROSS_ENCODER, PRETRAINING, card_name, card_negatives, family_member
@@ -93,8 +93,7 @@ def base_model(plm: str, config: Mapping, dataset: str) -> tuple[str | None, str
     """``(Hub id or None, a sentence)`` for the model a stage started from; a pre-trained encoder of this
     dataset (``results/<dataset>/pretrain/<method>/model``) goes back to the model pre-training started from, and a
     drawn pre-training start (``pretrain.reinitialize_layers``) to the plm it was drawn from."""
-    prefix, suffix = dataset_dir(dataset) + "/", "/model"
-    found = family_member(plm[len(prefix):-len(suffix)] if plm.startswith(prefix) and plm.endswith(suffix) else "")
+    found = family_member(model_stage(plm, dataset) or "")
     if found is not None and found[0] is PRETRAINING:
         start = pretraining_start(config, dataset)
         origin = start["model"] if start else stage_params(config, dataset, PRETRAINING.block)["plm"]

@@ -107,7 +107,15 @@ def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGener
                             max_position_embeddings=encoder_config.max_position_embeddings,
                             attention_probs_dropout_prob=encoder_config.attention_probs_dropout_prob)
         return TokenGenerator(BertForMaskedLM(config), trainable=True)
-    model = models.load_pretrained(reference, "generator", AutoModelForMaskedLM.from_pretrained)
+    model, loading = models.load_pretrained(reference, "generator", AutoModelForMaskedLM.from_pretrained,
+                                            output_loading_info=True)
+    head = sorted(key for key in loading["missing_keys"] if not key.startswith(model.base_model_prefix + "."))
+    if head:  # a head drawn at random would replace tokens with noise, and the run would not say so
+        raise DataError(reference, f"the generator has no masked-LM head: {', '.join(head[:3])}"
+                        f"{' …' if len(head) > 3 else ''} missing from its weights",
+                        "set pretrain.generator to a masked language model: a Hub masked LM such as "
+                        "google/electra-base-generator, an encoder pre-trained by this workflow "
+                        "(results/<dataset>/pretrain/<method>/model, saved with its LM head), or `random`")
     if model.config.vocab_size != vocab_size:
         raise ValueError(f"generator {reference!r} has a vocabulary of {model.config.vocab_size} tokens, the "
                          f"encoder {vocab_size}: use a generator with the encoder's tokenizer")
@@ -137,6 +145,19 @@ def training_step(method: PretrainingMethod, params: dict):
     return default_step if method.step is None else method.step(params)
 
 
+def save_pretrained_encoder(model: PretrainingModel, tokenizer, output_dir: str | Path, max_length: int,
+                            prompts) -> None:
+    """The pre-trained encoder as a sentence-transformers folder, pooled as the bottleneck it pre-trained ([CLS] or
+    mean) and keeping the plm's prompts, whose weights are the whole masked LM (the encoder and its LM head, as
+    bert-base-uncased and coCondenser's checkpoints ship them): the bi-encoders load the encoder and leave the head,
+    and the folder is a masked LM that continued pre-training starts from with its head, or SimLM takes as its
+    generator (``pretrain.generator``). Decoder, generator and other heads are not saved. Whole or not at all."""
+    with atomic_output(output_dir) as tmp:
+        save_text_encoder(TextEncoder(model.encoder.cpu(), model.settings.bottleneck, prompts), tokenizer, tmp,
+                          max_length)
+        model.masked_lm.cpu().save_pretrained(tmp, safe_serialization=True)  # the same encoder, with its head
+
+
 def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir: str | Path,
              loss_log: str | Path, params: dict, ngram_counts: str | None = None, stage: str | None = None) -> None:
     """Pre-train ``params["plm"]`` with ``params["method"]`` and save the encoder to ``output_dir`` (``stage``:
@@ -159,10 +180,6 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
           cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})",
           stage=stage)
     if dist.is_main:
-        with atomic_output(output_dir) as tmp:
-            # pooled as the bottleneck it pre-trained ([CLS] or mean); the plm's prompts, if it declares any, stay
-            # with it for the retrievers that start from this encoder
-            save_text_encoder(TextEncoder(model.encoder.cpu(), model.settings.bottleneck,
-                                          resolve_prompts(params["plm"])), tokenizer, tmp, corpus.max_length)
-        log.info("saved the encoder to %s", output_dir)
+        save_pretrained_encoder(model, tokenizer, output_dir, corpus.max_length, resolve_prompts(params["plm"]))
+        log.info("saved the encoder and its LM head to %s", output_dir)
     finish(checkpoint_dir, dist)

@@ -21,8 +21,10 @@ from dpr_pipeline.data.text_files import dataset_folder
 from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.evaluation.metrics import parse_metric
 from dpr_pipeline.models.refs import resolve_model_path
+from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
 from dpr_pipeline.reranking.score_fusion import weight_setting
-from dpr_pipeline.workflow.stages import starts_named_by, trained_with
+from dpr_pipeline.workflow.layout import model_stage
+from dpr_pipeline.workflow.stages import PRETRAINING, family_member, starts_named_by, trained_with
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
 
@@ -252,6 +254,10 @@ def check_model_settings(config: dict, name: str) -> None:
         if value in STAGE_WORDS:
             raise ConfigError(f"config key {setting}: {value!r} is not a model this setting can start from ({takes}: "
                               "a folder, a Hugging Face Hub name or pkg:<module>). Fix: name a model there")
+        made = family_member(model_stage(value, name) or "")
+        if made is not None and made[0] is PRETRAINING and made[1] in METHODS:
+            check_pretrained_model_setting(setting, block, key, made[1])
+            continue  # the workflow makes it before the jobs that read it (rules/inputs.smk, model_inputs)
         near = difflib.get_close_matches(value.lower(), words, n=1, cutoff=0.75) \
             if "/" not in value and not Path(value).exists() else []
         if near:
@@ -262,6 +268,19 @@ def check_model_settings(config: dict, name: str) -> None:
             resolve_model_path(value, offline_cache=False)
         except DataError as err:
             raise ConfigError(f"config key {setting}: {err}") from None
+
+
+def check_pretrained_model_setting(setting: str, block: str, key: str, method: str) -> None:
+    """A model setting may name an encoder this workflow pre-trains on the dataset
+    (``results/<dataset>/pretrain/<method>/model``: the encoder with its LM head), unless the job that makes it
+    would read it: pre-training's ``plm`` (every method, and the tokens, start from it), or a generator that the
+    method itself takes."""
+    if block == "pretrain" and (key == "plm" or pretraining_method(method).generator):
+        reads = ("every pre-training method and the tokens start from pretrain.plm" if key == "plm" else
+                 f"`{method}` takes a generator, which would be its own output")
+        raise ConfigError(f"config key {setting}: the encoder that `{method}` pre-trains cannot be read by its own "
+                          f"pre-training ({reads}). Fix: name the encoder of a method without a generator (such "
+                          f"as results/<dataset>/pretrain/mlm/model), a Hub name or a folder")
 
 
 def setting_name(config: dict, dataset: str, block: str, key: str) -> str:

@@ -62,6 +62,13 @@ def model_dir(stage: str, dataset: str = WILDCARD) -> str:
     return stage_file(stage, "model", dataset)
 
 
+def model_stage(path: str, dataset: str) -> str | None:
+    """The stage whose model folder ``path`` names (``results/<dataset>/<stage>/model`` -> ``<stage>``), else None:
+    :func:`model_dir` read back."""
+    prefix, suffix = dataset_dir(dataset) + "/", "/model"
+    return path[len(prefix):-len(suffix)] if path.startswith(prefix) and path.endswith(suffix) else None
+
+
 def release_dir(stage: str, dataset: str = WILDCARD) -> str:
     """``results/<dataset>/<stage>/release``: a stage's model folder ready to publish (its files hard-linked and a
     card with the stage's metrics; rule ``release_model``, not part of the default target)."""
