@@ -99,8 +99,7 @@ def base_model(plm: str, config: Mapping, dataset: str) -> tuple[str | None, str
         origin = start["model"] if start else stage_params(config, dataset, PRETRAINING.block)["plm"]
         hub, said = base_model(origin, config, dataset)
         return hub, f"{said}, pre-trained with `{found[1]}` on the {dataset} corpus (`{plm}`)"
-    if plm == stage_file(PRETRAINING_START, "model", dataset):
-        start = pretraining_start(config, dataset)
+    if plm == stage_file(PRETRAINING_START, "model", dataset) and (start := pretraining_start(config, dataset)):
         hub, said = base_model(stage_params(config, dataset, PRETRAINING.block)["plm"], config, dataset)
         return hub, (f"{said} with its top {start['layers']} Transformer layers drawn anew "
                      f"(`pretrain.reinitialize_layers`, seed {start['seed']}; `{plm}`)")
