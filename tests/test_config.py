@@ -228,7 +228,8 @@ def test_a_model_setting_may_name_an_encoder_the_workflow_pre_trains_before_it_e
     config = copy.deepcopy(CONFIG)
     config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
     config["datasets"]["scifact"]["stages"]["pretrain"]["generator"] = "results/scifact/pretrain/mlm/model"
-    config["datasets"]["scifact"]["stages"]["reranker"]["plm"] = "results/scifact/pretrain/condenser/model"
+    stages = config["datasets"]["scifact"]["stages"]  # a new block: scifact_pretrain_cpu shares scifact's (YAML alias)
+    stages["reranker"] = {**stages["reranker"], "plm": "results/scifact/pretrain/condenser/model"}
     loaded = validate_config(copy.deepcopy(config))
     assert stage_params(loaded, "scifact", "pretrain")["generator"] == "results/scifact/pretrain/mlm/model"
     config["datasets"]["scifact"]["stages"]["pretrain"]["plm"] = "results/scifact/pretrain/mlm/model"
