@@ -25,20 +25,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dpr_pipeline.data.corpus_shards import passage_text  # noqa: E402
+from dpr_pipeline.models.embedding import POOLING_MODES, pool  # noqa: E402
 
 
 @torch.no_grad()
 def pooled_vectors(folder: Path, texts: list[str], pooling: str, max_length: int) -> torch.Tensor:
-    """Unit vectors of ``texts`` from the encoder in ``folder`` ([CLS] or mean over real tokens)."""
+    """Unit vectors of ``texts`` from the encoder in ``folder``, pooled as the retrievers pool (``pool``)."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
     encoder = AutoModel.from_pretrained(folder).eval()
     batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-    states = encoder(**batch).last_hidden_state
-    if pooling == "cls":
-        vectors = states[:, 0]
-    else:
-        mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-        vectors = (states * mask).sum(1) / mask.sum(1)
+    vectors = pool(encoder(**batch).last_hidden_state, batch["attention_mask"], pooling)
     return torch.nn.functional.normalize(vectors, dim=-1)
 
 
@@ -53,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", type=Path, nargs="+", help="model folders (encoder + tokenizer)")
     parser.add_argument("--corpus", type=Path, required=True, help="an ingested corpus.parquet")
-    parser.add_argument("--pooling", choices=["cls", "mean"], required=True)
+    parser.add_argument("--pooling", choices=POOLING_MODES, required=True)
     parser.add_argument("--passages", type=int, default=200, help="the corpus's first N passages")
     parser.add_argument("--max-length", type=int, default=256)
     args = parser.parse_args()
