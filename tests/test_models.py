@@ -1,15 +1,18 @@
 """Model references (Hub name, folder, pkg:<module>: what each names, model_refs.py) and saved bi-encoders loading
 in both libraries."""
 
+import logging
 import shutil
 import time
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
+from transformers import BertForMaskedLM
 
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.models.loading import load_encoder, resolve_model_path
+from dpr_pipeline.models.loading import load_cross_encoder, load_encoder, load_model, resolve_model_path
 
 
 def test_package_reference_resolves_to_the_shipped_folder():
@@ -137,3 +140,31 @@ def test_bert_encoder_has_no_pooler(tiny_bert):
 def test_passage_text_joins_title_and_text():
     assert passage_text("Cats", "They purr.") == "Cats They purr."
     assert passage_text("", "They purr.") == "They purr."
+
+
+def test_a_new_task_head_is_one_log_line_not_transformers_load_report(tiny_bert, caplog):
+    """A masked LM over a bare encoder (pre-training's start) and a re-ranker over it draw their heads anew by
+    design: one info line names them; transformers' load report (a warning-level table) is not written."""
+    caplog.set_level(logging.INFO)
+    masked_lm, head = load_model(str(tiny_bert), "masked language model", BertForMaskedLM.from_pretrained)
+    assert head and all(key.startswith("cls.predictions.") for key in head)
+    assert masked_lm.cls.predictions.decoder.weight is masked_lm.bert.embeddings.word_embeddings.weight
+    cross_encoder = load_cross_encoder(str(tiny_bert))
+    assert cross_encoder.config.num_labels == 1
+    assert not [record for record in caplog.records if record.name.startswith(("dpr_pipeline", "transformers.model"))
+                and record.levelno >= logging.WARNING]
+    drawn = [record.getMessage() for record in caplog.records if "drawn anew" in record.getMessage()]
+    assert len(drawn) == 2 and "classifier." in drawn[1] and "pooler." in drawn[1]
+
+
+def test_encoder_weights_missing_from_a_checkpoint_are_one_warning(tiny_bert, tmp_path, caplog):
+    """Part of the encoder drawn at random is a fault, not a design: the warning names the weights."""
+    folder = tmp_path / "partial"
+    shutil.copytree(tiny_bert, folder)
+    weights = load_file(folder / "model.safetensors")
+    save_file({key: value for key, value in weights.items() if ".layer.1." not in key}, folder / "model.safetensors")
+    caplog.set_level(logging.INFO)
+    load_encoder(str(folder))
+    warnings = [record.getMessage() for record in caplog.records
+                if record.name.startswith("dpr_pipeline") and record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "encoder.layer.1." in warnings[0] and "drawn at random" in warnings[0]

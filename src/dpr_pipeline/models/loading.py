@@ -15,7 +15,9 @@ Bi-encoders (a transformer and its pooling) are :mod:`dpr_pipeline.models.embedd
 
 from __future__ import annotations
 
+import logging
 import pickle
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +27,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models.refs import MODEL_FOLDER_FIX, resolve_model_path
+
+LOG = logging.getLogger(__name__)
 
 # Files of which a saved tokenizer has at least one (fast tokenizers: tokenizer.json; BERT: vocab.txt; ...).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
@@ -41,6 +45,51 @@ def load_pretrained(reference: str, what: str, load: Callable, **kwargs):
         fix = MODEL_FOLDER_FIX if Path(path).exists() else (
             "check the Hub name, or (offline) download the model into a folder and point `plm` at it")
         raise DataError(reference, f"cannot load the {what} ({reason})", fix) from None
+
+
+def load_model(reference: str, what: str, load: Callable, **kwargs) -> tuple[torch.nn.Module, list[str]]:
+    """A model with its weights (``load``: a model class's ``from_pretrained``), and the names of the task-head
+    weights the checkpoint lacks, drawn anew (a re-ranker's classifier over an encoder, an LM head over a bare
+    encoder): said in one log line instead of transformers' load report, a table printed at warning level into
+    the job's log that reads like a fault when a new head is the design. Weights of the base model the checkpoint
+    lacks are a fault (part of the encoder would be random): one warning names them."""
+    with _load_report_off():
+        model, loading = load_pretrained(reference, what, load, output_loading_info=True, **kwargs)
+    missing = sorted(loading["missing_keys"])
+    prefix = f"{model.base_model_prefix}."
+    head = [key for key in missing if _is_head(key, prefix, model.base_model is model)]
+    in_base = [key for key in missing if key not in head]
+    if head:
+        LOG.info("%s %s: its checkpoint has no task head, drawn anew (%d weights: %s)", what, reference, len(head),
+                 _few(head))
+    if in_base:
+        LOG.warning("%s %s: %d weights of the encoder are missing from its checkpoint and drawn at random (%s); "
+                    "is the folder complete?", what, reference, len(in_base), _few(in_base))
+    return model, head
+
+
+def _is_head(key: str, prefix: str, bare: bool) -> bool:
+    """A weight of the task head: outside the base model, or its pooler (BERT's pooler feeds only a classifier
+    head, and the encoders this workflow saves drop it)."""
+    inner = key.removeprefix(prefix) if not bare else key
+    return inner.startswith("pooler.") or not (bare or key.startswith(prefix))
+
+
+def _few(keys: list[str]) -> str:
+    return ", ".join(keys[:3]) + (" …" if len(keys) > 3 else "")
+
+
+@contextmanager
+def _load_report_off():
+    """transformers' loading messages (the load report, tied-weight notes) off while a model loads: the loader
+    that reads ``output_loading_info`` says what matters."""
+    logger = logging.getLogger("transformers.modeling_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def load_model_config(reference: str):
@@ -94,9 +143,10 @@ def dropout_overrides(reference: str, attention_dropout: float | None) -> dict:
 def load_encoder(reference: str, attention_dropout: float | None = None) -> torch.nn.Module:
     """The bare transformer encoder whose last layer a bi-encoder pools (BERT's pooler dropped: the paper
     uses the [CLS] hidden state itself); ``attention_dropout`` overrides the model's own (None keeps it)."""
-    return load_pretrained(reference, "encoder", AutoModel.from_pretrained,
-                           **encoder_kwargs(load_model_config(reference).model_type),
-                           **dropout_overrides(reference, attention_dropout))
+    model, _ = load_model(reference, "encoder", AutoModel.from_pretrained,
+                          **encoder_kwargs(load_model_config(reference).model_type),
+                          **dropout_overrides(reference, attention_dropout))
+    return model
 
 
 def encoder_kwargs(model_type: str) -> dict:
@@ -108,9 +158,9 @@ def encoder_kwargs(model_type: str) -> dict:
 def load_cross_encoder(reference: str, attention_dropout: float | None = None) -> torch.nn.Module:
     """A sequence-classification model with one output: the re-ranker's score θ(q, d), its head in float32
     (:func:`head_in_float32`)."""
-    return head_in_float32(load_pretrained(reference, "cross-encoder",
-                                           AutoModelForSequenceClassification.from_pretrained,
-                                           num_labels=1, **dropout_overrides(reference, attention_dropout)))
+    model, _ = load_model(reference, "cross-encoder", AutoModelForSequenceClassification.from_pretrained,
+                          num_labels=1, **dropout_overrides(reference, attention_dropout))
+    return head_in_float32(model)
 
 
 def head_in_float32(model: torch.nn.Module) -> torch.nn.Module:

@@ -89,8 +89,9 @@ def load_masked_lm(reference: str, attention_dropout: float | None = None) -> to
     if model_type != "bert":
         raise DataError(reference, f"pre-training needs a BERT encoder, this is a {model_type!r} model",
                         "set stages.pretrain.plm to a BERT model (bert-base-uncased, MiniLM, ...)")
-    return models.load_pretrained(reference, "masked language model", BertForMaskedLM.from_pretrained,
-                                  **models.dropout_overrides(reference, attention_dropout))
+    model, _ = models.load_model(reference, "masked language model", BertForMaskedLM.from_pretrained,
+                                 **models.dropout_overrides(reference, attention_dropout))
+    return model
 
 
 def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGenerator:
@@ -107,9 +108,7 @@ def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGener
                             max_position_embeddings=encoder_config.max_position_embeddings,
                             attention_probs_dropout_prob=encoder_config.attention_probs_dropout_prob)
         return TokenGenerator(BertForMaskedLM(config), trainable=True)
-    model, loading = models.load_pretrained(reference, "generator", AutoModelForMaskedLM.from_pretrained,
-                                            output_loading_info=True)
-    head = sorted(key for key in loading["missing_keys"] if not key.startswith(model.base_model_prefix + "."))
+    model, head = models.load_model(reference, "generator", AutoModelForMaskedLM.from_pretrained)
     if head:  # a head drawn at random would replace tokens with noise, and the run would not say so
         raise DataError(reference, f"the generator has no masked-LM head: {', '.join(head[:3])}"
                         f"{' …' if len(head) > 3 else ''} missing from its weights",
