@@ -236,3 +236,14 @@ def test_a_model_setting_may_name_an_encoder_the_workflow_pre_trains_before_it_e
     with pytest.raises(ConfigError, match=r"pretrain\.plm: the encoder that `mlm` pre-trains cannot be read by its "
                        r"own pre-training \(every pre-training method and the tokens start from pretrain\.plm\)"):
         validate_config(config)
+
+
+def test_datasets_that_share_blocks_through_yaml_aliases_are_separate_once_loaded():
+    """config.yaml's datasets share stage blocks by YAML alias (scifact_pretrain_cpu takes scifact's): once loaded,
+    a change to one dataset's setting leaves the other's as written."""
+    loaded = load_config(REPO / "config.yaml")
+    shared = yaml.safe_load((REPO / "config.yaml").read_text())["datasets"]
+    assert shared["scifact"]["stages"]["reranker"] is shared["scifact_pretrain_cpu"]["stages"]["reranker"]
+    learning_rate = stage_params(loaded, "scifact_pretrain_cpu", "reranker")["learning_rate"]
+    loaded["datasets"]["scifact"]["stages"]["reranker"]["learning_rate"] = 1.0
+    assert stage_params(loaded, "scifact_pretrain_cpu", "reranker")["learning_rate"] == learning_rate != 1.0

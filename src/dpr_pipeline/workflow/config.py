@@ -7,6 +7,7 @@ same stage schema, so a mistyped key in an override is rejected by name too.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 from pathlib import Path
@@ -357,6 +358,15 @@ def add_dev_splits(config: dict) -> dict:
     return config
 
 
+def unshare_datasets(config: dict) -> None:
+    """Each dataset its own copy of its blocks, in place: YAML aliases (``stages: {<<: *scifact_stages}``) make
+    two datasets hold the same block object, and a change to one dataset's setting would change the other's."""
+    datasets = config.get("datasets")
+    if isinstance(datasets, dict):
+        for name, dataset in datasets.items():
+            datasets[name] = copy.deepcopy(dataset)
+
+
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict:
     """Validate ``config`` in place with Snakemake's validator (defaults filled in) and return it."""
     from snakemake.exceptions import WorkflowError
@@ -365,6 +375,7 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
     if not isinstance(config, dict):
         raise ConfigError(f"the configuration is a {type(config).__name__}, not a mapping of keys "
                           "(datasets, stages, ...); see config.yaml")
+    unshare_datasets(config)
     check_moved_settings(config)
     try:
         validate(config, str(schema_path), set_default=True)
