@@ -113,15 +113,6 @@ def test_the_saved_encoder_is_a_masked_lm_that_simlm_takes_as_its_generator(scif
                        masked_lm.cls.predictions.transform.dense.weight)
 
 
-def test_a_generator_without_a_masked_lm_head_is_refused(tiny_bert):
-    """The tiny BERT folder is an encoder alone: as a generator its head would be drawn at random, and its
-    replacements noise."""
-    params = pretrain_params(tiny_bert, "simlm", generator=str(tiny_bert))
-    config = models.load_model_config(str(tiny_bert))
-    with pytest.raises(DataError, match=r"(?s)bert.*no masked-LM head: cls\.predictions.*pretrain\.generator"):
-        train_module.build_generator(params, config, config.vocab_size)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(method, scifact_tokens, tiny_bert,
