@@ -19,20 +19,20 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from transformers import AutoModel, AutoTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dpr_pipeline.data.corpus_shards import passage_text  # noqa: E402
 from dpr_pipeline.models.embedding import POOLING_MODES, pool  # noqa: E402
+from dpr_pipeline.models.loading import load_encoder, load_tokenizer  # noqa: E402
 
 
 @torch.no_grad()
 def pooled_vectors(folder: Path, texts: list[str], pooling: str, max_length: int) -> torch.Tensor:
     """Unit vectors of ``texts`` from the encoder in ``folder``, pooled as the retrievers pool (``pool``)."""
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    encoder = AutoModel.from_pretrained(folder).eval()
+    tokenizer = load_tokenizer(str(folder))
+    encoder = load_encoder(str(folder)).eval()
     batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     vectors = pool(encoder(**batch).last_hidden_state, batch["attention_mask"], pooling)
     return torch.nn.functional.normalize(vectors, dim=-1)

@@ -61,21 +61,23 @@ def load_model(reference: str, what: str, load: Callable, **kwargs) -> tuple[tor
     in_base = [key for key in missing if key not in head]
     if head:
         LOG.info("%s %s: its checkpoint has no task head, drawn anew (%d weights: %s)", what, reference, len(head),
-                 _few(head))
+                 few_names(head))
     if in_base:
         LOG.warning("%s %s: %d weights of the encoder are missing from its checkpoint and drawn at random (%s); "
-                    "is the folder complete?", what, reference, len(in_base), _few(in_base))
+                    "is the folder complete?", what, reference, len(in_base), few_names(in_base))
     return model, head
 
 
 def _is_head(key: str, prefix: str, bare: bool) -> bool:
     """A weight of the task head: outside the base model, or its pooler (BERT's pooler feeds only a classifier
-    head, and the encoders this workflow saves drop it)."""
-    inner = key.removeprefix(prefix) if not bare else key
-    return inner.startswith("pooler.") or not (bare or key.startswith(prefix))
+    head, and the encoders this workflow saves drop it). ``bare``: the model is the base model itself."""
+    if bare:
+        return key.startswith("pooler.")
+    return not key.startswith(prefix) or key.startswith(f"{prefix}pooler.")
 
 
-def _few(keys: list[str]) -> str:
+def few_names(keys: list[str]) -> str:
+    """The first three of ``keys`` and an ellipsis for the rest: weight names in a message."""
     return ", ".join(keys[:3]) + (" …" if len(keys) > 3 else "")
 
 

@@ -110,8 +110,8 @@ def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGener
         return TokenGenerator(BertForMaskedLM(config), trainable=True)
     model, head = models.load_model(reference, "generator", AutoModelForMaskedLM.from_pretrained)
     if head:  # a head drawn at random would replace tokens with noise, and the run would not say so
-        raise DataError(reference, f"the generator has no masked-LM head: {', '.join(head[:3])}"
-                        f"{' …' if len(head) > 3 else ''} missing from its weights",
+        raise DataError(reference, f"the generator has no masked-LM head: {models.few_names(head)} missing from "
+                        "its weights",
                         "set pretrain.generator to a masked language model: a Hub masked LM such as "
                         "google/electra-base-generator, an encoder pre-trained by this workflow "
                         "(results/<dataset>/pretrain/<method>/model, saved with its LM head), or `random`")
