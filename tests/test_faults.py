@@ -31,6 +31,7 @@ from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.pretraining.tokens import tokenize_corpus_shard
 from dpr_pipeline.training import trainer
 from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.workflow.run_errors import FailedJob, failed_jobs_report, write_job_error
 
 STAGE_SCRIPT = REPO / "tests" / "scripts" / "run_training_stage.py"
 TOPICS = ["cats purr", "dogs bark", "birds sing", "fish swim", "cows moo", "bees buzz", "owls hoot", "frogs croak"]
@@ -272,6 +273,9 @@ def test_sigterm_saves_the_step_reached_and_the_rerun_resumes_there_to_the_same_
     stopped = terminated_training(tmp_path / "ckpt", term_step=3)
     assert signal.getsignal(signal.SIGTERM) == before
     assert stopped.step == 3 and "stopped by SIGTERM at step 3 of 6" in str(stopped)
+    write_job_error(tmp_path / "train.error", stopped)    # the run's last lines: the stop, not "a bug"
+    report = failed_jobs_report([FailedJob("train_retriever", {}, (str(tmp_path / "train.log"),))])
+    assert report.splitlines()[-1] == f"  TrainingStopped: {stopped}"
     assert torch.load(tmp_path / "ckpt" / "latest" / "state.pt", weights_only=True)["step"] == 3
     assert torch.load(tmp_path / "ckpt" / "previous" / "state.pt", weights_only=True)["step"] == 2
     model, losses = tiny_training(tmp_path / "ckpt")

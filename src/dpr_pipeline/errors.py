@@ -10,8 +10,8 @@ from pathlib import Path
 
 
 class PipelineError(Exception):
-    """An error in the user's data, config or files (not a bug): ``str(error)`` is the whole message, naming the
-    file (or config key), the line or row where there is one, the problem and ``Fix: ...``."""
+    """An error in the user's data, config or files, or a job stopped on request (not a bug): ``str(error)`` is the
+    whole message, naming the file (or config key), the line or row where there is one, the problem and the fix."""
 
 
 class ConfigError(PipelineError, ValueError):

@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from dpr_pipeline.errors import CheckpointError
+from dpr_pipeline.errors import CheckpointError, PipelineError
 from dpr_pipeline.models.devices import autocast, to_device, uses_bf16
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.schedule import TrainingSettings, check_warmup, steps_per_epoch, total_steps
@@ -51,8 +51,9 @@ LOSS_LOG = "loss_log.jsonl"
 CHECKPOINT_STATE = "state.pt"
 
 
-class TrainingStopped(RuntimeError):
-    """A training stopped by a signal after saving the checkpoint of the step it reached; a rerun resumes there."""
+class TrainingStopped(PipelineError, RuntimeError):
+    """A training stopped by a signal after saving the checkpoint of the step it reached; a rerun resumes there.
+    Not a bug: the job's report is this message, without a traceback (``workflow.job_log.logged``)."""
 
     def __init__(self, description: str, signal_name: str, step: int, steps: int, checkpoint: Path):
         self.step = step
