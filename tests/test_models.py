@@ -12,7 +12,14 @@ from transformers import BertForMaskedLM
 
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.models.loading import load_cross_encoder, load_encoder, load_model, resolve_model_path
+from dpr_pipeline.models.loading import (
+    load_cross_encoder,
+    load_encoder,
+    load_model,
+    load_model_config,
+    resolve_model_path,
+)
+from dpr_pipeline.pretraining.train import build_generator
 
 
 def test_package_reference_resolves_to_the_shipped_folder():
@@ -155,6 +162,15 @@ def test_a_new_task_head_is_one_log_line_not_transformers_load_report(tiny_bert,
                 and record.levelno >= logging.WARNING]
     drawn = [record.getMessage() for record in caplog.records if "drawn anew" in record.getMessage()]
     assert len(drawn) == 2 and "classifier." in drawn[1] and "pooler." in drawn[1]
+
+
+def test_a_generator_without_its_head_is_an_error_not_a_head_drawn_anew(tiny_bert, caplog):
+    """The generator must bring its masked-LM head: the error is the only word on it (no "drawn anew" line)."""
+    caplog.set_level(logging.INFO)
+    config = load_model_config(str(tiny_bert))
+    with pytest.raises(DataError, match="the generator has no masked-LM head"):
+        build_generator({"generator": str(tiny_bert), "train_generator": False}, config, config.vocab_size)
+    assert not [record for record in caplog.records if "drawn anew" in record.getMessage()]
 
 
 def test_encoder_weights_missing_from_a_checkpoint_are_one_warning(tiny_bert, tmp_path, caplog):

@@ -47,19 +47,21 @@ def load_pretrained(reference: str, what: str, load: Callable, **kwargs):
         raise DataError(reference, f"cannot load the {what} ({reason})", fix) from None
 
 
-def load_model(reference: str, what: str, load: Callable, **kwargs) -> tuple[torch.nn.Module, list[str]]:
+def load_model(reference: str, what: str, load: Callable, *, new_head: bool = True,
+               **kwargs) -> tuple[torch.nn.Module, list[str]]:
     """A model with its weights (``load``: a model class's ``from_pretrained``), and the names of the task-head
     weights the checkpoint lacks, drawn anew (a re-ranker's classifier over an encoder, an LM head over a bare
     encoder): said in one log line instead of transformers' load report, a table printed at warning level into
     the job's log that reads like a fault when a new head is the design. Weights of the base model the checkpoint
-    lacks are a fault (part of the encoder would be random): one warning names them."""
+    lacks are a fault (part of the encoder would be random): one warning names them. ``new_head=False``: a missing
+    head is the caller's error to raise, not logged as drawn anew."""
     with _load_report_off():
         model, loading = load_pretrained(reference, what, load, output_loading_info=True, **kwargs)
     missing = sorted(loading["missing_keys"])
     prefix = f"{model.base_model_prefix}."
     head = [key for key in missing if _is_head(key, prefix, model.base_model is model)]
     in_base = [key for key in missing if key not in head]
-    if head:
+    if head and new_head:
         LOG.info("%s %s: its checkpoint has no task head, drawn anew (%d weights: %s)", what, reference, len(head),
                  few_names(head))
     if in_base:

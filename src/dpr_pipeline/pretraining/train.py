@@ -108,7 +108,8 @@ def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGener
                             max_position_embeddings=encoder_config.max_position_embeddings,
                             attention_probs_dropout_prob=encoder_config.attention_probs_dropout_prob)
         return TokenGenerator(BertForMaskedLM(config), trainable=True)
-    model, head = models.load_model(reference, "generator", AutoModelForMaskedLM.from_pretrained)
+    model, head = models.load_model(reference, "generator", AutoModelForMaskedLM.from_pretrained,
+                                    new_head=False)
     if head:  # a head drawn at random would replace tokens with noise, and the run would not say so
         raise DataError(reference, f"the generator has no masked-LM head: {models.few_names(head)} missing from "
                         "its weights",
