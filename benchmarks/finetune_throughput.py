@@ -36,6 +36,7 @@ from dpr_pipeline.models.embedding import TextEncoder  # noqa: E402
 from dpr_pipeline.training.biencoder import BiEncoder, contrastive_step  # noqa: E402
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
 from dpr_pipeline.training.trainer import _optimizer_step  # noqa: E402
+from dpr_pipeline.training.step_counts import count_ops_and_syncs  # noqa: E402
 
 
 def parse_args():
@@ -89,17 +90,18 @@ def main() -> None:
         step()  # also the warm-up
     seconds = [devices.timed(step, device) for _ in range(args.steps)]
     median = statistics.median(seconds)
+    op_counts = count_ops_and_syncs(step, device)
     result = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
               else None, "bf16": devices.uses_bf16(device, args.bf16), "torch_threads": torch.get_num_threads(),
               "queries": args.queries, "group": args.group, "passage_length": args.passage_length,
               "query_length": args.query_length, "layers": args.layers, "hidden": args.hidden,
               "tokens_per_step": tokens, "step_s": seconds, "tokens_per_s": tokens / median,
-              "step_tflop": flops.get_total_flops() / 1e12}
+              "step_tflop": flops.get_total_flops() / 1e12, "op_counts": op_counts}
     if device.type == "cuda":
         result["mfu"] = result["step_tflop"] / median / args.peak_tflops
     print(f"{tokens} tokens/step  {result['tokens_per_s']:.0f} tokens/s  median step {median:.3f} s  "
-          f"{result['step_tflop']:.3f} TFLOP/step" + (f"  MFU {result['mfu']:.1%}" if "mfu" in result else ""),
-          flush=True)
+          f"{result['step_tflop']:.3f} TFLOP/step" + (f"  MFU {result['mfu']:.1%}" if "mfu" in result else "")
+          + f"  ops/syncs {op_counts['ops']}/{op_counts['syncs']}", flush=True)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(result, indent=2))

@@ -41,6 +41,7 @@ from dpr_pipeline.pretraining.token_importance import NgramCounts, write_corpus_
 from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard  # noqa: E402
 from dpr_pipeline.pretraining.train import PassageData, PretrainingCollator, build_model, load_masked_lm, training_step  # noqa: E402
 from dpr_pipeline.training.distributed import Distributed  # noqa: E402
+from dpr_pipeline.training.step_counts import count_ops_and_syncs  # noqa: E402
 
 
 def parse_args():
@@ -162,16 +163,20 @@ def main() -> None:
             ours.append(devices.timed(method_step, device))
             theirs.append(devices.timed(lambda: baseline_step(plain_batch), device))
         ratios = [(method_tokens / o) / (tokens / t) for o, t in zip(ours, theirs)]
+        op_counts = {"method": count_ops_and_syncs(method_step, device),
+                  "bert_mlm": count_ops_and_syncs(lambda: baseline_step(plain_batch), device)}
         entry = {"tokens_per_step": method_tokens, "tokens_per_s": method_tokens / statistics.median(ours),
                  "baseline_tokens_per_s": tokens / statistics.median(theirs),
                  "ratio_vs_bert_mlm": statistics.median(ratios), "ratios": ratios, "step_s": ours,
-                 "baseline_step_s": theirs, "step_tflop": flops.get_total_flops() / 1e12}
+                 "baseline_step_s": theirs, "step_tflop": flops.get_total_flops() / 1e12, "op_counts": op_counts}
         if device.type == "cuda":
             entry["mfu"] = entry["step_tflop"] / statistics.median(ours) / args.peak_tflops
         results["methods"][method] = entry
         print(f"{method:13s} {entry['tokens_per_s']:9.0f} tokens/s  baseline {entry['baseline_tokens_per_s']:9.0f}"
               f"  ratio {entry['ratio_vs_bert_mlm']:.2f}  {entry['step_tflop']:.3f} TFLOP/step"
-              + (f"  MFU {entry['mfu']:.1%}" if "mfu" in entry else ""), flush=True)
+              + (f"  MFU {entry['mfu']:.1%}" if "mfu" in entry else "")
+              + f"  ops/syncs {op_counts['method']['ops']}/{op_counts['method']['syncs']}"
+              f" (plain MLM {op_counts['bert_mlm']['ops']}/{op_counts['bert_mlm']['syncs']})", flush=True)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2))

@@ -110,6 +110,21 @@ def test_linear_cross_entropy_by_hand():
     torch.testing.assert_close(bias.grad, torch.tensor(expected_bias), rtol=1e-6, atol=1e-7)
 
 
+def test_row_weights_by_hand():
+    """The by-hand case above with row weights (1, 0): the loss and the bias gradient are row 1's alone, row 2
+    gets no gradient, and both rows are still sampled (row 2's logits (0, 1, 1): a draw of 0.99 takes word 2)."""
+    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]], requires_grad=True)
+    bias = torch.tensor([0.0, 0.0, 1.0], requires_grad=True)
+    loss, samples = linear_cross_entropy_and_samples(hidden, weight, bias, torch.tensor([0, 2]),
+                                                     torch.tensor([0.0, 0.99]), row_weights=torch.tensor([1.0, 0.0]))
+    assert loss.item() == pytest.approx(math.log(2 + 1 / E), rel=1e-6) and samples.tolist() == [0, 2]
+    loss.backward()
+    z = 2 * E + 1
+    torch.testing.assert_close(bias.grad, torch.tensor([E / z - 1, 1 / z, E / z]), rtol=1e-6, atol=1e-7)
+    assert hidden.grad[1].abs().sum() == 0 and hidden.grad[0].abs().sum() > 0
+
+
 @pytest.mark.parametrize("chunk_rows", [1, 7, 64, 1000])
 def test_linear_cross_entropy_equals_the_whole_logits_computation_in_float32(chunk_rows):
     """The chunked loss and gradients equal ``F.cross_entropy`` over the full [N, V] logits. Tolerance: the same

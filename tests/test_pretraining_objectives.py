@@ -127,6 +127,61 @@ def test_the_generator_equals_the_straightforward_computation(trainable):
             torch.testing.assert_close(our_grads[name], their_grads[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
+def test_the_generator_on_every_content_row_gives_the_loss_and_gradients_of_the_masked_rows_alone():
+    """Issue 53: SimLM's generator runs its head on the batch's content rows (a number the host knows), the masked
+    ones weighted 1, instead of selecting the masked rows (a number only the device knows: a wait per selection).
+    Its MLM loss and gradients are those of the masked rows alone; the rows outside the mask keep their token."""
+    ids, attention, content = make_batch(rows=16, length=24)
+    mask = random_mask(content, 0.3)
+    results = []
+    for rows in (None, objectives.mask_rows(content)):
+        generator = TokenGenerator(small_masked_lm(seed=1, hidden=16), trainable=True)
+        torch.manual_seed(7)
+        replaced, loss = generator.replace(ids, attention, mask, SPECIAL.mask, rows)
+        loss.backward()
+        results.append((replaced, loss, {n: p.grad for n, p in generator.named_parameters() if p.grad is not None}))
+    (by_mask, mask_loss, mask_grads), (by_content, content_loss, content_grads) = results
+    torch.testing.assert_close(content_loss, mask_loss, rtol=1e-6, atol=0)
+    assert content_grads.keys() == mask_grads.keys() and len(content_grads) > 10
+    for name in mask_grads:
+        torch.testing.assert_close(content_grads[name], mask_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+    for replaced in (by_mask, by_content):
+        assert torch.equal(replaced[~mask], ids[~mask]) and (replaced[mask] != ids[mask]).any()
+
+
+def test_lm_loss_over_row_indices_equals_the_loss_over_the_boolean_mask():
+    model = make_model("mlm")
+    ids, _, content = make_batch(rows=6, length=20)
+    states = torch.randn(*ids.shape, 32, requires_grad=True)
+    by_mask = model.lm_loss(states, ids, content)
+    (mask_grad,) = torch.autograd.grad(by_mask, states)
+    by_rows = model.lm_loss(states, ids, objectives.mask_rows(content))
+    (rows_grad,) = torch.autograd.grad(by_rows, states)
+    torch.testing.assert_close(by_rows, by_mask, rtol=1e-6, atol=0)
+    torch.testing.assert_close(rows_grad, mask_grad, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("method", ["simlm", "enc_dec_rtd", "autoencoder"])
+def test_the_step_of_methods_reading_content_rows_never_waits_on_the_device(method):
+    """Given the collator's ``content_rows``, the forward and backward pass dispatch no op whose result's size or
+    value the host must wait for (boolean selections, ``.item()``, transformers' check of a 2-D padding mask):
+    on a GPU the host queues the whole step ahead. Counted on the CPU by the ops that would wait on a GPU."""
+    from dpr_pipeline.training.step_counts import count_ops_and_syncs
+
+    model = make_model(method)
+    ids, mask, content = make_batch(rows=8, length=24)
+    rows = objectives.mask_rows(content)
+
+    def step():
+        model(ids, mask, content, None, rows)["loss"].backward()
+
+    counts = count_ops_and_syncs(step, torch.device("cpu"))
+    assert counts["ops"] > 500 and counts["syncs"] == 0, counts["sync_ops"]
+    # without the rows, the model makes them: one selection that waits
+    counts = count_ops_and_syncs(lambda: model(ids, mask, content)["loss"].backward(), torch.device("cpu"))
+    assert counts["syncs"] == 1, counts["sync_ops"]
+
+
 def test_generator_replaces_at_the_simlm_rates_and_decoder_replacements_contain_encoder_ones():
     model = make_model("simlm")
     ids, mask, content = make_batch(rows=64, length=64)

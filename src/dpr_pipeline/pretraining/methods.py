@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Callable
 
-# loss(model: PretrainingModel, input_ids, attention_mask, content, importance) -> named tensors
+# loss(model: PretrainingModel, input_ids, attention_mask, content, importance, content_rows) -> named tensors
 Loss = Callable[..., dict]
 # step(model, batch, dist) -> the batch's loss, as the trainer calls it (training/trainer.py)
 Step = Callable[..., object]
@@ -118,15 +118,16 @@ def _total(losses: dict) -> dict:
 # -- the losses, in PretrainingModel's building blocks ----------------------------------------------------------
 
 
-def _simlm(model, input_ids, attention_mask, content, importance):
-    x_enc, x_dec, _, _, losses = model.generator_inputs(input_ids, attention_mask, content)
+def _simlm(model, input_ids, attention_mask, content, importance, rows):
+    rows = model.content_rows(content, rows)
+    x_enc, x_dec, _, _, losses = model.generator_inputs(input_ids, attention_mask, content, rows)
     encoded, decoded = model.encoder_decoder(x_enc, x_dec, attention_mask)
-    losses["encoder"] = model.lm_loss(encoded, input_ids, content)
-    losses["decoder"] = model.lm_loss(decoded, input_ids, content)
+    losses["encoder"] = model.lm_loss(encoded, input_ids, rows)
+    losses["decoder"] = model.lm_loss(decoded, input_ids, rows)
     return _total(losses)
 
 
-def _enc_dec_mlm(model, input_ids, attention_mask, content, importance):
+def _enc_dec_mlm(model, input_ids, attention_mask, content, importance, rows):
     enc_mask, dec_mask = model.nested_masks(content)
     encoded, decoded = model.encoder_decoder(model.bert_mask(input_ids, enc_mask),
                                              model.bert_mask(input_ids, dec_mask), attention_mask)
@@ -134,32 +135,34 @@ def _enc_dec_mlm(model, input_ids, attention_mask, content, importance):
                    "decoder": model.lm_loss(decoded, input_ids, dec_mask)})
 
 
-def _enc_dec_rtd(model, input_ids, attention_mask, content, importance):
-    x_enc, x_dec, _, _, losses = model.generator_inputs(input_ids, attention_mask, content)
+def _enc_dec_rtd(model, input_ids, attention_mask, content, importance, rows):
+    rows = model.content_rows(content, rows)
+    x_enc, x_dec, _, _, losses = model.generator_inputs(input_ids, attention_mask, content, rows)
     encoded, decoded = model.encoder_decoder(x_enc, x_dec, attention_mask)
-    losses["encoder"] = model.replaced_token_loss(encoded, x_enc, input_ids, content)
-    losses["decoder"] = model.replaced_token_loss(decoded, x_dec, input_ids, content)
+    losses["encoder"] = model.replaced_token_loss(encoded, x_enc, input_ids, rows)
+    losses["decoder"] = model.replaced_token_loss(decoded, x_dec, input_ids, rows)
     return _total(losses)
 
 
-def _autoencoder(model, input_ids, attention_mask, content, importance):
+def _autoencoder(model, input_ids, attention_mask, content, importance, rows):
+    rows = model.content_rows(content, rows)
     blank = input_ids.masked_fill(content, model.special.mask)
     _, decoded = model.encoder_decoder(input_ids, blank, attention_mask)
-    return _total({"decoder": model.lm_loss(decoded, input_ids, content)})
+    return _total({"decoder": model.lm_loss(decoded, input_ids, rows)})
 
 
-def _mlm(model, input_ids, attention_mask, content, importance):
+def _mlm(model, input_ids, attention_mask, content, importance, rows):
     mask = model.mask(content, model.settings.encoder_replace_rate)
     encoded = model.encode(model.bert_mask(input_ids, mask), attention_mask).last_hidden_state
     return _total({"encoder": model.lm_loss(encoded, input_ids, mask)})
 
 
-def _condenser(model, input_ids, attention_mask, content, importance):
+def _condenser(model, input_ids, attention_mask, content, importance, rows):
     _, loss_sum, count = model.condenser_states(input_ids, attention_mask, content)
     return _total({"head": loss_sum / count.clamp(min=1)})
 
 
-def _cocondenser(model, input_ids, attention_mask, content, importance):
+def _cocondenser(model, input_ids, attention_mask, content, importance, rows):
     """The parts its step combines (the step handles cross-device negatives and gradient caching)."""
     late_cls, loss_sum, count = model.condenser_states(input_ids, attention_mask, content)
     return {"cls": late_cls, "mlm_sum": loss_sum, "masked": count}
@@ -171,7 +174,7 @@ def _span_contrast_step(params: dict) -> Step:
     return cocondenser_step(params["gradient_cache_chunk"])
 
 
-def _cdmae(model, input_ids, attention_mask, content, importance):
+def _cdmae(model, input_ids, attention_mask, content, importance, rows):
     enc_mask = model.mask(content, model.settings.encoder_replace_rate)
     dec_mask = model.importance_mask(importance, content)
     encoded = model.encode(model.bert_mask(input_ids, enc_mask), attention_mask).last_hidden_state
@@ -182,7 +185,7 @@ def _cdmae(model, input_ids, attention_mask, content, importance):
                    "decoder": model.lm_loss(decoded, input_ids, dec_mask)})
 
 
-def _seed_encoder(model, input_ids, attention_mask, content, importance):
+def _seed_encoder(model, input_ids, attention_mask, content, importance, rows):
     mask = model.mask(content, model.settings.encoder_replace_rate)
     encoded = model.encode(model.bert_mask(input_ids, mask), attention_mask).last_hidden_state
     decoded = model.decode(model.bottleneck(encoded, attention_mask), model.decoder_embeddings(input_ids),

@@ -75,6 +75,25 @@ def attention_bias(allowed: torch.Tensor, config) -> torch.Tensor:
     return allowed
 
 
+def padding_attention(attention_mask: torch.Tensor, config) -> torch.Tensor:
+    """The [B, L] padding mask as the [B, 1, 1, L] mask the layers take (:func:`attention_bias`). Given the 2-D mask,
+    transformers reads it on the host to see whether it may skip it, a wait for the device's queued work at every
+    forward pass; a 4-D mask is taken as it is."""
+    return attention_bias(attention_mask.bool()[:, None, None, :], config)
+
+
+def token_rows(tokens: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Positions ``rows`` (flat indices into [B, L]) of ``tokens`` [B, L] or [B, L, H]: an index list whose length
+    the host knows, so unlike a boolean mask's selection the result's size needs no wait on the device."""
+    return tokens.flatten(0, 1).index_select(0, rows)
+
+
+def mask_rows(mask: torch.Tensor) -> torch.Tensor:
+    """The flat indices of ``mask``'s True positions (on a GPU this waits for the device: build them on the host,
+    as the collator does for ``content_rows``, where a step runs often)."""
+    return mask.flatten().nonzero().squeeze(1)
+
+
 def local_causal_mask(length: int, span: int, device=None) -> torch.Tensor:
     """[L, L] bool: position j may attend to position 0 (the bottleneck) and to positions j−span+1 … j, i.e.
     when predicting token j+1, exactly the ``span`` previous tokens (fewer at the start)."""
@@ -101,29 +120,37 @@ class TokenGenerator(nn.Module):
         return self
 
     def replace(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
-                mask_token_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+                mask_token_id: int, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Sample(g, Mask(x, ·)): the masked positions hold samples from g; plus g's MLM loss when trained.
 
-        g's head runs on the masked rows only, and its vocabulary projection in chunks that sample the
-        replacements and score the loss from the same logits (:func:`linear_cross_entropy_and_samples`)."""
+        g's head runs on ``rows`` (flat indices into [B, L] that contain every masked position: the batch's
+        content rows, whose number the host knows, so no step waits on the device; default: the masked positions
+        themselves), its vocabulary projection in chunks that sample the replacements and score the loss from the
+        same logits (:func:`linear_cross_entropy_and_samples`). A row outside the mask keeps its token and weighs
+        0 in the loss."""
         transform, projection = lm_head_parts(self.head)
+        rows = mask_rows(mask) if rows is None else rows
         context = contextlib.nullcontext() if self.trainable else torch.no_grad()
         with context:
             hidden = self.backbone(input_ids=input_ids.masked_fill(mask, mask_token_id),
                                    attention_mask=attention_mask).last_hidden_state
-            states = transform(hidden[mask])
-            draws = torch.rand(len(states), device=states.device)
-            loss_sum, sampled = linear_cross_entropy_and_samples(states, projection.weight, projection.bias,
-                                                                 input_ids[mask], draws)
-        replaced = input_ids.clone()
-        replaced[mask] = sampled
-        return replaced, loss_sum / len(states) if self.trainable and len(states) else None
+            states = transform(token_rows(hidden, rows))
+            chosen, targets = token_rows(mask, rows), token_rows(input_ids, rows)
+            draws = torch.rand(len(rows), device=states.device)
+            loss_sum, sampled = linear_cross_entropy_and_samples(
+                states, projection.weight, projection.bias, targets, draws, row_weights=chosen.to(states.dtype))
+        replaced = input_ids.flatten().index_copy(0, rows, torch.where(chosen, sampled, targets))
+        loss = loss_sum / chosen.sum().clamp(min=1) if self.trainable else None
+        return replaced.view_as(input_ids), loss
 
 
 def _masked_mean_lm(head: nn.Module, states: torch.Tensor, targets: torch.Tensor,
                     positions: torch.Tensor) -> torch.Tensor:
-    """Mean token cross-entropy of ``head`` over ``positions`` [B, L] of ``states`` [B, L, H] (0 when there are
-    none, with zero gradients for the head): the head runs on those positions only."""
+    """Mean token cross-entropy of ``head`` over ``positions`` of ``states`` [B, L, H] (0 when there are none,
+    with zero gradients for the head): the head runs on those positions only. ``positions``: a [B, L] boolean
+    mask, or flat row indices into [B, L] (:func:`token_rows`: no wait on the device for the selection's size)."""
+    if positions.dtype != torch.bool:
+        return lm_loss_sum(head, token_rows(states, positions), token_rows(targets, positions)) / max(1, len(positions))
     return lm_loss_sum(head, states[positions], targets[positions]) / positions.sum().clamp(min=1)
 
 
@@ -183,10 +210,18 @@ class PretrainingModel(nn.Module):
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         self.encoder.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids, attention_mask, content, importance=None) -> dict[str, torch.Tensor]:
-        return self.method.loss(self, input_ids, attention_mask, content, importance)
+    def forward(self, input_ids, attention_mask, content, importance=None,
+                content_rows=None) -> dict[str, torch.Tensor]:
+        """The method's losses; ``content_rows``: ``content``'s flat indices (:func:`mask_rows`), made by the
+        collator on the host (None: made here when the method reads them)."""
+        return self.method.loss(self, input_ids, attention_mask, content, importance, content_rows)
 
     # -- building blocks of the methods' losses -----------------------------------------------------------------
+
+    @staticmethod
+    def content_rows(content: torch.Tensor, content_rows: torch.Tensor | None) -> torch.Tensor:
+        """``content_rows`` as given (the collator's), else made from ``content`` (a wait on a GPU)."""
+        return mask_rows(content) if content_rows is None else content_rows
 
     def bottleneck(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The one vector per passage [B, H] the decoder or head reads from the encoder's last-layer ``states``:
@@ -197,7 +232,8 @@ class PretrainingModel(nn.Module):
         return pool(states, attention_mask, "mean").to(states.dtype)
 
     def encode(self, input_ids, attention_mask, hidden_states: bool = False):
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=hidden_states)
+        return self.encoder(input_ids=input_ids, attention_mask=padding_attention(attention_mask, self.encoder.config),
+                            output_hidden_states=hidden_states)
 
     def decode(self, bottleneck: torch.Tensor, token_states: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         """Run the decoder on [bottleneck; token_states[:, 1:]]: the bottleneck replaces position 0."""
@@ -242,21 +278,22 @@ class PretrainingModel(nn.Module):
         return bert_corrupt(input_ids, mask, self.special.mask, self.vocab_size)
 
     def lm_loss(self, states: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Mean token cross-entropy of the LM head over ``positions`` [B, L] of ``states`` [B, L, H]."""
+        """Mean token cross-entropy of the LM head over ``positions`` (a [B, L] mask or flat rows) of ``states``."""
         return _masked_mean_lm(self.lm_head, states, targets, positions)
 
     def replaced_token_loss(self, states: torch.Tensor, corrupted: torch.Tensor, original: torch.Tensor,
-                            content: torch.Tensor) -> torch.Tensor:
-        """ELECTRA's replaced-token detection over the content positions (the method's ``rtd_head``)."""
-        logits = at_least_float32(self.rtd_head(states[content]).squeeze(-1))
-        return F.binary_cross_entropy_with_logits(logits, (corrupted != original)[content].float())
+                            content_rows: torch.Tensor) -> torch.Tensor:
+        """ELECTRA's replaced-token detection over the content positions (flat rows; the method's ``rtd_head``)."""
+        logits = at_least_float32(self.rtd_head(token_rows(states, content_rows)).squeeze(-1))
+        return F.binary_cross_entropy_with_logits(logits, token_rows(corrupted != original, content_rows).float())
 
-    def generator_inputs(self, input_ids, attention_mask, content):
+    def generator_inputs(self, input_ids, attention_mask, content, content_rows=None):
         """(x_enc, x_dec, encoder mask, decoder mask, {"generator": its MLM loss when trained}): the generator fills
-        SimLM's nested masks."""
+        SimLM's nested masks; its head runs on ``content_rows`` (default: each mask's own positions)."""
         enc_mask, dec_mask = self.nested_masks(content)
-        x_enc, gen_enc = self.generator.replace(input_ids, attention_mask, enc_mask, self.special.mask)
-        x_dec, gen_dec = self.generator.replace(input_ids, attention_mask, dec_mask, self.special.mask)
+        attention = padding_attention(attention_mask, self.generator.backbone.config)
+        x_enc, gen_enc = self.generator.replace(input_ids, attention, enc_mask, self.special.mask, content_rows)
+        x_dec, gen_dec = self.generator.replace(input_ids, attention, dec_mask, self.special.mask, content_rows)
         losses = {}
         if gen_enc is not None:
             losses["generator"] = (gen_enc + (gen_dec if gen_dec is not None else gen_enc)) / 2

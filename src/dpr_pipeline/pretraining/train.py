@@ -23,7 +23,8 @@ from dpr_pipeline.models import loading as models
 from dpr_pipeline.models.embedding import TextEncoder, resolve_pooling, resolve_prompts, save_text_encoder
 from dpr_pipeline.pretraining.masking import content_positions
 from dpr_pipeline.pretraining.methods import ObjectiveSettings, PretrainingMethod, pretraining_method
-from dpr_pipeline.pretraining.objectives import PretrainingModel, SpecialTokens, TokenGenerator, compile_layers
+from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, compile_layers,
+                                                 mask_rows)
 from dpr_pipeline.pretraining.token_importance import NgramCounts, ami_importance
 from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
 from dpr_pipeline.training.distributed import Distributed
@@ -58,8 +59,9 @@ class PassageData:
 
 
 class PretrainingCollator:
-    """Pad a list of examples into ``input_ids``, ``attention_mask``, ``content`` (and, given n-gram counts, the
-    token importance a method declaring ``ngram_counts`` reads)."""
+    """Pad a list of examples into ``input_ids``, ``attention_mask``, ``content``, ``content_rows`` (``content``'s flat
+    indices, made here on the host so that the step on a GPU need not wait to learn their number) and, given
+    n-gram counts, the token importance a method declaring ``ngram_counts`` reads."""
 
     def __init__(self, special: SpecialTokens, ngram_counts: NgramCounts | None = None, window: int = 4):
         self.special = special
@@ -76,6 +78,7 @@ class PretrainingCollator:
             attention_mask[row, :len(sequence)] = 1
         batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask)}
         batch["content"] = content_positions(batch["input_ids"], batch["attention_mask"], self.special.ids)
+        batch["content_rows"] = mask_rows(batch["content"])
         if self.ngram_counts is not None:
             batch["importance"] = torch.from_numpy(
                 ami_importance(input_ids, batch["content"].numpy(), self.ngram_counts, self.window))
@@ -137,7 +140,8 @@ def build_model(params: dict, tokenizer) -> PretrainingModel:
 
 
 def default_step(model, batch: dict, dist) -> torch.Tensor:
-    return model(batch["input_ids"], batch["attention_mask"], batch["content"], batch.get("importance"))["loss"]
+    return model(batch["input_ids"], batch["attention_mask"], batch["content"], batch.get("importance"),
+                 batch.get("content_rows"))["loss"]
 
 
 def training_step(method: PretrainingMethod, params: dict):

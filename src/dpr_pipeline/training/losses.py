@@ -105,24 +105,29 @@ def linear_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: t
     inside the GEMM); the log-sum-exp, the loss and the weight/bias gradients are accumulated in float32 (or in
     the inputs' own dtype when that is float32 or wider).
     """
-    return _linear_cross_entropy(hidden, weight, bias, targets, None, chunk_rows)[0]
+    return _linear_cross_entropy(hidden, weight, bias, targets, None, None, chunk_rows)[0]
 
 
 def linear_cross_entropy_and_samples(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                                      targets: torch.Tensor, draws: torch.Tensor,
+                                     row_weights: torch.Tensor | None = None,
                                      chunk_rows: int = LM_CHUNK_ROWS) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`linear_cross_entropy_sum` and, from the same chunks of logits, one token per row drawn from
     softmax(hᵢ Wᵀ + b): the inverse CDF at ``draws``ᵢ (uniform in [0, 1)), a token whose probability is 0 never
     drawn. ELECTRA's generator samples its replacements and scores its MLM loss in one pass over the vocabulary,
-    without the [N, V] logits (or their float32 copy, their softmax and its cumulative sum) for the batch."""
-    return _linear_cross_entropy(hidden, weight, bias, targets, draws, chunk_rows)
+    without the [N, V] logits (or their float32 copy, their softmax and its cumulative sum) for the batch.
+
+    ``row_weights`` [N] (None: all 1) weighs each row's loss and gradients: Σᵢ wᵢ·CEᵢ. With 0/1 weights the loss is
+    that of the rows weighted 1, while every row is sampled, so a caller can pass a fixed set of rows (a shape the
+    host knows) instead of selecting the rows a random mask chose (a shape only the device knows)."""
+    return _linear_cross_entropy(hidden, weight, bias, targets, draws, row_weights, chunk_rows)
 
 
-def _linear_cross_entropy(hidden, weight, bias, targets, draws, chunk_rows):
+def _linear_cross_entropy(hidden, weight, bias, targets, draws, row_weights, chunk_rows):
     device_type = hidden.device.type
     compute = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
                else torch.promote_types(hidden.dtype, weight.dtype))
-    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, draws, max(1, chunk_rows), compute)
+    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, draws, row_weights, max(1, chunk_rows), compute)
 
 
 def inverse_cdf_samples(probabilities: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
@@ -138,7 +143,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     the gradients by the incoming one (the samples have none)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, draws, chunk_rows, compute):
+    def forward(ctx, hidden, weight, bias, targets, draws, row_weights, chunk_rows, compute):
         accumulate = torch.promote_types(compute, torch.float32)
         wants = ctx.needs_input_grad
         total = torch.zeros((), dtype=accumulate, device=hidden.device)
@@ -153,9 +158,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
             for start in range(0, hidden.shape[0], chunk_rows):
                 rows = slice(start, start + chunk_rows)
                 h, t = hidden[rows].to(compute), targets[rows]
+                weights = None if row_weights is None else row_weights[rows].to(accumulate)
                 logits = (h @ w.T if b is None else torch.addmm(b, h, w.T)).to(accumulate)
                 log_z = torch.logsumexp(logits, dim=-1)
-                total += (log_z - logits.gather(1, t[:, None]).squeeze(1)).sum()
+                losses = log_z - logits.gather(1, t[:, None]).squeeze(1)
+                total += (losses if weights is None else losses * weights).sum()
                 if draws is None and not any(wants[:3]):
                     continue
                 grad = logits.sub_(log_z[:, None]).exp_()          # softmax, in place of the logits
@@ -164,6 +171,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if not any(wants[:3]):
                     continue
                 grad[torch.arange(len(t), device=t.device), t] -= 1
+                if weights is not None:
+                    grad.mul_(weights[:, None])
                 if grad_bias is not None:
                     grad_bias += grad.sum(dim=0)
                 grad = grad.to(compute)
@@ -184,4 +193,4 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return (None if grad_hidden is None else grad_hidden * scale.to(grad_hidden.dtype),
                 None if grad_weight is None else (grad_weight * scale).to(weight_dtype),
                 None if grad_bias is None else (grad_bias * scale).to(bias_dtype),
-                None, None, None, None)
+                None, None, None, None, None)
