@@ -17,10 +17,11 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def to_device(batch: dict, device: torch.device, non_blocking: bool = False) -> dict:
-    """``batch`` with every tensor moved to ``device`` (other values as they are): a model on a GPU takes no CPU
-    index (``Expected all tensors to be on the same device``), so every batch goes through here on its way in."""
-    return {key: value.to(device, non_blocking=non_blocking) if torch.is_tensor(value) else value
-            for key, value in batch.items()}
+    """``batch`` with every tensor (and tensor bundle with a ``to``, such as a packed batch) moved to ``device``
+    (other values as they are): a model on a GPU takes no CPU index (``Expected all tensors to be on the same
+    device``), so every batch goes through here on its way in."""
+    return {key: value.to(device, non_blocking=non_blocking) if torch.is_tensor(value) or hasattr(value, "to")
+            else value for key, value in batch.items()}
 
 
 def default_device() -> torch.device:

@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models.loading import encoder_kwargs, load_encoder, load_tokenizer, resolve_model_path
+from dpr_pipeline.models.packing import PackedBatch, pooled_rows
 
 log = logging.getLogger(__name__)
 
@@ -314,12 +315,16 @@ class TextEncoder(torch.nn.Module):
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         self.transformer.gradient_checkpointing_enable(**kwargs)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+    def forward(self, input_ids: torch.Tensor | PackedBatch, attention_mask: torch.Tensor | None,
                 prompt_tokens: int = 0) -> torch.Tensor:
         """``attention_mask`` None for a batch without padding: the transformer then builds and checks no mask
         (transformers reads a given mask's values on the host, a wait for a GPU's queued work, to see whether it
-        may skip it) and SDPA may use its fastest kernels. ``prompt_tokens``: :meth:`prompt_tokens` of the
-        prompt the texts start with."""
+        may skip it) and SDPA may use its fastest kernels. ``input_ids`` a :class:`PackedBatch` (attention mask
+        None): the texts' real tokens only, inside :func:`~dpr_pipeline.models.packing.packed_attention_for`.
+        ``prompt_tokens``: :meth:`prompt_tokens` of the prompt the texts start with."""
+        if isinstance(input_ids, PackedBatch):
+            hidden = self.transformer(**input_ids.model_inputs()).last_hidden_state[0]
+            return F.normalize(pooled_rows(hidden, input_ids, self.pooling, prompt_tokens), dim=-1)
         hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return F.normalize(pool(hidden, attention_mask, self.pooling, prompt_tokens), dim=-1)
 

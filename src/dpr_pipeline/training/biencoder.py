@@ -18,6 +18,7 @@ import torch
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.models.embedding import Prompts, TextEncoder, load_text_encoder, save_text_encoder
 from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.models.packing import pack, packed_attention_for
 from dpr_pipeline.training.dev_selection import select
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import read_query_groups
@@ -36,13 +37,16 @@ def passage_key(doc_id: str) -> int:
 
 class BiEncoderCollator:
     """Tokenise a list of groups: queries [B] and passages [B·(1+n)] (each query's positive first), each after
-    its prompt (``prompts``: the encoder's; none by default)."""
+    its prompt (``prompts``: the encoder's; none by default); ``packed``: their real tokens packed
+    (:class:`~dpr_pipeline.models.packing.PackedBatch`, attention masks None), else padded."""
 
-    def __init__(self, tokenizer, query_max_length: int, passage_max_length: int, prompts: Prompts | None = None):
+    def __init__(self, tokenizer, query_max_length: int, passage_max_length: int, prompts: Prompts | None = None,
+                 packed: bool = False):
         self.tokenizer = tokenizer
         self.query_max_length = query_max_length
         self.passage_max_length = passage_max_length
         self.prompts = prompts if prompts is not None else Prompts()
+        self.packed = packed
 
     def __call__(self, groups: list) -> dict:
         queries = self.tokenizer([self.prompts.query + g.query for g in groups], truncation=True,
@@ -52,6 +56,10 @@ class BiEncoderCollator:
         batch = {"query_input_ids": queries["input_ids"], "query_attention_mask": queries["attention_mask"],
                  "passage_input_ids": passages["input_ids"], "passage_attention_mask": passages["attention_mask"],
                  "passage_keys": torch.tensor([passage_key(d) for g in groups for d in g.passage_ids])}
+        if self.packed:
+            for side in ("query", "passage"):
+                batch[f"{side}_input_ids"] = pack(batch[f"{side}_input_ids"], batch.pop(f"{side}_attention_mask"))
+                batch[f"{side}_attention_mask"] = None
         if groups and groups[0].scores is not None:
             batch["teacher_scores"] = torch.tensor([g.scores for g in groups], dtype=torch.float32)
         return batch
@@ -129,11 +137,14 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     model = BiEncoder(encoder, (encoder.prompt_tokens(tokenizer, prompts.query),
                                 encoder.prompt_tokens(tokenizer, prompts.passage)))
     log.info("%s: %s pooling; %s", params["plm"], encoder.pooling, prompts.describe())
-    collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"], prompts)
     step = distillation_step(params["temperature"], params["alpha"]) if distill \
         else contrastive_step(params["temperature"])
-    train(model, groups, collate, step, settings, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
-          dist=dist, description="distilled retriever" if distill else "retriever", stage=stage)
+    description = "distilled retriever" if distill else "retriever"
+    with packed_attention_for(encoder.transformer, f"{description} training") as packed:
+        collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"], prompts,
+                                    packed)
+        train(model, groups, collate, step, settings, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
+              dist=dist, description=description, stage=stage)
     if dist.is_main:
         handed_on = model.encoder
         if selection is not None:

@@ -23,6 +23,7 @@ from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.models.devices import autocast, model_device, to_device
 from dpr_pipeline.models.embedding import declared_prompts
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
+from dpr_pipeline.models.packing import PackedBatch, pack, packed_attention_for
 from dpr_pipeline.reranking.scoring import encode_pairs, load_scorer
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group, QueryGroups, read_query_groups
@@ -37,21 +38,46 @@ GROUP_SIZE = "group_size"
 SENTENCE_TRANSFORMERS_CONFIG = {"activation_fn": "torch.nn.modules.linear.Identity"}
 
 
-def make_collate(tokenizer, max_length: int) -> Callable[[list[Group]], dict]:
-    """Batch the groups as (query, passage) pairs, each query repeated for its positive and negatives."""
+def make_collate(tokenizer, max_length: int, packed: bool = False) -> Callable[[list[Group]], dict]:
+    """Batch the groups as (query, passage) pairs, each query repeated for its positive and negatives; ``packed``:
+    the pairs' real tokens packed (``input_ids`` a :class:`~dpr_pipeline.models.packing.PackedBatch`)."""
     def collate(groups: list[Group]) -> dict:
         queries = [group.query for group in groups for _ in group.passages]
         passages = [passage for group in groups for passage in group.passages]
-        return {**encode_pairs(tokenizer, queries, passages, max_length=max_length),
-                GROUP_SIZE: len(groups[0].passages)}
+        pairs = encode_pairs(tokenizer, queries, passages, max_length=max_length)
+        if packed:
+            pairs = {"input_ids": pack(pairs["input_ids"], pairs["attention_mask"], pairs.get("token_type_ids"))}
+        return {**pairs, GROUP_SIZE: len(groups[0].passages)}
     return collate
+
+
+# The classification head of a sequence-classification model, given each pair's first-token state [N, 1, H] (what
+# the head reads at position 0 of a padded batch): BERT's pooler, dropout and classifier; ELECTRA's and RoBERTa's
+# classifier (dense, then out_proj).
+PACKED_HEADS: dict[str, Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]] = {
+    "bert": lambda model, first: model.classifier(model.dropout(model.bert.pooler(first))),
+    "electra": lambda model, first: model.classifier(first),
+    "roberta": lambda model, first: model.classifier(first),
+    "xlm-roberta": lambda model, first: model.classifier(first),
+}
+
+
+def sequence_scores(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
+    """θ(q, d) [N] of a batch of pairs: padded, the model's own forward; packed (``input_ids`` a
+    :class:`~dpr_pipeline.models.packing.PackedBatch`), its base model on the real tokens and its head
+    (:data:`PACKED_HEADS`) on each pair's first token."""
+    batch = inputs["input_ids"]
+    if not isinstance(batch, PackedBatch):
+        return model(**inputs).logits.squeeze(-1)
+    hidden = model.base_model(**batch.model_inputs()).last_hidden_state[0]
+    first = hidden.index_select(0, batch.first_rows)[:, None, :]
+    return PACKED_HEADS[model.config.model_type](model, first).squeeze(-1)
 
 
 def listwise_batch_loss(model: torch.nn.Module, batch: dict, dist: Distributed) -> torch.Tensor:
     """Eq. 4 over the batch: θ of each group [d⁺, n₁ … n_n] as one row, the positive first."""
     inputs = {key: value for key, value in batch.items() if key != GROUP_SIZE}
-    logits = model(**inputs).logits
-    return listwise_loss(logits.float().view(-1, batch[GROUP_SIZE]))
+    return listwise_loss(sequence_scores(model, inputs).float().view(-1, batch[GROUP_SIZE]))
 
 
 def listwise_loss_of(model_dir: str | Path, negatives_path: str | Path, passages_path: str | Path,
@@ -116,8 +142,11 @@ def train_reranker(negatives_path: str | Path, passages_path: str | Path, querie
     if declared:
         log.warning("the re-ranker's plm %s declares prompts %s, which the re-ranker does not apply (it is "
                     "fine-tuned on the bare pairs; docs/prompts.md)", params["plm"], declared)
-    model = train(model, groups, make_collate(tokenizer, params["max_length"]), listwise_batch_loss, settings,
-                  checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker", stage=stage)
+    head_known = model.config.model_type in PACKED_HEADS
+    with packed_attention_for(model, "re-ranker training", None if head_known else
+                              f"no packed head for a {model.config.model_type!r} classifier") as packed:
+        model = train(model, groups, make_collate(tokenizer, params["max_length"], packed), listwise_batch_loss,
+                      settings, checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker", stage=stage)
     if dist.is_main:
         save_reranker(model, tokenizer, output_dir, params["max_length"])
     finish(checkpoint_dir, dist)
