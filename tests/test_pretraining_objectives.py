@@ -477,3 +477,43 @@ def test_compiled_layers_give_the_eager_loss_and_gradients():
     assert compiled_grads.keys() == eager_grads.keys()
     for name in eager_grads:
         torch.testing.assert_close(compiled_grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("method", [m.name for m in METHODS.values() if m.unpadded])
+def test_an_unpadded_method_has_the_padded_loss_and_gradients_on_packed_batches(method, monkeypatch):
+    """Issue 53: the collator packs the texts' real tokens (``PretrainingCollator(packed=True)``) and every method
+    declared ``unpadded`` gives the padded batch's losses and gradients. The masks' uniform draws and BERT's random
+    tokens come from one table per token, the same in either layout (torch draws them per tensor shape)."""
+    from dpr_pipeline.models.packing import packed_attention_for
+    from dpr_pipeline.pretraining import masking
+    from dpr_pipeline.pretraining.train import PretrainingCollator
+
+    examples = [[torch.randint(5, VOCAB, (n,)).numpy()] for n in (12, 20, 7, 16, 20, 9)]
+    padded = PretrainingCollator(SPECIAL)(examples)
+    rows = padded["attention_mask"].flatten().nonzero().squeeze(1)
+    g = torch.Generator().manual_seed(3)
+    uniforms, tokens = torch.rand(padded["input_ids"].shape, generator=g), torch.randint(5, VOCAB, padded["input_ids"].shape, generator=g)
+
+    def per_token(table):
+        return lambda shape: table if tuple(shape) == tuple(table.shape) else table.flatten()[rows][None]
+
+    monkeypatch.setattr(masking, "_uniform", lambda shape, device, generator: per_token(uniforms)(shape))
+    monkeypatch.setattr(masking.torch, "randint", lambda high, shape, **kw: per_token(tokens)(shape))
+    results = []
+    for packed in (False, True):
+        model = make_model(method)
+        with packed_attention_for(model, "test", None if packed else "padded run") as packing:
+            assert packing == packed
+            batch = PretrainingCollator(SPECIAL, packed=packed)(examples)
+            torch.manual_seed(0)
+            losses = model(batch["input_ids"], batch["attention_mask"], batch["content"], None, batch["content_rows"])
+            losses["loss"].backward()
+        results.append(({k: v.detach() for k, v in losses.items()},
+                        {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (padded_losses, padded_grads), (packed_losses, packed_grads) = results
+    assert batch["input_ids"].shape == (1, len(rows))
+    for name in padded_losses:
+        torch.testing.assert_close(packed_losses[name], padded_losses[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert packed_grads.keys() == padded_grads.keys() and len(packed_grads) > 20
+    for name in padded_grads:
+        torch.testing.assert_close(packed_grads[name], padded_grads[name], rtol=1e-4, atol=1e-6, msg=name)

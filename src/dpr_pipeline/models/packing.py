@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PretrainedConfig, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -72,13 +72,17 @@ class PackedBatch:
 
     def model_inputs(self) -> dict:
         """Keyword arguments of a Hugging Face encoder's forward (the boundaries reach the attention function)."""
-        inputs = {"input_ids": self.input_ids, "position_ids": self.position_ids,
-                  "cu_seq_lens_q": self.cu_seq_lens, "cu_seq_lens_k": self.cu_seq_lens,
-                  "max_length_q": self.max_length, "max_length_k": self.max_length,
-                  "packed_rows": self.rows, "packed_key_mask": self.key_mask}
+        inputs = {"input_ids": self.input_ids, "position_ids": self.position_ids, **self.attention_kwargs()}
         if self.token_type_ids is not None:
             inputs["token_type_ids"] = self.token_type_ids
         return inputs
+
+    def attention_kwargs(self) -> dict:
+        """What a Transformer layer passes on to :func:`packed_attention`: the texts' boundaries (transformers'
+        keywords for packed sequences) and, for the per-text SDPA path, the padded layout."""
+        return {"cu_seq_lens_q": self.cu_seq_lens, "cu_seq_lens_k": self.cu_seq_lens,
+                "max_length_q": self.max_length, "max_length_k": self.max_length,
+                "packed_rows": self.rows, "packed_key_mask": self.key_mask}
 
     def unpack(self, tokens: torch.Tensor) -> torch.Tensor:
         """Per-token values [T, …] back in the padded layout [B, L, …] (zeros at padding)."""
@@ -107,12 +111,23 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        cu_seq_lens=cu, rows=rows, sequence=sequence, key_mask=real, max_length=int(lengths.max()))
 
 
+def _configs(model: torch.nn.Module) -> list:
+    """The distinct transformers configs of ``model``'s modules (a pre-training model holds several: the encoder's,
+    its decoder layers' copies, the generator's)."""
+    found = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if isinstance(config, PretrainedConfig):
+            found.setdefault(id(config), config)
+    return list(found.values())
+
+
 def packing_supported(model: torch.nn.Module) -> bool:
-    """Whether ``model``'s attention goes through transformers' attention interface (BERT, ELECTRA, RoBERTa …
-    in transformers 5), and so can take :data:`PACKED_ATTENTION`."""
-    config = getattr(model, "config", None)
-    return config is not None and getattr(model, "_supports_attention_backend", False) \
-        and config._attn_implementation in ("sdpa", "eager", PACKED_ATTENTION)
+    """Whether every Transformer in ``model`` has its attention go through transformers' attention interface
+    (BERT, ELECTRA, RoBERTa … in transformers 5), in SDPA or eager mode, and so can take :data:`PACKED_ATTENTION`."""
+    pretrained = [m for m in model.modules() if isinstance(m, PreTrainedModel)]
+    return bool(pretrained) and all(m._supports_attention_backend for m in pretrained) and all(
+        config._attn_implementation in ("sdpa", "eager", PACKED_ATTENTION) for config in _configs(model))
 
 
 @contextlib.contextmanager
@@ -122,20 +137,23 @@ def packed_attention_for(model: torch.nn.Module, what: str, unsupported: str | N
     and logs which path ``what`` (e.g. "retriever training") runs; ``unsupported``: why the caller cannot pack for
     this model (None: it can, if the model can)."""
     if unsupported is None and not packing_supported(model):
-        unsupported = (f"{type(model).__name__}'s attention is {model.config._attn_implementation!r}, not "
-                       "transformers' attention interface")
+        unsupported = (f"{type(model).__name__}'s attention is not transformers' attention interface in SDPA or "
+                       "eager mode")
     if unsupported is not None:
         log.info("%s: padded batches (%s)", what, unsupported)
         yield False
         return
-    own = model.config._attn_implementation
-    model.set_attn_implementation(PACKED_ATTENTION)
+    configs = _configs(model)
+    own = [config._attn_implementation for config in configs]
+    for config in configs:
+        config._attn_implementation = PACKED_ATTENTION
     log.info("%s: unpadded batches (the real tokens packed; attention per text: FlashAttention varlen on CUDA in "
              "bf16, else SDPA)", what)
     try:
         yield True
     finally:
-        model.set_attn_implementation(own)
+        for config, implementation in zip(configs, own):
+            config._attn_implementation = implementation
 
 
 def pooled_rows(hidden: torch.Tensor, packed: PackedBatch, pooling: str, skip: int = 0) -> torch.Tensor:

@@ -101,6 +101,9 @@ class PretrainingMethod:
     ngram_counts: bool = False  # token importance from the corpus n-gram counts (rule count_ngrams), per batch
     span_pairs: bool = False  # each example is two random spans of a passage, contrasted in the batch
     step: Callable[[dict], Step] | None = None  # the step from the settings; None: minimise ``loss``'s "loss"
+    # its loss reads each text's real tokens only (models/packing.py: batches unpadded); False where it reads the
+    # padded [B, L] layout itself: per-text mask counts, a local causal decoder over shifted targets, span slices
+    unpadded: bool = True
 
     def negatives(self, batch_size: int) -> dict | None:
         """What the job's manifest records as negatives: with span pairs, each span against the other 2B − 2
@@ -179,7 +182,7 @@ def _cdmae(model, input_ids, attention_mask, content, importance, rows):
     dec_mask = model.importance_mask(importance, content)
     encoded = model.encode(model.bert_mask(input_ids, enc_mask), attention_mask).last_hidden_state
     bottleneck = model.projection(model.bottleneck(encoded, attention_mask))
-    decoded = model.decode(bottleneck, model.decoder_embeddings(model.bert_mask(input_ids, dec_mask)),
+    decoded = model.decode(bottleneck, model.decoder_embeddings(model.bert_mask(input_ids, dec_mask), attention_mask),
                            model.decoder_attention(attention_mask))
     return _total({"encoder": model.lm_loss(encoded, input_ids, enc_mask),
                    "decoder": model.lm_loss(decoded, input_ids, dec_mask)})
@@ -188,7 +191,7 @@ def _cdmae(model, input_ids, attention_mask, content, importance, rows):
 def _seed_encoder(model, input_ids, attention_mask, content, importance, rows):
     mask = model.mask(content, model.settings.encoder_replace_rate)
     encoded = model.encode(model.bert_mask(input_ids, mask), attention_mask).last_hidden_state
-    decoded = model.decode(model.bottleneck(encoded, attention_mask), model.decoder_embeddings(input_ids),
+    decoded = model.decode(model.bottleneck(encoded, attention_mask), model.decoder_embeddings(input_ids, attention_mask),
                            model.decoder_attention(attention_mask, causal_span=model.settings.seed_attention_span))
     # position j predicts token j + 1 from [CLS] and tokens j−k+1 … j
     return _total({"encoder": model.lm_loss(encoded, input_ids, mask),
@@ -207,9 +210,10 @@ METHODS: dict[str, PretrainingMethod] = {method.name: method for method in (
     PretrainingMethod("mlm", _mlm),
     PretrainingMethod("condenser", _condenser, decoder=_CONDENSER_HEAD),
     PretrainingMethod("cocondenser", _cocondenser, decoder=_CONDENSER_HEAD, span_pairs=True,
-                      step=_span_contrast_step),
-    PretrainingMethod("cdmae", _cdmae, decoder=Decoder("decoder_layers", projection=True), ngram_counts=True),
-    PretrainingMethod("seed_encoder", _seed_encoder, decoder=Decoder("seed_decoder_layers")),
+                      step=_span_contrast_step, unpadded=False),
+    PretrainingMethod("cdmae", _cdmae, decoder=Decoder("decoder_layers", projection=True), ngram_counts=True,
+                      unpadded=False),
+    PretrainingMethod("seed_encoder", _seed_encoder, decoder=Decoder("seed_decoder_layers"), unpadded=False),
 )}
 
 

@@ -16,6 +16,7 @@ from torch import nn
 from transformers.models.bert.modeling_bert import BertLayer
 
 from dpr_pipeline.models.embedding import POOLING_MODES, pool
+from dpr_pipeline.models.packing import PackedBatch, pooled_rows
 from dpr_pipeline.pretraining.masking import bert_corrupt, nested_mask, random_mask
 from dpr_pipeline.pretraining.methods import Decoder, ObjectiveSettings, pretraining_method
 from dpr_pipeline.pretraining.token_importance import importance_aware_mask
@@ -75,11 +76,14 @@ def attention_bias(allowed: torch.Tensor, config) -> torch.Tensor:
     return allowed
 
 
-def padding_attention(attention_mask: torch.Tensor, config) -> torch.Tensor:
-    """The [B, L] padding mask as the [B, 1, 1, L] mask the layers take (:func:`attention_bias`). Given the 2-D mask,
-    transformers reads it on the host to see whether it may skip it, a wait for the device's queued work at every
-    forward pass; a 4-D mask is taken as it is."""
-    return attention_bias(attention_mask.bool()[:, None, None, :], config)
+def backbone_inputs(input_ids: torch.Tensor, layout: torch.Tensor | PackedBatch, config) -> dict:
+    """A backbone's keyword arguments for ``input_ids`` in the batch's ``layout``: a [B, L] padding mask, or a
+    :class:`PackedBatch` (``input_ids`` [1, T]: the texts' real tokens, their positions and boundaries). The padding
+    mask goes in as the [B, 1, 1, L] mask the layers take (:func:`attention_bias`): given the 2-D mask, transformers
+    reads it on the host to see whether it may skip it, a wait for the device's queued work at every pass."""
+    if isinstance(layout, PackedBatch):
+        return {**layout.model_inputs(), "input_ids": input_ids}
+    return {"input_ids": input_ids, "attention_mask": attention_bias(layout.bool()[:, None, None, :], config)}
 
 
 def token_rows(tokens: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -132,8 +136,8 @@ class TokenGenerator(nn.Module):
         rows = mask_rows(mask) if rows is None else rows
         context = contextlib.nullcontext() if self.trainable else torch.no_grad()
         with context:
-            hidden = self.backbone(input_ids=input_ids.masked_fill(mask, mask_token_id),
-                                   attention_mask=attention_mask).last_hidden_state
+            hidden = self.backbone(**backbone_inputs(input_ids.masked_fill(mask, mask_token_id), attention_mask,
+                                                     self.backbone.config)).last_hidden_state
             states = transform(token_rows(hidden, rows))
             chosen, targets = token_rows(mask, rows), token_rows(input_ids, rows)
             draws = torch.rand(len(rows), device=states.device)
@@ -223,34 +227,52 @@ class PretrainingModel(nn.Module):
         """``content_rows`` as given (the collator's), else made from ``content`` (a wait on a GPU)."""
         return mask_rows(content) if content_rows is None else content_rows
 
-    def bottleneck(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def bottleneck(self, states: torch.Tensor, attention_mask: torch.Tensor | PackedBatch) -> torch.Tensor:
         """The one vector per passage [B, H] the decoder or head reads from the encoder's last-layer ``states``:
         [CLS] (the papers'), or the mean over the real tokens (``bottleneck: mean``, the pooling of a
         sentence-transformers start such as MiniLM: the vector its retriever reads)."""
+        if isinstance(attention_mask, PackedBatch):
+            return pooled_rows(states[0], attention_mask, self.settings.bottleneck).to(states.dtype)
         if self.settings.bottleneck == "cls":
             return states[:, 0]
         return pool(states, attention_mask, "mean").to(states.dtype)
 
     def encode(self, input_ids, attention_mask, hidden_states: bool = False):
-        return self.encoder(input_ids=input_ids, attention_mask=padding_attention(attention_mask, self.encoder.config),
+        return self.encoder(**backbone_inputs(input_ids, attention_mask, self.encoder.config),
                             output_hidden_states=hidden_states)
 
-    def decode(self, bottleneck: torch.Tensor, token_states: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        """Run the decoder on [bottleneck; token_states[:, 1:]]: the bottleneck replaces position 0."""
+    def decode(self, bottleneck: torch.Tensor, token_states: torch.Tensor,
+               allowed: torch.Tensor | PackedBatch) -> torch.Tensor:
+        """Run the decoder on [bottleneck; token_states[:, 1:]]: the bottleneck replaces each text's position 0
+        (``allowed``: :meth:`decoder_attention`'s)."""
+        if isinstance(allowed, PackedBatch):
+            hidden = token_states[0].index_copy(0, allowed.first_rows, bottleneck.to(token_states.dtype))[None]
+            for layer in self.decoder:
+                hidden = layer(hidden, **allowed.attention_kwargs())
+            return hidden
         hidden = torch.cat([bottleneck.unsqueeze(1).to(token_states.dtype), token_states[:, 1:]], dim=1)
         bias = attention_bias(allowed, self.encoder.config)
         for layer in self.decoder:
             hidden = layer(hidden, attention_mask=bias)
         return hidden
 
-    def decoder_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def decoder_embeddings(self, input_ids: torch.Tensor,
+                           attention_mask: torch.Tensor | PackedBatch | None = None) -> torch.Tensor:
         """The decoder embeds its own input with the encoder's embedding layer (shared, as in SimLM)."""
+        if isinstance(attention_mask, PackedBatch):
+            return self.encoder.embeddings(input_ids=input_ids, position_ids=attention_mask.position_ids)
         return self.encoder.embeddings(input_ids=input_ids)
 
     @staticmethod
-    def decoder_attention(attention_mask: torch.Tensor, causal_span: int | None = None) -> torch.Tensor:
+    def decoder_attention(attention_mask: torch.Tensor | PackedBatch,
+                          causal_span: int | None = None) -> torch.Tensor | PackedBatch:
         """[B, 1, Lq, Lk] bool, what each decoder position may attend to: every real token, or with
-        ``causal_span`` k only position 0 (the bottleneck) and the k previous tokens (:func:`local_causal_mask`)."""
+        ``causal_span`` k only position 0 (the bottleneck) and the k previous tokens (:func:`local_causal_mask`).
+        A packed batch: its texts' own tokens (the packed layout; a method with a causal span is not packed)."""
+        if isinstance(attention_mask, PackedBatch):
+            if causal_span is not None:
+                raise ValueError("a decoder with a causal span reads padded batches (its method is not unpadded)")
+            return attention_mask
         allowed = attention_mask.bool()[:, None, None, :]
         if causal_span is None:
             return allowed
@@ -291,9 +313,8 @@ class PretrainingModel(nn.Module):
         """(x_enc, x_dec, encoder mask, decoder mask, {"generator": its MLM loss when trained}): the generator fills
         SimLM's nested masks; its head runs on ``content_rows`` (default: each mask's own positions)."""
         enc_mask, dec_mask = self.nested_masks(content)
-        attention = padding_attention(attention_mask, self.generator.backbone.config)
-        x_enc, gen_enc = self.generator.replace(input_ids, attention, enc_mask, self.special.mask, content_rows)
-        x_dec, gen_dec = self.generator.replace(input_ids, attention, dec_mask, self.special.mask, content_rows)
+        x_enc, gen_enc = self.generator.replace(input_ids, attention_mask, enc_mask, self.special.mask, content_rows)
+        x_dec, gen_dec = self.generator.replace(input_ids, attention_mask, dec_mask, self.special.mask, content_rows)
         losses = {}
         if gen_enc is not None:
             losses["generator"] = (gen_enc + (gen_dec if gen_dec is not None else gen_enc)) / 2
@@ -302,7 +323,7 @@ class PretrainingModel(nn.Module):
     def encoder_decoder(self, x_enc, x_dec, attention_mask):
         """(encoder token states, decoder token states) for the SimLM-style bottleneck."""
         encoded = self.encode(x_enc, attention_mask).last_hidden_state
-        decoded = self.decode(self.bottleneck(encoded, attention_mask), self.decoder_embeddings(x_dec),
+        decoded = self.decode(self.bottleneck(encoded, attention_mask), self.decoder_embeddings(x_dec, attention_mask),
                               self.decoder_attention(attention_mask))
         return encoded, decoded
 

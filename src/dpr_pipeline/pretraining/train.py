@@ -21,6 +21,7 @@ from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models import loading as models
 from dpr_pipeline.models.embedding import TextEncoder, resolve_pooling, resolve_prompts, save_text_encoder
+from dpr_pipeline.models.packing import pack, packed_attention_for
 from dpr_pipeline.pretraining.masking import content_positions
 from dpr_pipeline.pretraining.methods import ObjectiveSettings, PretrainingMethod, pretraining_method
 from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, compile_layers,
@@ -61,12 +62,16 @@ class PassageData:
 class PretrainingCollator:
     """Pad a list of examples into ``input_ids``, ``attention_mask``, ``content``, ``content_rows`` (``content``'s flat
     indices, made here on the host so that the step on a GPU need not wait to learn their number) and, given
-    n-gram counts, the token importance a method declaring ``ngram_counts`` reads."""
+    n-gram counts, the token importance a method declaring ``ngram_counts`` reads. ``packed``: the texts' real tokens
+    packed into one row (each [1, T]), ``attention_mask`` then the :class:`~dpr_pipeline.models.packing.PackedBatch`
+    that says where each text lies."""
 
-    def __init__(self, special: SpecialTokens, ngram_counts: NgramCounts | None = None, window: int = 4):
+    def __init__(self, special: SpecialTokens, ngram_counts: NgramCounts | None = None, window: int = 4,
+                 packed: bool = False):
         self.special = special
         self.ngram_counts = ngram_counts
         self.window = window
+        self.packed = packed
 
     def __call__(self, examples: list[list[np.ndarray]]) -> dict:
         sequences = [s for example in examples for s in example]
@@ -78,10 +83,14 @@ class PretrainingCollator:
             attention_mask[row, :len(sequence)] = 1
         batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask)}
         batch["content"] = content_positions(batch["input_ids"], batch["attention_mask"], self.special.ids)
-        batch["content_rows"] = mask_rows(batch["content"])
         if self.ngram_counts is not None:
             batch["importance"] = torch.from_numpy(
                 ami_importance(input_ids, batch["content"].numpy(), self.ngram_counts, self.window))
+        if self.packed:
+            packed = pack(batch["input_ids"], batch["attention_mask"])
+            batch = {key: value.flatten(0, 1)[packed.rows][None] for key, value in batch.items()}
+            batch["attention_mask"] = packed
+        batch["content_rows"] = mask_rows(batch["content"])
         return batch
 
 
@@ -176,13 +185,15 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
     if params["compile"]:
         log.info("torch.compile: %d Transformer layers", compile_layers(model))
     data = PassageData(corpus, span_pairs=method.span_pairs, seed=params["seed"])
-    collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"])
     step = training_step(method, params)
     log.info("pre-training %s with %s (bottleneck: %s) on %d passages (%d tokens)", params["plm"], method.name,
              model.settings.bottleneck, len(corpus), corpus.num_tokens)
-    train(model, data, collate, step, TrainingSettings.from_params(params), checkpoint_dir,
-          cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})",
-          stage=stage)
+    with packed_attention_for(model, f"pre-training ({method.name})",
+                              None if method.unpadded else f"{method.name}'s loss reads the padded layout") as packed:
+        collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"], packed)
+        train(model, data, collate, step, TrainingSettings.from_params(params), checkpoint_dir,
+              cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})",
+              stage=stage)
     if dist.is_main:
         save_pretrained_encoder(model, tokenizer, output_dir, corpus.max_length, resolve_prompts(params["plm"]))
         log.info("saved the encoder and its LM head to %s", output_dir)
