@@ -127,3 +127,61 @@ def test_more_processes_than_visible_gpus_stops_before_torchrun():
     gpus = visible_gpus()
     with pytest.raises(ConfigError, match=f"stages.retriever.processes is {gpus + 1} .* only {gpus} GPU"):
         run_training(never_called, gpus + 1, stage="retriever1")
+
+
+def test_packed_batches_take_flash_varlen_on_cuda_and_give_the_padded_contrastive_loss(caplog):
+    """Issue 53 on CUDA: the retriever's Eq. 3 step on packed batches runs FlashAttention's varlen kernel in bf16
+    (the log says so) and gives the padded step's loss and gradients within bf16's precision."""
+    from test_packing import bert, padded_batch
+
+    from dpr_pipeline.models.embedding import TextEncoder
+    from dpr_pipeline.models.packing import pack, packed_attention_for
+    from dpr_pipeline.training.biencoder import BiEncoder, contrastive_step
+    from dpr_pipeline.training.distributed import Distributed
+
+    queries, query_mask = padded_batch(rows=3, length=8, seed=1)
+    passages, passage_mask = padded_batch(rows=6, length=20, seed=2)
+    results = []
+    for packed in (False, True):
+        model = BiEncoder(TextEncoder(bert(), "cls")).to(CUDA).train()
+        batch = {"query_input_ids": queries, "query_attention_mask": query_mask, "passage_input_ids": passages,
+                 "passage_attention_mask": passage_mask, "passage_keys": torch.arange(6)}
+        if packed:
+            batch.update(query_input_ids=pack(queries, query_mask), query_attention_mask=None,
+                         passage_input_ids=pack(passages, passage_mask), passage_attention_mask=None)
+        with caplog.at_level("INFO"), packed_attention_for(model.encoder.transformer, "test"), autocast(CUDA, True):
+            loss = contrastive_step(0.05)(model, {k: v.to(CUDA) if v is not None else v for k, v in batch.items()},
+                                          Distributed())
+        loss.backward()
+        results.append((loss.item(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])))
+    assert "FlashAttention varlen (CUDA)" in caplog.text
+    (padded_loss, padded_grad), (packed_loss, packed_grad) = results
+    assert packed_loss == pytest.approx(padded_loss, rel=2e-2)
+    assert torch.nn.functional.cosine_similarity(packed_grad, padded_grad, dim=0) > 0.99
+
+
+def test_simlms_step_on_cuda_never_waits_for_the_device():
+    """Issue 53: with the collator's content rows, SimLM's forward and backward on CUDA make no synchronising
+    call (``torch.cuda.set_sync_debug_mode``), packed or padded."""
+    from test_pretraining_objectives import SPECIAL, make_model
+
+    from dpr_pipeline.models.devices import to_device
+    from dpr_pipeline.models.packing import packed_attention_for
+    from dpr_pipeline.pretraining.train import PretrainingCollator
+    from dpr_pipeline.training.step_counts import count_ops_and_syncs
+
+    examples = [[torch.randint(5, 100, (n,)).numpy()] for n in (12, 20, 7, 16)]
+    for packed in (False, True):
+        model = make_model("simlm").to(CUDA).train()
+        with packed_attention_for(model, "test", None if packed else "padded"):
+            batch = to_device(PretrainingCollator(SPECIAL, packed=packed)(examples), CUDA)
+
+            def step():
+                with autocast(CUDA, True):
+                    loss = model(batch["input_ids"], batch["attention_mask"], batch["content"], None,
+                                 batch["content_rows"])["loss"]
+                loss.backward()
+
+            step()  # warm-up: lazy CUDA initialisation synchronises once
+            counts = count_ops_and_syncs(step, CUDA)
+        assert counts["syncs"] == 0 and counts["cuda_syncs"] == 0, (packed, counts)
