@@ -12,8 +12,9 @@ own, under bf16 autocast where the device runs it natively, then backward and Ad
   passages of ≤ 144 tokens, the generator ``--generator`` (``random``: jointly trained, a third of the width).
 
 Each step is built twice from the same start, with padded and with packed batches (models/packing.py), and the two
-alternate after a warm-up. Reported per stage: real tokens per step and the share of padded slots; real tokens/s of
-each and the median of the paired ratios (packed / padded); ops and host synchronisations per step
+alternate after a warm-up, each timed as the trainer runs it (the batch made on the host, then the model's step) and
+on a batch made beforehand (the model's step alone). Reported per stage: real tokens per step and the share of
+padded slots; real tokens/s of each and the median of the paired ratios (packed / padded); ops and host synchronisations per step
 (``training.step_counts``, the batch made beforehand); on a GPU the MFU on real tokens, i.e. the packed step's FLOPs (which computes on real
 tokens only; ``torch.utils.flop_counter``) over each step's median time and ``--peak-tflops``.
 
@@ -166,27 +167,37 @@ def main() -> None:
                     flops = counter.get_total_flops()
                 step()  # warm-up
                 made = batch_of()  # counted without the collator: its host-side selections wait on nothing
-                runs[name] = {"step": step, "counts": count_ops_and_syncs(lambda: step(made), device), "s": []}
+                runs[name] = {"step": step, "made": made, "s": [], "model_s": [],
+                              "counts": count_ops_and_syncs(lambda: step(made), device)}
         for repeat in range(args.repeats):
             for name in (("padded", "packed") if repeat % 2 == 0 else ("packed", "padded")):
                 model, loss_of, batch_of, transformer, packed = specs[name == "packed"]
+                run = runs[name]
                 with packed_attention_for(transformer, f"{stage} ({name})", None if packed else "the padded side"):
-                    runs[name]["s"].append(devices.timed(runs[name]["step"], device))
+                    run["s"].append(devices.timed(run["step"], device))
+                    run["model_s"].append(devices.timed(lambda: run["step"](run["made"]), device))
         entry = {"real_tokens": real, "slots": slots, "padding": 1 - real / slots, "tflop_real": flops / 1e12,
                  "ratio_packed_vs_padded": statistics.median(
-                     p / q for p, q in zip(runs["padded"]["s"], runs["packed"]["s"]))}
+                     p / q for p, q in zip(runs["padded"]["s"], runs["packed"]["s"])),
+                 "model_ratio_packed_vs_padded": statistics.median(
+                     p / q for p, q in zip(runs["padded"]["model_s"], runs["packed"]["model_s"]))}
         for name, run in runs.items():
-            median = statistics.median(run["s"])
-            entry[name] = {"step_s": run["s"], "real_tokens_per_s": real / median, "ops": run["counts"]["ops"],
+            median, model_median = statistics.median(run["s"]), statistics.median(run["model_s"])
+            entry[name] = {"step_s": run["s"], "model_step_s": run["model_s"], "real_tokens_per_s": real / median,
+                           "model_real_tokens_per_s": real / model_median, "ops": run["counts"]["ops"],
                            "syncs": run["counts"]["syncs"], "cuda_syncs": run["counts"].get("cuda_syncs")}
             if device.type == "cuda":
                 entry[name]["mfu_real"] = flops / median / (args.peak_tflops * 1e12)
+                entry[name]["model_mfu_real"] = flops / model_median / (args.peak_tflops * 1e12)
         results["stages"][stage] = entry
         print(f"{stage:9s} real {real} of {slots} slots ({entry['padding']:.0%} padding)  "
               + "  ".join(f"{n}: {entry[n]['real_tokens_per_s']:,.0f} real tok/s, ops/syncs {entry[n]['ops']}/"
                           f"{entry[n]['syncs']}" + (f", MFU {entry[n]['mfu_real']:.1%}" if "mfu_real" in entry[n]
                                                     else "") for n in ("padded", "packed"))
-              + f"  packed/padded {entry['ratio_packed_vs_padded']:.2f}", flush=True)
+              + f"  packed/padded {entry['ratio_packed_vs_padded']:.2f} (model alone "
+              f"{entry['model_ratio_packed_vs_padded']:.2f}"
+              + (f", MFU {entry['padded']['model_mfu_real']:.1%} → {entry['packed']['model_mfu_real']:.1%}"
+                 if device.type == "cuda" else "") + ")", flush=True)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2) + "\n")

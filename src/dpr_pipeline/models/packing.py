@@ -22,6 +22,7 @@ not go through that interface keeps the padded batches (:func:`packing_supported
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import logging
 from dataclasses import dataclass, fields, replace
@@ -201,9 +202,13 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     return out.transpose(1, 2).flatten(0, 1).index_select(0, rows)[None], None
 
 
+@functools.cache
+def _has_varlen() -> bool:
+    return importlib.util.find_spec("torch.nn.attention.varlen") is not None
+
+
 def _varlen_applies(query: torch.Tensor, dropout: float) -> bool:
-    return query.is_cuda and query.dtype in (torch.bfloat16, torch.float16) and dropout == 0.0 \
-        and importlib.util.find_spec("torch.nn.attention.varlen") is not None
+    return query.is_cuda and query.dtype in (torch.bfloat16, torch.float16) and dropout == 0.0 and _has_varlen()
 
 
 def _log_path(path: str) -> None:
