@@ -9,7 +9,9 @@ A stage supplies three things:
   :mod:`dpr_pipeline.pretraining.objectives`) returns the loss detached; the trainer then skips ``backward``.
 
 The batch order of each epoch is a permutation seeded by (seed, epoch). A step takes ``batch_size`` examples
-(over all processes: rank r gets the r-th contiguous slice). Every ``save_steps`` steps the model, optimizer,
+(over all processes: rank r gets the r-th contiguous slice). The next step's examples are read and collated in a
+worker thread while the device runs this step, and the losses are read from the device every ``LOSS_LOG_EVERY``
+steps, so on a GPU the host queues work ahead instead of waiting on it. Every ``save_steps`` steps the model, optimizer,
 scheduler, RNG states and the step are saved to ``checkpoint_dir/latest`` (atomically, the one before kept as
 ``previous``; tensors and plain containers only, loaded with ``weights_only=True``); a rerun with the same
 folder continues from there and ends with the same weights as an uninterrupted run. ``checkpoint_dir`` must not
@@ -23,6 +25,7 @@ the next run) resumes from that step rather than from the last ``save_steps`` on
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -49,6 +52,56 @@ log = logging.getLogger(__name__)
 
 LOSS_LOG = "loss_log.jsonl"
 CHECKPOINT_STATE = "state.pt"
+#: Steps whose losses stay on the device before the loop reads them, all at once, into the loss log (and the progress
+#: bar): one wait for the device per this many steps instead of one per step. A checkpoint, a stop and the end write
+#: the log first.
+LOSS_LOG_EVERY = 25
+
+
+class _LossLog:
+    """The loss log's lines, written every :data:`LOSS_LOG_EVERY` steps: each step's loss is kept as a device
+    tensor (with its step, epoch, learning rate and the seconds when it was queued) until :meth:`write`."""
+
+    def __init__(self, file, progress):
+        self.file, self.progress, self.pending = file, progress, []
+
+    def add(self, step: int, epoch: int, loss: torch.Tensor, learning_rate: float, seconds: float) -> None:
+        self.pending.append((step, epoch, loss.detach().float(), learning_rate, seconds))
+        if len(self.pending) >= LOSS_LOG_EVERY:
+            self.write()
+
+    def write(self) -> None:
+        if not self.pending:
+            return
+        losses = torch.stack([loss for _, _, loss, _, _ in self.pending]).tolist()  # the one wait
+        for (step, epoch, _, learning_rate, seconds), loss in zip(self.pending, losses):
+            if self.file is not None:
+                self.file.write(json.dumps({"step": step, "epoch": epoch, "loss": loss,
+                                            "learning_rate": learning_rate, "seconds": seconds}) + "\n")
+        if self.file is not None:
+            self.file.flush()
+        self.progress.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
+        self.pending.clear()
+
+
+class _BatchesAhead:
+    """Each step's examples read and collated on the host in a worker thread while the device runs the step before
+    (the collators tokenise, pad or pack: tens of milliseconds a step that the device would otherwise wait for).
+    Only the order of work changes: every batch is a function of its step (seeded indices and examples)."""
+
+    def __init__(self, make: Callable[[int], Any], first: int, last: int):
+        self.make, self.last = make, last
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="batches-ahead")
+        self.next = self.pool.submit(make, first) if first < last else None
+
+    def take(self, step: int):
+        """Step ``step``'s batch (raising whatever making it raised), the next one's started."""
+        made = self.next.result()
+        self.next = self.pool.submit(self.make, step + 1) if step + 1 < self.last else None
+        return made
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class TrainingStopped(PipelineError, RuntimeError):
@@ -232,33 +285,38 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
              steps, settings.batch_size, dist.world_size, device, uses_bf16(device, settings.bf16))
     began = time.monotonic()
     progress = tqdm(total=steps, initial=start, desc=description, disable=not dist.is_main, mininterval=5)
+
+    def make_batch(step: int) -> tuple[int, list, dict | None]:
+        epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
+        share = len(indices) // dist.world_size
+        examples = [data.example(i, epoch) for i in indices[dist.rank * share:(dist.rank + 1) * share]]
+        return epoch, examples, None if settings.micro_batch_size else collate(examples)
+
+    ahead = _BatchesAhead(make_batch, start, steps)
     with (open(log_path, "a", encoding="utf-8") if dist.is_main else contextlib.nullcontext() as loss_file,
-          stop_signals() as received):
+          stop_signals() as received, contextlib.closing(ahead)):
+        losses = _LossLog(loss_file, progress)
         for step in range(start, steps):
-            epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
-            share = len(indices) // dist.world_size
-            examples = [data.example(i, epoch) for i in indices[dist.rank * share:(dist.rank + 1) * share]]
+            epoch, examples, batch = ahead.take(step)
             if settings.micro_batch_size:
                 loss = _accumulate_gradients(wrapped, examples, collate, compute_loss, settings.micro_batch_size,
                                              device, amp, dist)
             else:
                 with amp:
-                    loss = compute_loss(wrapped, to_device(collate(examples), device), dist)
+                    loss = compute_loss(wrapped, to_device(batch, device, non_blocking=True), dist)
             _optimizer_step(loss * dist.world_size if cross_device_loss else loss, model, optimizer, scheduler,
                             settings.max_grad_norm)
             progress.update(1)
-            progress.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
-            if dist.is_main:
-                loss_file.write(json.dumps({"step": step + 1, "epoch": epoch, "loss": loss.item(),
-                                            "learning_rate": scheduler.get_last_lr()[0],
-                                            "seconds": round(time.monotonic() - began, 3)}) + "\n")
-                loss_file.flush()
-                if (step + 1) % settings.save_steps == 0 and step + 1 < steps:
-                    _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step + 1, settings, dist.rank)
+            losses.add(step + 1, epoch, loss, scheduler.get_last_lr()[0], round(time.monotonic() - began, 3))
+            if dist.is_main and (step + 1) % settings.save_steps == 0 and step + 1 < steps:
+                losses.write()
+                _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step + 1, settings, dist.rank)
             if dist.any_process(bool(received)):
+                losses.write()
                 progress.close()
                 _stop(checkpoint_dir, model, optimizer, scheduler, step + 1, steps, settings, dist, description,
                       received)
+        losses.write()
     progress.close()
     dist.barrier()
     if dist.is_main and loss_log is not None:
