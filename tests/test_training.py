@@ -286,3 +286,46 @@ def test_drawn_pairs_are_the_pairs_the_examples_read_and_only_they_need_scores()
         QueryGroups(to_table(frame, "negatives"), store, queries, 2, 7, with_scores=True,
                     source="teacher.parquet").check_scores(2)
     assert (err.value.path, err.value.row) == ("teacher.parquet", 2)
+
+
+def test_batches_made_ahead_are_the_steps_batches_and_an_error_reaches_the_step():
+    from dpr_pipeline.training.trainer import _BatchesAhead
+
+    made = []
+
+    def make(step):
+        made.append(step)
+        if step == 3:
+            raise ValueError("bad row in step 3")
+        return step * 10
+
+    ahead = _BatchesAhead(make, 1, 5)
+    try:
+        assert [ahead.take(1), ahead.take(2)] == [10, 20]
+        with pytest.raises(ValueError, match="bad row in step 3"):
+            ahead.take(3)
+    finally:
+        ahead.close()
+    assert made[:3] == [1, 2, 3]
+
+
+def test_the_loss_log_reads_the_device_every_few_steps_and_writes_every_step(monkeypatch):
+    import io
+
+    from dpr_pipeline.training import trainer
+
+    monkeypatch.setattr(trainer, "LOSS_LOG_EVERY", 3)
+    file, postfix = io.StringIO(), []
+
+    class Progress:
+        def set_postfix(self, **kwargs):
+            postfix.append(kwargs["loss"])
+
+    log = trainer._LossLog(file, Progress())
+    for step in range(1, 5):
+        log.add(step, 0, torch.tensor(step / 10), 1e-5, float(step))
+    assert len(file.getvalue().splitlines()) == 3 and postfix == ["0.3000"]   # step 4 still on the device
+    log.write()
+    lines = [json.loads(line) for line in file.getvalue().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3, 4] and lines[3]["loss"] == pytest.approx(0.4)
+    assert postfix[-1] == "0.4000"

@@ -154,7 +154,8 @@ def _masked_mean_lm(head: nn.Module, states: torch.Tensor, targets: torch.Tensor
     with zero gradients for the head): the head runs on those positions only. ``positions``: a [B, L] boolean
     mask, or flat row indices into [B, L] (:func:`token_rows`: no wait on the device for the selection's size)."""
     if positions.dtype != torch.bool:
-        return lm_loss_sum(head, token_rows(states, positions), token_rows(targets, positions)) / max(1, len(positions))
+        count = max(1, len(positions))
+        return lm_loss_sum(head, token_rows(states, positions), token_rows(targets, positions)) / count
     return lm_loss_sum(head, states[positions], targets[positions]) / positions.sum().clamp(min=1)
 
 
@@ -216,8 +217,10 @@ class PretrainingModel(nn.Module):
 
     def forward(self, input_ids, attention_mask, content, importance=None,
                 content_rows=None) -> dict[str, torch.Tensor]:
-        """The method's losses; ``content_rows``: ``content``'s flat indices (:func:`mask_rows`), made by the
-        collator on the host (None: made here when the method reads them)."""
+        """The method's losses. ``attention_mask`` here and in the building blocks is the batch's layout: a [B, L]
+        padding mask, or the collator's :class:`PackedBatch` (``input_ids``, ``content`` [1, T]: the texts' real
+        tokens). ``content_rows``: ``content``'s flat indices (:func:`mask_rows`), made by the collator on the host
+        (None: made here when the method reads them)."""
         return self.method.loss(self, input_ids, attention_mask, content, importance, content_rows)
 
     # -- building blocks of the methods' losses -----------------------------------------------------------------
