@@ -62,6 +62,17 @@ def test_sorted_batches_equal_one_text_at_a_time_in_input_order(loaded):
     np.testing.assert_allclose(vectors[3], direct[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("tokenize_rows", [1, 2, 3])
+def test_texts_tokenised_in_chunks_ahead_give_the_same_vectors_in_input_order(loaded, tokenize_rows):
+    """Chunks tokenised in a worker thread while the previous one is encoded: every row as one chunk gives it."""
+    encoder, tokenizer = loaded
+    texts = TEXTS * 2
+    whole = encode_texts(encoder, tokenizer, texts, max_length=MAX_LENGTH, batch_size=3)
+    chunked = encode_texts(encoder, tokenizer, texts, max_length=MAX_LENGTH, batch_size=3,
+                           tokenize_rows=tokenize_rows)
+    np.testing.assert_allclose(chunked, whole, atol=1e-5)
+
+
 def test_encoding_equals_the_straightforward_per_batch_computation(loaded):
     """Against the textbook loop (the tokenizer pads each batch of ``batch_size`` texts in input order, the
     encoder runs, each batch's vectors are copied back): the same rows in the same order, in float32 and under

@@ -2,8 +2,9 @@
 
 Vectors come from :class:`dpr_pipeline.models.embedding.TextEncoder`, the object training uses, with the pooling the
 model folder records, so a trained model encodes here exactly as it scored during training. :func:`encode_texts`
-tokenizes every text once, sorts the texts by token length (longest first) and pads each batch only to its own
-longest text, so batches carry almost no padding; rows come back in the input order. A batch holds at most
+tokenizes every text once (``TOKENIZE_ROWS`` at a time, the next chunk while this one is encoded), sorts each chunk's
+texts by token length (longest first) and pads each batch only to its own longest text, so batches carry almost no
+padding (~1 % at MS MARCO's lengths; packing them would not pay); rows come back in the input order. A batch holds at most
 ``batch_size × max_length`` tokens: ``batch_size`` texts of the longest kind, proportionally more shorter ones
 (short texts in small batches leave the matrix multiplications underused), with the peak memory of a full batch
 of long texts. Batches are cut from the token array in pinned memory and copied without blocking, a batch without
@@ -18,6 +19,7 @@ range of ``corpus.parquet`` rows, so its memory is bounded by the shard, not by 
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from pathlib import Path
@@ -40,11 +42,13 @@ logger = logging.getLogger(__name__)
 
 VECTOR_DTYPES = ("float16", "float32")
 GATHER_ROWS = 65536  # vectors held on the device before one bulk copy back (768 dims: 200 MB)
+TOKENIZE_ROWS = 65536  # texts tokenised at a time, the next chunk in a worker thread while this one is encoded
 
 
 def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_length: int,
                  batch_size: int, device: str | torch.device | None = None, bf16: bool = False,
-                 progress: bool = False, gather_rows: int = GATHER_ROWS, prompt: str = "") -> np.ndarray:
+                 progress: bool = False, gather_rows: int = GATHER_ROWS, prompt: str = "",
+                 tokenize_rows: int = TOKENIZE_ROWS) -> np.ndarray:
     """Encode ``texts`` into a float32 array ``[len(texts), hidden_size]`` of unit-length vectors.
 
     ``prompt``: the text put before each one (the encoder's ``prompts.query`` for queries, ``prompts.passage``
@@ -54,7 +58,9 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     token budget, padding included). ``device`` defaults to where the encoder already is; with ``bf16`` the
     forward pass runs under bf16 autocast where the device supports it natively (:func:`devices.uses_bf16`).
 
-    The host runs ahead of a GPU: each batch is cut from the one tokenisation
+    The host runs ahead of a GPU: the texts are tokenised ``tokenize_rows`` at a time, the next chunk in a worker
+    thread while this one is encoded (the Rust tokenizer releases the GIL), and sorted by length within their chunk;
+    each batch is cut from its chunk's tokenisation
     (:meth:`~dpr_pipeline.models.token_arrays.TokenArrays.padded_batch`, in pinned host memory on CUDA, copied without
     blocking); a batch whose texts all have its length goes in without an attention mask (nothing for
     transformers to check on the host, which waits for the GPU once per masked batch); and the vectors stay where
@@ -68,27 +74,42 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
     vectors = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
     if not texts:
         return vectors
-    tokens = token_arrays.tokenize(tokenizer, [prompt + text for text in texts] if prompt else texts,
-                                   max_length=max_length, token_type_ids=False)
     prompt_tokens = encoder.prompt_tokens(tokenizer, prompt)
-    lengths = tokens.lengths
-    logger.info("%d of %d texts reach max_length %d tokens (those longer are truncated); %s on %s",
-                int((lengths >= max_length).sum()), len(texts), max_length,
-                "bf16 autocast" if devices.uses_bf16(device, bf16) else "float32", device)
+
+    def tokenized(start: int) -> token_arrays.TokenArrays:
+        chunk = texts[start:start + tokenize_rows]
+        return token_arrays.tokenize(tokenizer, [prompt + text for text in chunk] if prompt else chunk,
+                                     max_length=max_length, token_type_ids=False)
+
     pin = device.type == "cuda"  # pinned host memory: the copy to the GPU runs while the host prepares the next
     pending: list[tuple[np.ndarray, torch.Tensor]] = []  # (rows, their vectors still on the device)
+    starts = range(0, len(texts), tokenize_rows)
+    reaching = 0
     with torch.inference_mode(), devices.autocast(device, bf16), \
+            concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool, \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
-        for rows in _token_budget_batches(lengths, batch_size * max_length):
-            batch = tokens.padded_batch(rows, tokenizer.pad_token_id, tokenizer.padding_side, pin_memory=pin)
-            padded = lengths[rows].min() < lengths[rows].max()  # known here: no device value is read for it
-            pending.append((rows, encoder(batch["input_ids"].to(device, non_blocking=pin),
-                                          batch["attention_mask"].to(device, non_blocking=pin) if padded else None,
-                                          prompt_tokens)))
-            if sum(len(r) for r, _ in pending) >= gather_rows:
-                _gather(pending, vectors, texts)
-            bar.update(len(rows))
+        ahead = pool.submit(tokenized, 0)
+        for start in starts:
+            tokens = ahead.result()
+            if start + tokenize_rows < len(texts):
+                ahead = pool.submit(tokenized, start + tokenize_rows)
+            lengths = tokens.lengths
+            if start == 0:
+                logger.info("encoding %d texts: %s on %s", len(texts),
+                            "bf16 autocast" if devices.uses_bf16(device, bf16) else "float32", device)
+            reaching += int((lengths >= max_length).sum())
+            for rows in _token_budget_batches(lengths, batch_size * max_length):
+                batch = tokens.padded_batch(rows, tokenizer.pad_token_id, tokenizer.padding_side, pin_memory=pin)
+                padded = lengths[rows].min() < lengths[rows].max()  # known here: no device value is read for it
+                pending.append((rows + start, encoder(
+                    batch["input_ids"].to(device, non_blocking=pin),
+                    batch["attention_mask"].to(device, non_blocking=pin) if padded else None, prompt_tokens)))
+                if sum(len(r) for r, _ in pending) >= gather_rows:
+                    _gather(pending, vectors, texts)
+                bar.update(len(rows))
         _gather(pending, vectors, texts)
+    logger.info("%d of %d texts reach max_length %d tokens (those longer are truncated)", reaching, len(texts),
+                max_length)
     return vectors
 
 
