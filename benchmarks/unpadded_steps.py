@@ -44,6 +44,7 @@ from dpr_pipeline.data.corpus_shards import passage_text  # noqa: E402
 from dpr_pipeline.models import devices  # noqa: E402
 from dpr_pipeline.models.embedding import load_text_encoder  # noqa: E402
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer  # noqa: E402
+from dpr_pipeline.models import packing  # noqa: E402
 from dpr_pipeline.models.packing import packed_attention_for  # noqa: E402
 from dpr_pipeline.pretraining.objectives import SpecialTokens  # noqa: E402
 from dpr_pipeline.pretraining.train import PretrainingCollator, build_model, default_step  # noqa: E402
@@ -146,6 +147,7 @@ def stage_steps(stage: str, args, device, passages: list[str], claims: list[str]
 
 def main() -> None:
     args = parse_args()
+    packing.PACK_FROM_PADDING = 0.0  # the packed side packs every batch, whatever its padding
     device = torch.device(args.device) if args.device else devices.default_device()
     passages = msmarco_like_passages(max(args.queries * args.group, args.reranker_queries * args.reranker_group,
                                          args.pretrain_batch))

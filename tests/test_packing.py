@@ -111,3 +111,18 @@ def test_a_packed_cross_encoder_scores_as_the_padded_one():
     with packed_attention_for(model, "test"):
         packed = sequence_scores(model, {"input_ids": pack(ids, mask, types)})
     torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)
+
+
+def test_a_collator_packs_only_a_batch_with_a_fifth_of_its_slots_padding():
+    from dpr_pipeline.pretraining.objectives import SpecialTokens
+    from dpr_pipeline.pretraining.train import PretrainingCollator
+
+    collate = PretrainingCollator(SpecialTokens(cls=1, sep=2, pad=0, mask=3), packed=True)
+    def text(length):  # [CLS] content [SEP]
+        return [torch.cat([torch.tensor([1]), torch.arange(5, 3 + length), torch.tensor([2])]).numpy()]
+
+    nearly_full = collate([text(20), text(18)])  # 2 of 40 slots padding
+    assert torch.is_tensor(nearly_full["attention_mask"]) and nearly_full["input_ids"].shape == (2, 20)
+    ragged = collate([text(20), text(10)])       # 10 of 40
+    assert ragged["input_ids"].shape == (1, 30) and ragged["attention_mask"].num_texts == 2
+    assert ragged["content_rows"].tolist() == [r for r in range(30) if r not in (0, 19, 20, 29)]

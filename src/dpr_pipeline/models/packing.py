@@ -15,7 +15,8 @@ batch's sequence boundaries (``cu_seq_lens_q``, transformers' own keyword for pa
   exactly the padded model's, everything around it unpadded;
 
 and without boundaries (a padded batch) is transformers' SDPA. The result equals the padded model's at the real
-tokens, up to float rounding (tests/test_packing.py: outputs, losses and gradients). A model whose attention does
+tokens, up to float rounding (tests/test_packing.py: outputs, losses and gradients). A collator packs a batch when
+it is worth it (:func:`worth_packing`: a fifth of its slots or more are padding), else leaves it padded. A model whose attention does
 not go through that interface keeps the padded batches (:func:`packing_supported`); the log says which path ran.
 """
 
@@ -36,6 +37,10 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 log = logging.getLogger(__name__)
 
 PACKED_ATTENTION = "dpr_packed_sdpa"
+#: A batch is packed when at least this share of its token slots is padding. Measured (benchmarks/README.md, "Issue
+#: 53"): packing pays at 26–46 % padding (1.05–1.44× on a CPU, 1.14–1.42× for the GPU's model steps but the
+#: re-ranker's) and loses at 7–8 % (0.5–1.0× on a CPU), where its extra copies outweigh the FLOPs it saves.
+PACK_FROM_PADDING = 0.2
 _logged_paths: set[str] = set()
 
 
@@ -90,6 +95,11 @@ class PackedBatch:
         batch, length = self.key_mask.shape
         padded = tokens.new_zeros((batch * length, *tokens.shape[1:]))
         return padded.index_copy(0, self.rows, tokens).view(batch, length, *tokens.shape[1:])
+
+
+def worth_packing(attention_mask: torch.Tensor) -> bool:
+    """Whether a padded batch has enough padding to pack (:data:`PACK_FROM_PADDING`); read on the host."""
+    return 1 - float(attention_mask.sum()) / attention_mask.numel() >= PACK_FROM_PADDING
 
 
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor,

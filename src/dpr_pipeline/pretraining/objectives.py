@@ -92,6 +92,12 @@ def token_rows(tokens: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return tokens.flatten(0, 1).index_select(0, rows)
 
 
+def waits_on_selection(device: torch.device) -> bool:
+    """Whether selecting rows by a mask computed on ``device`` makes the host wait (the result's size must come
+    back from an accelerator); on a CPU it does not, and the selection is the cheaper way."""
+    return device.type != "cpu"
+
+
 def mask_rows(mask: torch.Tensor) -> torch.Tensor:
     """The flat indices of ``mask``'s True positions (on a GPU this waits for the device: build them on the host,
     as the collator does for ``content_rows``, where a step runs often)."""
@@ -314,8 +320,10 @@ class PretrainingModel(nn.Module):
 
     def generator_inputs(self, input_ids, attention_mask, content, content_rows=None):
         """(x_enc, x_dec, encoder mask, decoder mask, {"generator": its MLM loss when trained}): the generator fills
-        SimLM's nested masks; its head runs on ``content_rows`` (default: each mask's own positions)."""
+        SimLM's nested masks. Its head runs on ``content_rows`` on an accelerator (no wait for the masked rows'
+        number), on each mask's own rows on a CPU (nothing waits there, and 80 % of the rows instead of 200 %)."""
         enc_mask, dec_mask = self.nested_masks(content)
+        content_rows = content_rows if waits_on_selection(input_ids.device) else None
         x_enc, gen_enc = self.generator.replace(input_ids, attention_mask, enc_mask, self.special.mask, content_rows)
         x_dec, gen_dec = self.generator.replace(input_ids, attention_mask, dec_mask, self.special.mask, content_rows)
         losses = {}

@@ -21,7 +21,7 @@ from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models import loading as models
 from dpr_pipeline.models.embedding import TextEncoder, resolve_pooling, resolve_prompts, save_text_encoder
-from dpr_pipeline.models.packing import pack, packed_attention_for
+from dpr_pipeline.models.packing import pack, packed_attention_for, worth_packing
 from dpr_pipeline.pretraining.masking import content_positions
 from dpr_pipeline.pretraining.methods import ObjectiveSettings, PretrainingMethod, pretraining_method
 from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, compile_layers,
@@ -62,9 +62,9 @@ class PassageData:
 class PretrainingCollator:
     """Pad a list of examples into ``input_ids``, ``attention_mask``, ``content``, ``content_rows`` (``content``'s flat
     indices, made here on the host so that the step on a GPU need not wait to learn their number) and, given
-    n-gram counts, the token importance a method declaring ``ngram_counts`` reads. ``packed``: the texts' real tokens
-    packed into one row (each [1, T]), ``attention_mask`` then the :class:`~dpr_pipeline.models.packing.PackedBatch`
-    that says where each text lies."""
+    n-gram counts, the token importance a method declaring ``ngram_counts`` reads. ``packed``: where it is worth it
+    (:func:`~dpr_pipeline.models.packing.worth_packing`), the texts' real tokens packed into one row (each [1, T]),
+    ``attention_mask`` then the :class:`~dpr_pipeline.models.packing.PackedBatch` that says where each text lies."""
 
     def __init__(self, special: SpecialTokens, ngram_counts: NgramCounts | None = None, window: int = 4,
                  packed: bool = False):
@@ -86,7 +86,7 @@ class PretrainingCollator:
         if self.ngram_counts is not None:
             batch["importance"] = torch.from_numpy(
                 ami_importance(input_ids, batch["content"].numpy(), self.ngram_counts, self.window))
-        if self.packed:
+        if self.packed and worth_packing(batch["attention_mask"]):
             packed = pack(batch["input_ids"], batch["attention_mask"])
             batch = {key: value.flatten(0, 1)[packed.rows][None] for key, value in batch.items()}
             batch["attention_mask"] = packed

@@ -23,7 +23,7 @@ from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.models.devices import autocast, model_device, to_device
 from dpr_pipeline.models.embedding import declared_prompts
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
-from dpr_pipeline.models.packing import PackedBatch, pack, packed_attention_for
+from dpr_pipeline.models.packing import PackedBatch, pack, packed_attention_for, worth_packing
 from dpr_pipeline.reranking.scoring import encode_pairs, load_scorer
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group, QueryGroups, read_query_groups
@@ -40,12 +40,13 @@ SENTENCE_TRANSFORMERS_CONFIG = {"activation_fn": "torch.nn.modules.linear.Identi
 
 def make_collate(tokenizer, max_length: int, packed: bool = False) -> Callable[[list[Group]], dict]:
     """Batch the groups as (query, passage) pairs, each query repeated for its positive and negatives; ``packed``:
-    the pairs' real tokens packed (``input_ids`` a :class:`~dpr_pipeline.models.packing.PackedBatch`)."""
+    the pairs' real tokens packed (``input_ids`` a :class:`~dpr_pipeline.models.packing.PackedBatch`) where that is
+    worth it (:func:`~dpr_pipeline.models.packing.worth_packing`)."""
     def collate(groups: list[Group]) -> dict:
         queries = [group.query for group in groups for _ in group.passages]
         passages = [passage for group in groups for passage in group.passages]
         pairs = encode_pairs(tokenizer, queries, passages, max_length=max_length)
-        if packed:
+        if packed and worth_packing(pairs["attention_mask"]):
             pairs = {"input_ids": pack(pairs["input_ids"], pairs["attention_mask"], pairs.get("token_type_ids"))}
         return {**pairs, GROUP_SIZE: len(groups[0].passages)}
     return collate
