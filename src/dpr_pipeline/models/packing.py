@@ -16,8 +16,9 @@ batch's sequence boundaries (``cu_seq_lens_q``, transformers' own keyword for pa
 
 and without boundaries (a padded batch) is transformers' SDPA. The result equals the padded model's at the real
 tokens, up to float rounding (tests/test_packing.py: outputs, losses and gradients). A collator packs a batch when
-it is worth it (:func:`worth_packing`: a fifth of its slots or more are padding), else leaves it padded. A model whose attention does
-not go through that interface keeps the padded batches (:func:`packing_supported`); the log says which path ran.
+it is worth it (:func:`worth_packing`: a fifth of its slots or more are padding), else leaves it padded. A model
+whose attention does not go through that interface keeps the padded batches (:func:`packing_supported`); the log
+says which path ran.
 """
 
 from __future__ import annotations
@@ -64,10 +65,6 @@ class PackedBatch:
         return self.cu_seq_lens.shape[0] - 1
 
     @property
-    def num_tokens(self) -> int:
-        return self.input_ids.shape[1]
-
-    @property
     def first_rows(self) -> torch.Tensor:
         """Each text's first token ([CLS]) in the packed row."""
         return self.cu_seq_lens[:-1].long()
@@ -90,16 +87,12 @@ class PackedBatch:
                 "max_length_q": self.max_length, "max_length_k": self.max_length,
                 "packed_rows": self.rows, "packed_key_mask": self.key_mask}
 
-    def unpack(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Per-token values [T, …] back in the padded layout [B, L, …] (zeros at padding)."""
-        batch, length = self.key_mask.shape
-        padded = tokens.new_zeros((batch * length, *tokens.shape[1:]))
-        return padded.index_copy(0, self.rows, tokens).view(batch, length, *tokens.shape[1:])
 
-
-def worth_packing(attention_mask: torch.Tensor) -> bool:
-    """Whether a padded batch has enough padding to pack (:data:`PACK_FROM_PADDING`); read on the host."""
-    return 1 - float(attention_mask.sum()) / attention_mask.numel() >= PACK_FROM_PADDING
+def worth_packing(*attention_masks: torch.Tensor) -> bool:
+    """Whether a padded batch (the masks of all its parts: a bi-encoder's queries and passages) has enough padding
+    to pack (:data:`PACK_FROM_PADDING` of all its slots); read on the host."""
+    real = sum(float(mask.sum()) for mask in attention_masks)
+    return 1 - real / sum(mask.numel() for mask in attention_masks) >= PACK_FROM_PADDING
 
 
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -38,8 +38,8 @@ def passage_key(doc_id: str) -> int:
 class BiEncoderCollator:
     """Tokenise a list of groups: queries [B] and passages [B·(1+n)] (each query's positive first), each after
     its prompt (``prompts``: the encoder's; none by default); ``packed``: their real tokens packed
-    (:class:`~dpr_pipeline.models.packing.PackedBatch`, attention masks None) where that is worth it
-    (:func:`~dpr_pipeline.models.packing.worth_packing`), else padded."""
+    (:class:`~dpr_pipeline.models.packing.PackedBatch`, attention masks None) where that is worth it for the batch
+    as a whole (:func:`~dpr_pipeline.models.packing.worth_packing`), else padded."""
 
     def __init__(self, tokenizer, query_max_length: int, passage_max_length: int, prompts: Prompts | None = None,
                  packed: bool = False):
@@ -57,8 +57,8 @@ class BiEncoderCollator:
         batch = {"query_input_ids": queries["input_ids"], "query_attention_mask": queries["attention_mask"],
                  "passage_input_ids": passages["input_ids"], "passage_attention_mask": passages["attention_mask"],
                  "passage_keys": torch.tensor([passage_key(d) for g in groups for d in g.passage_ids])}
-        for side in ("query", "passage"):
-            if self.packed and worth_packing(batch[f"{side}_attention_mask"]):
+        if self.packed and worth_packing(batch["query_attention_mask"], batch["passage_attention_mask"]):
+            for side in ("query", "passage"):
                 batch[f"{side}_input_ids"] = pack(batch[f"{side}_input_ids"], batch.pop(f"{side}_attention_mask"))
                 batch[f"{side}_attention_mask"] = None
         if groups and groups[0].scores is not None:
