@@ -151,8 +151,9 @@ def packed_attention_for(model: torch.nn.Module, what: str, unsupported: str | N
     own = [config._attn_implementation for config in configs]
     for config in configs:
         config._attn_implementation = PACKED_ATTENTION
-    log.info("%s: unpadded batches (the real tokens packed; attention per text: FlashAttention varlen on CUDA in "
-             "bf16, else SDPA)", what)
+    log.info("%s: a batch with %d %% or more padding is unpadded (its real tokens packed; attention per text: "
+             "FlashAttention varlen on CUDA in bf16, else SDPA); the first packed batch logs which ran", what,
+             round(100 * PACK_FROM_PADDING))
     try:
         yield True
     finally:
