@@ -309,19 +309,18 @@ def test_batches_made_ahead_are_the_steps_batches_and_an_error_reaches_the_step(
     assert made[:3] == [1, 2, 3]
 
 
-def test_the_loss_log_reads_the_device_every_few_steps_and_writes_every_step(monkeypatch):
+def test_the_loss_log_reads_the_device_every_few_steps_and_writes_every_step():
     import io
 
     from dpr_pipeline.training import trainer
 
-    monkeypatch.setattr(trainer, "LOSS_LOG_EVERY", 3)
     file, postfix = io.StringIO(), []
 
     class Progress:
         def set_postfix(self, **kwargs):
             postfix.append(kwargs["loss"])
 
-    log = trainer._LossLog(file, Progress())
+    log = trainer._LossLog(file, Progress(), every=3)
     for step in range(1, 5):
         log.add(step, 0, torch.tensor(step / 10), 1e-5, float(step))
     assert len(file.getvalue().splitlines()) == 3 and postfix == ["0.3000"]   # step 4 still on the device

@@ -10,8 +10,8 @@ A stage supplies three things:
 
 The batch order of each epoch is a permutation seeded by (seed, epoch). A step takes ``batch_size`` examples
 (over all processes: rank r gets the r-th contiguous slice). The next step's examples are read and collated in a
-worker thread while the device runs this step, and the losses are read from the device every ``LOSS_LOG_EVERY``
-steps, so on a GPU the host queues work ahead instead of waiting on it. Every ``save_steps`` steps the model, optimizer,
+worker thread while the device runs this step, and on a GPU the losses are read from the device every
+``LOSS_LOG_EVERY`` steps, so the host queues work ahead instead of waiting on it. Every ``save_steps`` steps the model, optimizer,
 scheduler, RNG states and the step are saved to ``checkpoint_dir/latest`` (atomically, the one before kept as
 ``previous``; tensors and plain containers only, loaded with ``weights_only=True``); a rerun with the same
 folder continues from there and ends with the same weights as an uninterrupted run. ``checkpoint_dir`` must not
@@ -52,22 +52,22 @@ log = logging.getLogger(__name__)
 
 LOSS_LOG = "loss_log.jsonl"
 CHECKPOINT_STATE = "state.pt"
-#: Steps whose losses stay on the device before the loop reads them, all at once, into the loss log (and the progress
-#: bar): one wait for the device per this many steps instead of one per step. A checkpoint, a stop and the end write
-#: the log first.
+#: Steps whose losses stay on an accelerator before the loop reads them, all at once, into the loss log (and the
+#: progress bar): one wait for the device per this many steps instead of one per step. A checkpoint, a stop and the
+#: end write the log first. On a CPU reading a loss waits for nothing: the log is written every step.
 LOSS_LOG_EVERY = 25
 
 
 class _LossLog:
-    """The loss log's lines, written every :data:`LOSS_LOG_EVERY` steps: each step's loss is kept as a device
-    tensor (with its step, epoch, learning rate and the seconds when it was queued) until :meth:`write`."""
+    """The loss log's lines, written every ``every`` steps: each step's loss is kept as a device tensor (with its
+    step, epoch, learning rate and the seconds when it was queued) until :meth:`write`."""
 
-    def __init__(self, file, progress):
-        self.file, self.progress, self.pending = file, progress, []
+    def __init__(self, file, progress, every: int):
+        self.file, self.progress, self.every, self.pending = file, progress, every, []
 
     def add(self, step: int, epoch: int, loss: torch.Tensor, learning_rate: float, seconds: float) -> None:
         self.pending.append((step, epoch, loss.detach().float(), learning_rate, seconds))
-        if len(self.pending) >= LOSS_LOG_EVERY:
+        if len(self.pending) >= self.every:
             self.write()
 
     def write(self) -> None:
@@ -295,7 +295,7 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     ahead = _BatchesAhead(make_batch, start, steps)
     with (open(log_path, "a", encoding="utf-8") if dist.is_main else contextlib.nullcontext() as loss_file,
           stop_signals() as received, contextlib.closing(ahead)):
-        losses = _LossLog(loss_file, progress)
+        losses = _LossLog(loss_file, progress, 1 if device.type == "cpu" else LOSS_LOG_EVERY)
         for step in range(start, steps):
             epoch, examples, batch = ahead.take(step)
             if settings.micro_batch_size:
