@@ -14,9 +14,10 @@ own, under bf16 autocast where the device runs it natively, then backward and Ad
 Each step is built twice from the same start, with padded and with packed batches (models/packing.py), and the two
 alternate after a warm-up, each timed as the trainer runs it (the batch made on the host, then the model's step) and
 on a batch made beforehand (the model's step alone). Reported per stage: real tokens per step and the share of
-padded slots; real tokens/s of each and the median of the paired ratios (packed / padded); ops and host synchronisations per step
-(``training.step_counts``, the batch made beforehand); on a GPU the MFU on real tokens, i.e. the packed step's FLOPs (which computes on real
-tokens only; ``torch.utils.flop_counter``) over each step's median time and ``--peak-tflops``.
+padded slots; real tokens/s of each and the median of the paired ratios (packed / padded); ops and host
+synchronisations per step (``training.step_counts``, the batch made beforehand); on a GPU the MFU on real tokens,
+i.e. the packed step's FLOPs (which computes on real tokens only; ``torch.utils.flop_counter``) over each step's
+median time and ``--peak-tflops``.
 
     .venv/bin/python benchmarks/unpadded_steps.py --device cpu --queries 4 --group 4 --reranker-queries 1 \\
         --reranker-group 16 --pretrain-batch 8 --output benchmarks/runs/unpadded_cpu.json

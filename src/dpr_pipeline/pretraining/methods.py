@@ -182,7 +182,8 @@ def _cdmae(model, input_ids, attention_mask, content, importance, rows):
     dec_mask = model.importance_mask(importance, content)
     encoded = model.encode(model.bert_mask(input_ids, enc_mask), attention_mask).last_hidden_state
     bottleneck = model.projection(model.bottleneck(encoded, attention_mask))
-    decoded = model.decode(bottleneck, model.decoder_embeddings(model.bert_mask(input_ids, dec_mask), attention_mask),
+    decoded = model.decode(bottleneck,
+                           model.decoder_embeddings(model.bert_mask(input_ids, dec_mask), attention_mask),
                            model.decoder_attention(attention_mask))
     return _total({"encoder": model.lm_loss(encoded, input_ids, enc_mask),
                    "decoder": model.lm_loss(decoded, input_ids, dec_mask)})
@@ -191,7 +192,8 @@ def _cdmae(model, input_ids, attention_mask, content, importance, rows):
 def _seed_encoder(model, input_ids, attention_mask, content, importance, rows):
     mask = model.mask(content, model.settings.encoder_replace_rate)
     encoded = model.encode(model.bert_mask(input_ids, mask), attention_mask).last_hidden_state
-    decoded = model.decode(model.bottleneck(encoded, attention_mask), model.decoder_embeddings(input_ids, attention_mask),
+    decoded = model.decode(model.bottleneck(encoded, attention_mask),
+                           model.decoder_embeddings(input_ids, attention_mask),
                            model.decoder_attention(attention_mask, causal_span=model.settings.seed_attention_span))
     # position j predicts token j + 1 from [CLS] and tokens j−k+1 … j
     return _total({"encoder": model.lm_loss(encoded, input_ids, mask),

@@ -2,9 +2,10 @@
 
 Vectors come from :class:`dpr_pipeline.models.embedding.TextEncoder`, the object training uses, with the pooling the
 model folder records, so a trained model encodes here exactly as it scored during training. :func:`encode_texts`
-tokenizes every text once (``TOKENIZE_ROWS`` at a time, the next chunk while this one is encoded), sorts each chunk's
-texts by token length (longest first) and pads each batch only to its own longest text, so batches carry almost no
-padding (~1 % at MS MARCO's lengths; packing them would not pay); rows come back in the input order. A batch holds at most
+tokenizes every text once (``TOKENIZE_ROWS`` at a time, the next chunk while this one is encoded), sorts each
+chunk's texts by token length (longest first) and pads each batch only to its own longest text, so batches carry
+almost no padding (~1 % at MS MARCO's lengths; packing them would not pay); rows come back in the input order.
+A batch holds at most
 ``batch_size × max_length`` tokens: ``batch_size`` texts of the longest kind, proportionally more shorter ones
 (short texts in small batches leave the matrix multiplications underused), with the peak memory of a full batch
 of long texts. Batches are cut from the token array in pinned memory and copied without blocking, a batch without
@@ -83,20 +84,18 @@ def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_l
 
     pin = device.type == "cuda"  # pinned host memory: the copy to the GPU runs while the host prepares the next
     pending: list[tuple[np.ndarray, torch.Tensor]] = []  # (rows, their vectors still on the device)
-    starts = range(0, len(texts), tokenize_rows)
     reaching = 0
+    logger.info("encoding %d texts: %s on %s", len(texts),
+                "bf16 autocast" if devices.uses_bf16(device, bf16) else "float32", device)
     with torch.inference_mode(), devices.autocast(device, bf16), \
             concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool, \
             tqdm(total=len(texts), desc="encoding", unit="text", disable=not progress) as bar:
         ahead = pool.submit(tokenized, 0)
-        for start in starts:
+        for start in range(0, len(texts), tokenize_rows):
             tokens = ahead.result()
             if start + tokenize_rows < len(texts):
                 ahead = pool.submit(tokenized, start + tokenize_rows)
             lengths = tokens.lengths
-            if start == 0:
-                logger.info("encoding %d texts: %s on %s", len(texts),
-                            "bf16 autocast" if devices.uses_bf16(device, bf16) else "float32", device)
             reaching += int((lengths >= max_length).sum())
             for rows in _token_budget_batches(lengths, batch_size * max_length):
                 batch = tokens.padded_batch(rows, tokenizer.pad_token_id, tokenizer.padding_side, pin_memory=pin)

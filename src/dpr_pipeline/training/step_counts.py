@@ -22,7 +22,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Ops whose output shape (or value, read on the host) depends on the data.
-SYNC_OPS = {"aten.nonzero.default", "aten.nonzero_static.default", "aten.masked_select.default",
+SYNC_OPS = {"aten.nonzero.default", "aten.masked_select.default",
             "aten._local_scalar_dense.default", "aten.unique_consecutive.default", "aten._unique2.default",
             "aten.unique_dim.default", "aten.repeat_interleave.Tensor", "aten.masked_scatter.default",
             "aten.is_nonzero.default", "aten.equal.default"}

@@ -11,10 +11,10 @@ A stage supplies three things:
 The batch order of each epoch is a permutation seeded by (seed, epoch). A step takes ``batch_size`` examples
 (over all processes: rank r gets the r-th contiguous slice). The next step's examples are read and collated in a
 worker thread while the device runs this step, and on a GPU the losses are read from the device every
-``LOSS_LOG_EVERY`` steps, so the host queues work ahead instead of waiting on it. Every ``save_steps`` steps the model, optimizer,
-scheduler, RNG states and the step are saved to ``checkpoint_dir/latest`` (atomically, the one before kept as
-``previous``; tensors and plain containers only, loaded with ``weights_only=True``); a rerun with the same
-folder continues from there and ends with the same weights as an uninterrupted run. ``checkpoint_dir`` must not
+``LOSS_LOG_EVERY`` steps, so the host queues work ahead instead of waiting on it. Every ``save_steps`` steps the
+model, optimizer, scheduler, RNG states and the step are saved to ``checkpoint_dir/latest`` (atomically, the one
+before kept as ``previous``; tensors and plain containers only, loaded with ``weights_only=True``); a rerun with
+the same folder continues from there and ends with the same weights as an uninterrupted run. ``checkpoint_dir`` must not
 be a declared Snakemake output, since Snakemake deletes those when a job fails.
 
 SIGTERM (what Slurm sends at a job's time limit, or ``--signal``'s time before it, and on preemption) does not
