@@ -38,3 +38,8 @@ rule all:
     input:
         final_targets(),
     default_target: True
+
+
+# Deleting a file reruns the job that writes it and what is built on it, for any target
+# (src/dpr_pipeline/workflow/deleted_inputs.py); after the last rule
+rerun_deleted_inputs(workflow)

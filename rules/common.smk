@@ -27,6 +27,7 @@ import dpr_pipeline.workflow.stage_settings as settings
 import dpr_pipeline.workflow.stages as stages
 from dpr_pipeline.workflow.resources import job_resources, job_runtime, scaled, short_of_retries
 from dpr_pipeline.workflow.config import train_split_of, validate_config
+from dpr_pipeline.workflow.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.workflow.hub_models import check_offline_fetches
 from dpr_pipeline.workflow.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
                                  dataset_file, log_file, model_dir, release_dir, stage_file)

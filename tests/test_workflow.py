@@ -17,6 +17,8 @@ import pytest
 import yaml
 from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, tiny_scifact_config
 
+import dpr_pipeline.workflow.stages as stages
+
 pytestmark = pytest.mark.slow
 
 
@@ -257,6 +259,59 @@ def test_deleting_the_reranker_reruns_it_and_what_depends_on_it(built, workdir):
                      "plot_training_loss": 2, "metrics_table": 2, "score_distributions": 1, "throughput": 1,
                      "transfer_rerank": 1, "transfer_encode_corpus": 1, "transfer_build_index": 1,
                      "transfer_dense_search": 1, "transfer_evaluate": 2, "transfer_summary": 1}
+
+
+def planned_stage_jobs(plan: str) -> set[tuple[str, str | None]]:
+    """(rule, its ``stage`` wildcard or None) of each job a dry run plans."""
+    jobs = set()
+    for block in re.split(r"\n(?=rule \w+:)", plan):
+        if found := re.match(r"rule (\w+):", block):
+            stage = re.search(r"wildcards: [^\n]*\bstage=([\w/]+)", block)
+            jobs.add((found.group(1), stage.group(1) if stage else None))
+    return jobs
+
+
+# (what is deleted under results/scifact/, the target, the job that must rerun): a stage whole or in part
+DELETIONS = [("retriever2", "summary.json", ("train_retriever", "retriever2")),
+             ("retriever2/model", "distill/metrics.json", ("train_retriever", "retriever2")),
+             ("retriever1/negatives.parquet", "summary.json", ("mine_hard_negatives", "retriever1")),
+             ("bm25/run_train.trec", "retriever1/metrics.json", ("bm25_search", None)),
+             ("reranker/teacher_scores.parquet", "distill/metrics.json", ("merge_teacher_scores", None)),
+             ("distill/model", "summary.json", ("train_distill", None))]
+DATA_RULES = {"ingest_corpus", "ingest_split", "passage_store", "bm25_index"}
+
+
+@pytest.mark.parametrize("deleted, target, rerun", DELETIONS, ids=[d for d, _, _ in DELETIONS])
+def test_deleting_a_stage_or_part_of_it_reruns_it_and_what_depends_on_it(built, workdir, tmp_path, deleted,
+                                                                          target, rerun):
+    """Whatever is deleted, the next run of a target that needs it redoes the job that wrote it and the jobs
+    built on it: no stage before it, no data job (dpr_pipeline.workflow.deleted_inputs)."""
+    chain = stages.chain()
+    stage = deleted.split("/")[0]
+    shutil.move(built / deleted, tmp_path / "kept")
+    try:
+        plan = snakemake(workdir, "-n", f"results/scifact/{target}")
+        jobs = planned_stage_jobs(plan)
+        assert rerun in jobs, plan[-3000:]
+        before = set(chain[:chain.index(stage)])
+        assert not {(rule, s) for rule, s in jobs if s in before or rule in DATA_RULES}, plan[-3000:]
+        if stage != "bm25":
+            assert not {rule for rule, _ in jobs} & {"bm25_search", "bm25_negatives", "starting_model"}
+    finally:
+        shutil.move(tmp_path / "kept", built / deleted)
+    assert "Nothing to be done" in snakemake(workdir, "-n", f"results/scifact/{target}")
+
+
+def test_deleting_retriever2_plans_it_and_every_stage_after_it(built, workdir, tmp_path):
+    shutil.move(built / "retriever2", tmp_path / "retriever2")
+    try:
+        jobs = planned_jobs(snakemake(workdir, "-n", "results/scifact/summary.json"))
+    finally:
+        shutil.move(tmp_path / "retriever2", built / "retriever2")
+    assert jobs == {"train_retriever": 1, "encode_corpus": 4, "build_index": 2, "dense_search": 5, "evaluate": 3,
+                    "mine_hard_negatives": 1, "train_reranker": 1, "rerank": 2, "teacher_scores_shard": 2,
+                    "choose_fusion_weight": 1, "merge_teacher_scores": 1, "fuse_reranked_run": 2,
+                    "train_distill": 1, "summary": 1}
 
 
 def test_pretraining_ablation_fine_tunes_retriever1_from_each_method(built, workdir):
