@@ -11,7 +11,7 @@ rule teacher_scores_shard:
     output:
         stage_file("reranker", "teacher/shard_{shard}.parquet"),
     params:
-        reranker=lambda wc: settings.reranker(config, wc.dataset),
+        reranker=lambda wc: settings.teacher_scores(config, wc.dataset),
         draws=lambda wc: settings.teacher_draws(config, wc.dataset),
     threads: threads_of("teacher_scores_shard")
     resources:

@@ -36,7 +36,7 @@ rule tokenize_corpus:
     output:
         stage_file("tokens", "part_{shard}.arrow"),
     params:
-        pretrain=lambda wc: settings.pretrain(config, wc.dataset),
+        pretrain=lambda wc: settings.tokenize_corpus(config, wc.dataset),
     threads: threads_of("tokenize_corpus")
     resources:
         **resources_of("tokenize_corpus"),
@@ -57,7 +57,7 @@ rule count_ngrams:
     output:
         stage_file("tokens", "ngram_counts.npz"),
     params:
-        pretrain=lambda wc: settings.pretrain(config, wc.dataset),
+        pretrain=lambda wc: settings.count_ngrams(config, wc.dataset),
     threads: threads_of("count_ngrams")
     resources:
         **resources_of("count_ngrams"),

@@ -13,7 +13,7 @@ rule train_reranker:
         loss_log=stage_file("reranker", "loss_log.jsonl"),
         manifest=stage_file("reranker", "manifest.json"),
     params:
-        reranker=lambda wc: settings.reranker(config, wc.dataset),
+        reranker=lambda wc: settings.train_reranker(config, wc.dataset),
         checkpoints=checkpoint_dir("reranker"),
     threads: threads_of("train_reranker")
     resources:
@@ -38,7 +38,7 @@ rule rerank:
         stage_file("reranker", "cross_encoder/run_{split}.trec"),
     params:
         # re-ranking a transfer target B's BM25 run ({target}, rules/transfer.smk) goes transfer.rerank_depth deep
-        reranker=lambda wc: settings.reranker(config, wc.dataset, wc.get("target")),
+        reranker=lambda wc: settings.rerank(config, wc.dataset, wc.get("target")),
     threads: threads_of("rerank")
     resources:
         **resources_of("rerank"),

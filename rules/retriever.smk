@@ -10,7 +10,7 @@ rule starting_model:
         model=directory(stage_file("start", "model")),
         manifest=stage_file("start", "manifest.json"),
     params:
-        retriever=lambda wc: settings.biencoder(config, wc.dataset, "start"),
+        start=lambda wc: settings.starting_model(config, wc.dataset),
     threads: threads_of("starting_model")
     resources:
         **resources_of("starting_model"),
@@ -69,8 +69,7 @@ rule encode_corpus:
         stage="|".join(BIENCODERS),
     params:
         # a transfer job ({target} B, rules/transfer.smk) encodes B's corpus with B's corpus-side settings
-        stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
-        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.get("target")),
+        encoding=lambda wc: settings.encode_corpus(config, wc.dataset, wc.stage, wc.get("target")),
     threads: threads_of("encode_corpus")
     resources:
         **resources_of("encode_corpus"),
@@ -93,7 +92,7 @@ rule build_index:
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
-        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.get("target")),
+        index=lambda wc: settings.dense_index(config, wc.dataset, wc.get("target")),
     threads: threads_of("build_index")
     resources:
         **resources_of("build_index"),
@@ -118,8 +117,7 @@ rule dense_search:
     wildcard_constraints:
         stage="|".join(BIENCODERS),
     params:
-        stage=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
-        retriever=lambda wc: settings.encoding(config, wc.dataset, wc.get("target")),
+        search=lambda wc: settings.dense_search(config, wc.dataset, wc.stage, wc.get("target")),
         depth=lambda wc: settings.search_depth(config, wc.dataset, wc.stage, wc.split, wc.get("target")),
     threads: threads_of("dense_search")
     resources:

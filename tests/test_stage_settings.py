@@ -2,6 +2,7 @@
 
 import copy
 import re
+import re
 
 import pytest
 
@@ -171,7 +172,7 @@ def test_the_student_may_continue_from_a_retriever_of_its_own_dataset():
 
 def test_retriever2_may_continue_from_retriever1_of_its_own_dataset():
     config = copy.deepcopy(BASE)
-    config["datasets"]["a"]["stages"]["retriever"]["retriever2_start"] = "retriever1"
+    config["datasets"]["a"]["stages"]["retriever2"] = {"plm": "retriever1"}
     config = validate_config(config)
     assert settings.initialisation(config, "a", "retriever2") == "results/a/retriever1/model"
     assert settings.biencoder(config, "a", "retriever2")["plm"] == "results/a/retriever1/model"
@@ -179,13 +180,35 @@ def test_retriever2_may_continue_from_retriever1_of_its_own_dataset():
         assert "retriever1/model" not in settings.initialisation(config, "a", stage)
 
 
-def test_the_start_of_retriever2_is_no_job_parameter(config):
-    """The key is resolved into ``plm``: the jobs' params (what Snakemake's params trigger compares) are the same
-    as a config without it, so a release adding it retrains and re-encodes nothing."""
-    for stage in ("retriever1", "retriever2"):
-        assert "retriever2_start" not in settings.biencoder(config, "a", stage)
-    assert "retriever2_start" not in settings.encoding(config, "a")
-    assert "retriever2_start" not in settings.encoding(config, "a", target="b")
+@pytest.mark.parametrize("start, fix", [("retriever1", "write `plm: retriever1` under datasets.a.stages.retriever2"),
+                                        ("plm", "Retriever2 starts from the plm of datasets.a.stages.retriever2")])
+def test_the_old_retriever2_start_names_its_new_place(start, fix):
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["retriever"]["retriever2_start"] = start
+    with pytest.raises(ConfigError, match=re.escape("datasets.a.stages.retriever.retriever2_start has moved") +
+                       ".*" + re.escape(f"Fix: {fix} and delete retriever2_start")):
+        validate_config(config)
+
+
+def test_each_retriever_has_its_own_settings_over_the_shared_ones():
+    """``stages.retriever1``/``retriever2`` override ``retriever`` at either level; the stage's own setting wins
+    wherever each is written, and a typo or a shared-only key in an own block stops with its key."""
+    config = copy.deepcopy(BASE)
+    config["stages"] = {"retriever2": {"learning_rate": 1.0e-5}}
+    config["datasets"]["a"]["stages"]["retriever"]["learning_rate"] = 3.0e-5
+    config["datasets"]["a"]["stages"]["retriever1"] = {"epochs": 7}
+    config = validate_config(config)
+    r1, r2 = (settings.biencoder(config, "a", stage) for stage in ("retriever1", "retriever2"))
+    assert (r1["learning_rate"], r1["epochs"]) == (3.0e-5, 7)
+    assert (r2["learning_rate"], r2["epochs"]) == (1.0e-5, config["stages"]["retriever"]["epochs"])
+    for own, message in [({"learnin_rate": 1}, "learnin_rate"),
+                         ({"encode_shards": 2}, "datasets.a.stages.retriever1.encode_shards: every stage that shares "
+                                                "retriever uses the same encode_shards. Fix: set it under "
+                                                "datasets.a.stages.retriever")]:
+        broken = copy.deepcopy(BASE)
+        broken["datasets"]["a"]["stages"]["retriever1"] = own
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            validate_config(broken)
 
 
 @pytest.mark.parametrize("plm", ["retriever1", "retriever2"])
@@ -200,7 +223,7 @@ def test_a_key_resolved_here_reaches_no_job_of_its_block(config):
     """Each settings function that turns a key into something else says so (``@resolves``); the key is then in no
     job's params of its block, and it names a key the block has (a misspelt one would leak the real one)."""
     assert {block: set(keys) for block, keys in settings.RESOLVED_HERE.items()} == {
-        "retriever": {"retriever2_start"}, "reranker": {"teacher_pairs", "fusion_weight", "fusion_metric"},
+        "reranker": {"teacher_pairs", "fusion_weight", "fusion_metric"},
         "pretrain": {"reinitialize_layers", "reinitialize_seed"}}
     for block, keys in settings.RESOLVED_HERE.items():
         assert set(keys) <= config["stages"][block].keys()
@@ -233,3 +256,84 @@ def test_prompts_reach_a_bi_encoder_job_only_when_set(config):
     config["datasets"]["a"]["stages"]["distill"]["query_prompt"] = 3
     with pytest.raises(ConfigError, match="query_prompt"):
         validate_config(config)
+
+
+# ------------------------------------------------------------------ a job's params: exactly what it reads
+#: Each job kind of the chain as its rule asks for its stage settings (rules/*.smk), with the blocks it is of.
+JOBS = {
+    ("starting_model", "start"): lambda c: settings.starting_model(c, "a"),
+    **{(rule, stage): function
+       for stage in ("start", "retriever1", "retriever2", "distill")
+       for rule, function in [("encode_corpus", lambda c, s=stage: settings.encode_corpus(c, "a", s)),
+                              ("dense_search", lambda c, s=stage: settings.dense_search(c, "a", s)),
+                              ("build_index", lambda c, s=stage: settings.dense_index(c, "a"))]},
+    ("train_retriever", "retriever1"): lambda c: settings.biencoder(c, "a", "retriever1"),
+    ("train_retriever", "retriever2"): lambda c: settings.biencoder(c, "a", "retriever2"),
+    ("train_distill", "distill"): lambda c: settings.biencoder(c, "a", "distill"),
+    ("train_reranker", "reranker"): lambda c: settings.train_reranker(c, "a"),
+    ("rerank", "reranker"): lambda c: settings.rerank(c, "a"),
+    ("teacher_scores_shard", "reranker"): lambda c: settings.teacher_scores(c, "a"),
+    ("tokenize_corpus", "pretrain"): lambda c: settings.tokenize_corpus(c, "a"),
+    ("count_ngrams", "pretrain"): lambda c: settings.count_ngrams(c, "a"),
+    ("pretrain", "pretrain"): lambda c: settings.pretrain(c, "a", "simlm"),
+}
+#: The block each job's stage reads its settings from, with the blocks it shares.
+BLOCKS_OF = {"start": {"retriever"}, "retriever1": {"retriever", "retriever1"},
+             "retriever2": {"retriever", "retriever2"}, "distill": {"distill"}, "reranker": {"reranker"},
+             "pretrain": {"pretrain"}}
+
+
+#: Keys a job reads through its resolved ``plm`` (`pretrain.method`: which pre-trained encoder the bi-encoders
+#: start from, test_a_pretraining_job_trains_its_own_method), not as a key of its own.
+RESOLVED_INTO_PLM = {("pretrain", "method")}
+
+
+def changed(value):
+    """Candidate other values of a setting, valid for most keys of its type."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value + 1, value - 1]
+    if isinstance(value, float):
+        return [value / 2]
+    if isinstance(value, dict):
+        return [{"kind": "hnsw"} if "kind" in value else {}]
+    if isinstance(value, list):
+        return [value[:1]]
+    if value is None:
+        return ["a: "]
+    return ["some/other-model", "cls", "random", "float32", "mlm", "all", "bf16", "retriever1"]
+
+
+def test_a_setting_changes_the_params_of_exactly_the_jobs_that_read_it():
+    """For every key of every stage block (the shared `retriever`, Retriever1's and Retriever2's own, reranker,
+    distill, pretrain): a job's params change exactly when the key is one it reads (in its params) from a block
+    of its stage; so Snakemake reruns that job and what depends on it, never the untrained start for Retriever1's
+    learning rate nor anything of Retriever1 for Retriever2's."""
+    base = validate_config(copy.deepcopy(BASE))
+    before = {job: function(base) for job, function in JOBS.items()}
+    tried = 0
+    for block in ("retriever", "retriever1", "retriever2", "reranker", "distill", "pretrain"):
+        shared = "retriever" if block in ("retriever1", "retriever2") else block
+        for key, value in settings.stage_params(base, "a", shared).items():
+            if (block, key) in RESOLVED_INTO_PLM or key in settings.RESOLVED_HERE.get(shared, ()):
+                continue  # read by the function that resolves them (test_a_key_resolved_here_reaches_no_job_…)
+            for other in changed(value):
+                config = copy.deepcopy(BASE)
+                config["datasets"]["a"]["stages"].setdefault(block, {})[key] = other
+                try:
+                    config = validate_config(config)
+                except ConfigError:
+                    continue
+                if settings.stage_params(config, "a", block)[key] == settings.stage_params(base, "a", block)[key]:
+                    continue
+                tried += 1
+                after = {job: function(config) for job, function in JOBS.items()}
+                moved = {job for job in JOBS if after[job] != before[job]}
+                # (a prompt left at null is in no params: settings.ONLY_WHEN_SET)
+                # (the corpus encoding, index and search of every bi-encoder stage: `retriever`'s)
+                reading = {job for job in JOBS if (key in before[job] or key in after[job]) and (
+                    block in BLOCKS_OF[job[1]] or (block == "retriever" and key in settings.ENCODING_KEYS))}
+                assert moved == reading, f"{block}.{key} -> {other!r}"
+                break
+    assert tried >= 100

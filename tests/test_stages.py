@@ -28,7 +28,7 @@ def test_the_stage_lists_follow_from_the_declaration():
     assert stages.trained() == ["retriever1", "retriever2", "reranker", "distill"]
     assert stages.trained_by("train_retriever") == ["retriever1", "retriever2"]
     assert stages.STAGE_LABELS["distill"] == "Retriever_distill" and list(stages.STAGE_LABELS) == stages.chain()
-    assert SEEDED_STAGES == {"retriever1": "retriever", "retriever2": "retriever", "reranker": "reranker",
+    assert SEEDED_STAGES == {"retriever1": "retriever1", "retriever2": "retriever2", "reranker": "reranker",
                              "distill": "distill"}
     assert stages.STAGE_BELOW == {"retriever1": "start", "retriever2": "retriever1", "reranker": "retriever2",
                            "distill": "retriever2"}
@@ -43,8 +43,11 @@ def test_what_feeds_each_stage_and_the_mined_stages_follow_from_the_declaration(
     assert stages.fed_by("retriever2") == ["reranker"]              # the distilled retriever through its teacher
     assert stages.teacher() == "reranker" and stages.starting_stage() == "start"
     assert stages.starts_named_by("distill") == ("retriever1", "retriever2") and stages.starts_named_by("retriever") == ()
+    assert stages.starts_named_by("retriever2") == ("retriever1",) and stages.starts_named_by("retriever1") == ()
     assert stages.trained_with("retriever") == ["retriever1", "retriever2"]
-    assert stages.blocks(stages.BIENCODER) == ["retriever", "distill"]
+    assert stages.blocks(stages.BIENCODER) == ["retriever", "retriever1", "retriever2", "distill"]
+    assert stages.overriding_blocks() == ["retriever1", "retriever2"]
+    assert stages.shared_block("retriever2") == "retriever" and stages.shared_block("distill") is None
 
 
 def test_the_schemas_mining_blocks_are_the_mined_stages():
@@ -94,7 +97,7 @@ def test_a_biencoder_reads_its_declared_block():
                               "datasets": {"a": {"format": "beir", "path": "data/scifact", "train_split": "train",
                                                  "eval_splits": ["test"]}}})
     assert biencoder(config, "a", "distill")["alpha"] == 0.2                  # the distill block
-    assert biencoder(config, "a", "ablation/mlm")["search_depth"] == 1000     # the retriever block
+    assert biencoder(config, "a", "ablation/mlm")["epochs"] == 3             # the retriever block
 
 
 def test_transfer_stages_are_the_chain_stages_with_a_model():

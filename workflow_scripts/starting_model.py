@@ -5,7 +5,7 @@ from dpr_pipeline.workflow.job_log import logged
 from dpr_pipeline.workflow.manifests import write_job_manifest
 
 with logged(snakemake.log[0], snakemake.threads):
-    params = snakemake.params.retriever
+    params = snakemake.params.start
     save_starting_model(params["plm"], params["pooling"], snakemake.output.model, params["passage_max_length"],
                         params["query_max_length"], params.get("query_prompt"), params.get("passage_prompt"))
     write_job_card(snakemake, "start", seed=None)

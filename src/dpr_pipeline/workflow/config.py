@@ -25,7 +25,8 @@ from dpr_pipeline.models.refs import resolve_model_path
 from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.workflow.layout import model_stage
-from dpr_pipeline.workflow.stages import PRETRAINING, family_member, starts_named_by, trained_with
+from dpr_pipeline.workflow.stages import (BIENCODER, PRETRAINING, blocks, family_member, overriding_blocks, shared_block,
+                                          starts_named_by, trained_with)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
 
@@ -38,9 +39,8 @@ RANDOM_GENERATOR = "random"
 #: may start from (their ``starts_from`` in :mod:`dpr_pipeline.workflow.stages`: ``distill.plm: retriever2``); any other
 #: value is a model reference, checked by :func:`dpr_pipeline.models.refs.resolve_model_path` when the config is
 #: loaded.
-MODEL_SETTINGS = {("pretrain", "plm"): (), ("pretrain", "generator"): (RANDOM_GENERATOR,),
-                  ("retriever", "plm"): ("pretrain", *starts_named_by("retriever")), ("reranker", "plm"): (),
-                  ("distill", "plm"): ("pretrain", *starts_named_by("distill"))}
+MODEL_SETTINGS = {("pretrain", "plm"): (), ("pretrain", "generator"): (RANDOM_GENERATOR,), ("reranker", "plm"): (),
+                  **{(block, "plm"): ("pretrain", *starts_named_by(block)) for block in blocks(BIENCODER)}}
 STAGE_WORDS = {word for words in MODEL_SETTINGS.values() for word in words}
 
 # A dataset name is a folder under results/ (and data/): one safe path segment.
@@ -70,14 +70,42 @@ def _schema_error(error: jsonschema.ValidationError, key: str) -> ConfigError:
 
 
 def stage_params(config: dict, dataset: str, stage: str) -> dict:
-    """The parameters of ``stage`` for ``dataset``: top-level stage values merged key by key with the dataset's,
-    one level deep for a block of settings (``retriever.index``, ``mining.retriever2``), so an override of one of
-    its keys keeps the others."""
-    merged = dict(config["stages"][stage])
-    for key, value in config["datasets"][dataset].get("stages", {}).get(stage, {}).items():
-        block = merged.get(key)
-        merged[key] = {**block, **value} if isinstance(value, dict) and isinstance(block, dict) else value
+    """The settings of config block ``stage`` for ``dataset``: top-level stage values merged key by key with the
+    dataset's, one level deep for a block of settings (``retriever.index``, ``mining.retriever2``), so an override
+    of one of its keys keeps the others. A stage's own block (``retriever2``) starts from the block it overrides
+    (``retriever``, both levels merged) and then merges its own top-level and dataset values: the stage's own
+    setting wins over the shared one wherever each is written."""
+    shared = shared_block(stage)
+    merged = stage_params(config, dataset, shared) if shared else {}
+    for values in (config["stages"].get(stage, {}), config["datasets"][dataset].get("stages", {}).get(stage, {})):
+        for key, value in values.items():
+            block = merged.get(key)
+            merged[key] = {**block, **value} if isinstance(value, dict) and isinstance(block, dict) else value
     return merged
+
+
+#: The settings of a shared block that its stages' own blocks cannot override: the corpus encoding, index and
+#: search every bi-encoder stage shares, and the GPUs its training rule asks for.
+SHARED_ONLY = {"retriever": ("processes", "search_depth", "encode_shards", "encode_batch_size", "embedding_dtype",
+                             "index")}
+
+
+def check_own_blocks(config: dict) -> None:
+    """A stage's own block (``stages.retriever2``, ``datasets.<d>.stages.retriever2``) sets no SHARED_ONLY key."""
+    for prefix, stages in _stage_blocks(config):
+        for block in overriding_blocks():
+            shared = shared_block(block)
+            for key in SHARED_ONLY.get(shared, ()):
+                if isinstance(stages, dict) and isinstance(stages.get(block), dict) and key in stages[block]:
+                    raise ConfigError(f"config key {prefix}.{block}.{key}: every stage that shares {shared} "
+                                      f"uses the same {key}. Fix: set it under {prefix}.{shared}")
+
+
+def _stage_blocks(config: dict) -> list[tuple[str, object]]:
+    """(prefix, stages mapping) of the top-level stages and of each dataset's."""
+    return [("stages", config.get("stages"))] + [
+        (f"datasets.{name}.stages", dataset.get("stages"))
+        for name, dataset in (config.get("datasets") or {}).items() if isinstance(dataset, dict)]
 
 
 # Settings that moved in 0.2, (stage, key) -> where they are now: a config still using one stops at start-up naming
@@ -94,13 +122,19 @@ MOVED_SETTINGS = {
 
 
 def check_moved_settings(config: dict) -> None:
-    """Stop on a setting written where an earlier version kept it (MOVED_SETTINGS), naming its new place."""
+    """Stop on a setting written where an earlier version kept it (MOVED_SETTINGS, ``retriever2_start``), naming
+    its new place."""
     if not isinstance(config, dict):
         return
-    blocks = [("stages", config.get("stages"))] + [
-        (f"datasets.{name}.stages", dataset.get("stages"))
-        for name, dataset in (config.get("datasets") or {}).items() if isinstance(dataset, dict)]
-    for prefix, stages in blocks:
+    for prefix, stages in _stage_blocks(config):
+        retriever = stages.get("retriever") if isinstance(stages, dict) else None
+        if isinstance(retriever, dict) and "retriever2_start" in retriever:
+            start = retriever["retriever2_start"]
+            fix = ("write `plm: retriever1` under " if start == "retriever1" else "Retriever2 starts from the plm "
+                   "of ") + f"{prefix}.retriever2"
+            raise ConfigError(f"config key {prefix}.retriever.retriever2_start has moved: what Retriever2 starts "
+                              f"from is the plm of its own block (docs/migration.md). Fix: {fix} and delete "
+                              "retriever2_start")
         for (stage, key), new in MOVED_SETTINGS.items():
             if isinstance(stages, dict) and isinstance(stages.get(stage), dict) and key in stages[stage]:
                 block, name = new.rsplit(".", 1)
@@ -110,11 +144,14 @@ def check_moved_settings(config: dict) -> None:
 
 
 def check_stage_overrides(config: dict, schema: dict) -> None:
-    """Validate every dataset's merged stage parameters against the stage's schema."""
+    """Validate every dataset's merged stage parameters against the stage's schema (a stage's own block against
+    the block it overrides: ``retriever2`` as ``retriever``)."""
+    check_own_blocks(config)
     for name, dataset in config["datasets"].items():
-        for stage in dataset.get("stages", {}):
+        for stage in dict.fromkeys([*dataset.get("stages", {}), *overriding_blocks()]):
             # the stage's block with the shared fragments it refers to (#/$defs/training, ...)
-            validator = jsonschema.Draft202012Validator({**schema["$defs"][stage], "$defs": schema["$defs"]})
+            validator = jsonschema.Draft202012Validator({**schema["$defs"][shared_block(stage) or stage],
+                                                         "$defs": schema["$defs"]})
             for error in validator.iter_errors(stage_params(config, name, stage)):
                 raise _schema_error(error, f"datasets.{name}.stages.{stage}{_path(error)}")
     missing = [d for d in config.get("run_datasets", []) if d not in config["datasets"]]
@@ -285,9 +322,14 @@ def check_pretrained_model_setting(setting: str, block: str, key: str, method: s
 
 
 def setting_name(config: dict, dataset: str, block: str, key: str) -> str:
-    """Where a dataset's stage setting is set, as a config key: its override, else the top-level block."""
-    overridden = key in config["datasets"][dataset].get("stages", {}).get(block, {})
-    return f"datasets.{dataset}.stages.{block}.{key}" if overridden else f"stages.{block}.{key}"
+    """Where a dataset's stage setting is set, as a config key: its override, else the top-level block (for a
+    stage's own block that sets neither, the block it overrides)."""
+    if key in config["datasets"][dataset].get("stages", {}).get(block, {}):
+        return f"datasets.{dataset}.stages.{block}.{key}"
+    shared = shared_block(block)
+    if shared and key not in config["stages"].get(block, {}):
+        return setting_name(config, dataset, shared, key)
+    return f"stages.{block}.{key}"
 
 
 def check_dev_split(dataset: dict, name: str) -> None:

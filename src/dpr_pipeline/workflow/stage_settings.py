@@ -77,7 +77,24 @@ def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
     generator = params["generator"]
     params = {**params, "plm": start["model"] if start else model_source(config, params["plm"]),
               "generator": generator if generator == RANDOM_GENERATOR else model_source(config, generator)}
-    return params if method is None else {**params, "method": method}
+    if method is None:
+        return params
+    return {**{key: value for key, value in params.items() if key not in PRETRAINING_INPUT_KEYS}, "method": method}
+
+
+#: The pre-training settings only its input jobs (tokenisation, the ablation's list) read, kept out of a
+#: ``pretrain/{method}`` job.
+PRETRAINING_INPUT_KEYS = ("tokenize_shards", "ablation_methods")
+
+
+def tokenize_corpus(config: dict, dataset: str) -> dict:
+    """What a tokenisation job reads: the plm (its tokenizer), the shards and the length."""
+    return reads(pretrain(config, dataset), ("plm", "tokenize_shards", "max_length"))
+
+
+def count_ngrams(config: dict, dataset: str) -> dict:
+    """What the n-gram counting job reads: the plm (its tokenizer) and CDMAE's window."""
+    return reads(pretrain(config, dataset), ("plm", "cdmae_window"))
 
 
 def pretraining_start(config: dict, dataset: str) -> dict | None:
@@ -97,21 +114,17 @@ def pretrained_model(dataset: str, method: str) -> str:
     return stage_file(member(PRETRAINING, method), "model", dataset)
 
 
-@resolves("retriever", "retriever2_start")
 def initialisation(config: dict, dataset: str, stage: str) -> str:
-    """The model a bi-encoder stage starts from: its declared block's ``plm`` (``retriever``, ``distill`` for the
-    distilled retriever: :mod:`dpr_pipeline.workflow.stages`), where ``pretrain`` means this dataset's
-    ``pretrain.method`` output and, for the distilled retriever, ``retriever1``/``retriever2`` that stage's
-    model on this dataset (a stage it declares in ``starts_from``); Retriever2 continues from this dataset's
-    Retriever1 model instead with ``retriever.retriever2_start: retriever1``; ``ablation/{method}`` starts from
-    that method's output (``none``: the plm that pre-training starts from)."""
+    """The model a bi-encoder stage starts from: its declared block's ``plm`` (``retriever`` for the starting
+    model, ``retriever1``/``retriever2`` over it, ``distill``: :mod:`dpr_pipeline.workflow.stages`), where
+    ``pretrain`` means this dataset's ``pretrain.method`` output and a trained stage the stage declares in
+    ``starts_from`` (``retriever2.plm: retriever1``, ``distill.plm: retriever2``) that stage's model on this
+    dataset; ``ablation/{method}`` starts from that method's output (``none``: the plm that pre-training starts
+    from)."""
     family, method = family_member(stage) or (None, None)
     if family is ABLATION:
         return pretrain(config, dataset)["plm"] if method == "none" else pretrained_model(dataset, method)
-    params = stage_params(config, dataset, declared(stage).block)
-    if stage == "retriever2" and params["retriever2_start"] == "retriever1":
-        return stage_file("retriever1", "model", dataset)
-    plm = params["plm"]
+    plm = stage_params(config, dataset, declared(stage).block)["plm"]
     if plm == "pretrain":
         return pretrained_model(dataset, pretrain(config, dataset)["method"])
     if plm in declared(stage).starts_from:
@@ -119,10 +132,49 @@ def initialisation(config: dict, dataset: str, stage: str) -> str:
     return model_source(config, plm)
 
 
+def reads(params: dict, keys: tuple[str, ...]) -> dict:
+    """The ``keys`` of ``params`` that it has (a job's params: exactly the settings the job reads, so that a change
+    of any other setting reruns none of its jobs)."""
+    return {key: params[key] for key in keys if key in params}
+
+
+#: The bi-encoder settings only the corpus encoding, index and search jobs read (:func:`encoding`), kept out of
+#: a bi-encoder's training job.
+ENCODING_KEYS = ("encode_shards", "encode_batch_size", "embedding_dtype", "index", "search_depth")
+#: What the starting model's job reads: the plm, its pooling, lengths and prompts.
+STARTING_MODEL_KEYS = ("plm", "pooling", "query_max_length", "passage_max_length", "query_prompt", "passage_prompt")
+
+
 def biencoder(config: dict, dataset: str, stage: str) -> dict:
-    """A bi-encoder stage's training and text-encoding settings (its declared block), ``plm`` resolved to the model
-    it starts from."""
-    return {**job_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
+    """A bi-encoder stage's training settings (its declared block but :data:`ENCODING_KEYS`), ``plm`` resolved to
+    the model it starts from."""
+    params = {key: value for key, value in job_params(config, dataset, declared(stage).block).items()
+              if key not in ENCODING_KEYS}
+    return {**params, "plm": initialisation(config, dataset, stage)}
+
+
+def starting_model(config: dict, dataset: str) -> dict:
+    """What the ``starting_model`` job reads (:data:`STARTING_MODEL_KEYS`), ``plm`` as loaded."""
+    return reads(biencoder(config, dataset, starting_stage()), STARTING_MODEL_KEYS)
+
+
+def encode_corpus(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
+    """What a corpus encoding job reads: ``stage``'s passage length and bf16, and the corpus side's shards, batch
+    size and vector dtype (:func:`encoding`; target B's shards in a transfer)."""
+    return {**reads(biencoder(config, dataset, stage), ("passage_max_length", "bf16")),
+            **reads(encoding(config, dataset, target), ("encode_shards", "encode_batch_size", "embedding_dtype"))}
+
+
+def dense_index(config: dict, dataset: str, target: str | None = None) -> dict:
+    """What an index job reads: ``index`` (:func:`encoding`)."""
+    return reads(encoding(config, dataset, target), ("index",))
+
+
+def dense_search(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
+    """What a dense search job reads: ``stage``'s query length and bf16, the encoding batch size and ``index``
+    (its search breadth); its depth: :func:`search_depth`."""
+    return {**reads(biencoder(config, dataset, stage), ("query_max_length", "bf16")),
+            **reads(encoding(config, dataset, target), ("encode_batch_size", "index"))}
 
 
 def selection(config: dict, dataset: str, stage: str) -> dict:
@@ -193,6 +245,25 @@ def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
     params = job_params(config, dataset, "reranker")
     params["plm"] = model_source(config, params["plm"])
     return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
+
+
+#: The re-ranker settings only its scoring jobs read (re-ranking a run, scoring the teacher pairs).
+SCORING_KEYS = ("rerank_depth", "teacher_shards", "score_batch_size")
+
+
+def train_reranker(config: dict, dataset: str) -> dict:
+    """What the re-ranker's training job reads: :func:`reranker` but :data:`SCORING_KEYS`."""
+    return {key: value for key, value in reranker(config, dataset).items() if key not in SCORING_KEYS}
+
+
+def rerank(config: dict, dataset: str, target: str | None = None) -> dict:
+    """What a re-ranking job reads: its depth, the pairs' length, the scoring batch and bf16."""
+    return reads(reranker(config, dataset, target), ("rerank_depth", "max_length", "score_batch_size", "bf16"))
+
+
+def teacher_scores(config: dict, dataset: str) -> dict:
+    """What a teacher-scores job reads: the shards, the pairs' length, the scoring batch and bf16."""
+    return reads(reranker(config, dataset), ("teacher_shards", "max_length", "score_batch_size", "bf16"))
 
 
 #: The distilled retriever's settings that decide which pairs it draws (training.groups, training.trainer).

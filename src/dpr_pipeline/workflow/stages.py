@@ -41,6 +41,8 @@ class Stage:
     """One stage: its outputs live under ``results/{dataset}/{name}/``.
 
     ``block``: the config block of its settings (``stages.<block>``), the key its training errors name;
+    ``shares``: the block whose settings its own block overrides (Retriever₁'s ``stages.retriever1`` over the
+    bi-encoders' ``stages.retriever``; None: its block is all its settings);
     ``trainer``: the rule that trains it, on the stage's ``processes`` GPUs (None: not trained); ``below``: the
     stage it improves on in the chain (SimLM Table 6), the one a seed spread reads it against; ``label``: its row
     in the summaries (None for a family, whose members are named by pre-training method).
@@ -60,6 +62,7 @@ class Stage:
     label: str | None
     kind: Kind
     block: str
+    shares: str | None = None
     trainer: str | None = None
     below: str | None = None
     fed_by: str | None = None
@@ -80,11 +83,11 @@ class Stage:
 CHAIN = (
     Stage("bm25", "BM25", LEXICAL, "bm25"),
     Stage("start", "Starting model (untrained)", BIENCODER, "retriever", prose="the starting model (untrained)"),
-    Stage("retriever1", "Retriever₁", BIENCODER, "retriever", trainer="train_retriever", below="start",
+    Stage("retriever1", "Retriever₁", BIENCODER, "retriever1", "retriever", trainer="train_retriever", below="start",
           fed_by="bm25", loss="Retriever₁ (BM25 negatives): contrastive loss, Eq. 3",
           card_negatives="BM25's hard negatives"),
-    Stage("retriever2", "Retriever₂", BIENCODER, "retriever", trainer="train_retriever", below="retriever1",
-          fed_by="retriever1", loss="Retriever₂ (Retriever₁'s mined negatives): contrastive loss, Eq. 3",
+    Stage("retriever2", "Retriever₂", BIENCODER, "retriever2", "retriever", trainer="train_retriever",
+          below="retriever1", fed_by="retriever1", starts_from=("retriever1",), loss="Retriever₂ (Retriever₁'s mined negatives): contrastive loss, Eq. 3",
           card_negatives="Retriever₁'s mined hard negatives (`mining.retriever1`)"),
     Stage("reranker", "Re-ranker", CROSS_ENCODER, "reranker", trainer="train_reranker", below="retriever2",
           fed_by="retriever2", loss="Re-ranker (Retriever₂'s mined negatives): cross-encoder loss, Eq. 4",
@@ -170,8 +173,18 @@ def trained_by(rule: str) -> list[str]:
 
 
 def trained_with(block: str) -> list[str]:
-    """The chain's trained stages whose settings are config block ``block``, in pipeline order."""
-    return [s.name for s in CHAIN if s.trains and s.block == block]
+    """The chain's trained stages whose settings are config block ``block`` (or override it), in pipeline order."""
+    return [s.name for s in CHAIN if s.trains and block in (s.block, s.shares)]
+
+
+def shared_block(block: str) -> str | None:
+    """The block that a stage's own block ``block`` overrides (``retriever`` for ``retriever2``), else None."""
+    return next((s.shares for s in CHAIN if s.block == block and s.shares), None)
+
+
+def overriding_blocks() -> list[str]:
+    """The stages' own blocks that override a shared one (``retriever1``, ``retriever2``), in pipeline order."""
+    return [s.block for s in CHAIN if s.shares]
 
 
 def mined(kind: Kind | None = None) -> list[str]:
@@ -240,7 +253,7 @@ STAGE_BELOW = {s.name: s.below for s in CHAIN if s.below is not None}
 
 #: The rules that train a stage, each with the config block whose ``processes`` sets its GPUs (torchrun, one
 #: process per GPU).
-GPU_TRAINING_RULES = {s.trainer: s.block for s in CHAIN + FAMILIES if s.trainer is not None}
+GPU_TRAINING_RULES = {s.trainer: s.shares or s.block for s in CHAIN + FAMILIES if s.trainer is not None}
 #: The rules that run a stage's model on one GPU.
 GPU_INFERENCE_RULES = tuple(dict.fromkeys(rule for s in CHAIN + FAMILIES for rule in s.kind.gpu_rules))
 #: Every rule that asks for GPUs (the others are CPU rules).
