@@ -49,8 +49,10 @@ def plan(tmp_path_factory) -> list[dict]:
     copy = copy_repo(root / "repo")
     (copy / "schemas" / "config.schema.yaml").write_text(edited_schema(root).read_text(encoding="utf-8"))
     toy = additions.write_toy_dataset(root / "toy")
-    (root / "toy.yaml").write_text(yaml.safe_dump({"datasets": {"toy": {
-        "format": FORMAT, "path": str(toy), "train_split": "train", "eval_splits": ["test"]}}}))
+    (root / "toy.yaml").write_text(yaml.safe_dump({"datasets": {
+        "toy": {"format": FORMAT, "path": str(toy), "train_split": "train", "eval_splits": ["test"]},
+        # the new stage continues from the one before it (its own block's plm, a start it declares)
+        "scifact": {"stages": {STAGE: {"plm": "retriever2", "learning_rate": 1.0e-5}}}}}))
     targets = ["all", f"results/scifact/ablation/{METHOD}/metrics.json",
                f"results/scifact/pretrain/{METHOD}/loss_curve.png", "results/toy/bm25/metrics.json"]
     done = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "additions.py"), str(copy),
@@ -71,6 +73,8 @@ def jobs_of(plan: list[dict], rule: str, **wildcards) -> list[dict]:
 def test_a_new_stage_is_trained_on_what_feeds_it_evaluated_summarised_and_plotted(plan):
     (train,) = jobs_of(plan, "train_retriever", stage=STAGE)
     assert "results/scifact/retriever2/negatives.parquet" in train["input"]      # its fed_by, no rule edited
+    assert "results/scifact/retriever2/model" in train["input"]                  # its own block's plm
+    assert train["params"]["retriever"]["learning_rate"] == 1.0e-5               # its own block's setting
     assert train["resources"]["gpu"] == 1 and train["conda_env"].endswith("envs/torch-gpu.yaml")
     for rule in ("encode_corpus", "build_index", "dense_search", "evaluate", "plot_metrics", "metrics_table",
                  "plot_training_loss"):
@@ -99,7 +103,7 @@ def test_a_new_stage_has_its_loss_curve_score_panel_card_text_and_seed_spread(mo
     panels = score_panels({name: f"{name}.parquet" for name in stages.mined()}, "teacher.parquet")
     assert "Retriever₂'s mined negatives (they train Retriever₃ and the re-ranker)" in panels
     assert stages.card_name(STAGE) == "Retriever₃" and "`mining.retriever2`" in stages.card_negatives(STAGE)
-    assert seeded_outputs(STAGE) == {STAGE: "retriever"}
+    assert seeded_outputs(STAGE) == {STAGE: STAGE}                             # its own block gets the seed
 
 
 def test_a_stage_that_declares_no_loss_title_still_gets_a_loss_curve(monkeypatch):

@@ -71,11 +71,11 @@ def test_dry_run_plans_every_stage(workdir):
 
 
 def test_retriever2_continues_from_retriever1_when_set(workdir):
-    """``retriever.retriever2_start: retriever1`` (an extra config file over config.yaml): Retriever2's training
-    job reads Retriever1's model folder, and Retriever1's still starts from the plm."""
+    """``retriever2.plm: retriever1`` (an extra config file over config.yaml): Retriever2's training job reads
+    Retriever1's model folder, and Retriever1's still starts from the plm."""
     override = workdir / "retriever2_from_retriever1.yaml"
-    override.write_text(yaml.safe_dump({"datasets": {"scifact": {"stages": {"retriever": {
-        "retriever2_start": "retriever1"}}}}}))
+    override.write_text(yaml.safe_dump({"datasets": {"scifact": {"stages": {"retriever2": {
+        "plm": "retriever1"}}}}}))
     plan = snakemake(workdir, "-n", "results/scifact/retriever2/model",
                      "--configfile", str(workdir / "config.yaml"), str(override))
     inputs = {m.group(2): m.group(1) for m in re.finditer(
@@ -312,6 +312,22 @@ def test_deleting_retriever2_plans_it_and_every_stage_after_it(built, workdir, t
                     "mine_hard_negatives": 1, "train_reranker": 1, "rerank": 2, "teacher_scores_shard": 2,
                     "choose_fusion_weight": 1, "merge_teacher_scores": 1, "fuse_reranked_run": 2,
                     "train_distill": 1, "summary": 1}
+
+
+@pytest.mark.parametrize("stage, untouched", [("retriever1", {"start", "bm25"}),
+                                               ("retriever2", {"start", "bm25", "retriever1"})])
+def test_a_stage_s_own_setting_reruns_it_and_what_depends_on_it(built, workdir, stage, untouched):
+    """A stage's own learning rate changed (an extra config file): the next plan trains that stage and redoes
+    what is built on it, and nothing of the stages before it (the untrained start's model, encoding and
+    searches, Retriever1 for Retriever2's)."""
+    override = workdir / f"{stage}_learning_rate.yaml"
+    override.write_text(yaml.safe_dump({"datasets": {"scifact": {"stages": {stage: {"learning_rate": 1.0e-4}}}}}))
+    plan = snakemake(workdir, "-n", "results/scifact/summary.json", "--configfile", str(workdir / "config.yaml"),
+                     str(override))
+    jobs = planned_stage_jobs(plan)
+    assert ("train_retriever", stage) in jobs, plan[-3000:]
+    assert not {(rule, s) for rule, s in jobs if s in untouched}, plan[-3000:]
+    assert not {rule for rule, _ in jobs} & (DATA_RULES | {"starting_model", "bm25_search", "bm25_negatives"})
 
 
 def test_pretraining_ablation_fine_tunes_retriever1_from_each_method(built, workdir):

@@ -41,8 +41,8 @@ def add_stage(patch) -> None:
     from dpr_pipeline.evaluation import seed_spread
     from dpr_pipeline.workflow import stages
 
-    declared = stages.Stage(STAGE, "Retriever₃", stages.BIENCODER, "retriever", trainer="train_retriever",
-                            below="retriever2", fed_by="retriever2",
+    declared = stages.Stage(STAGE, "Retriever₃", stages.BIENCODER, STAGE, "retriever", trainer="train_retriever",
+                            below="retriever2", fed_by="retriever2", starts_from=("retriever2",),
                             loss="Retriever₃ (Retriever₂'s mined negatives): contrastive loss, Eq. 3",
                             card_negatives="Retriever₂'s mined hard negatives (`mining.retriever2`)")
     chain = list(stages.CHAIN)
@@ -119,6 +119,13 @@ SCHEMA_EDITS = [
     ("enum: [beir, msmarco, parquet, dpr, ir_datasets]", f"enum: [beir, msmarco, parquet, dpr, ir_datasets, {FORMAT}]"),
     ("cocondenser, cdmae, seed_encoder]", f"cocondenser, cdmae, seed_encoder, {METHOD}]"),
     ("enum: [start, retriever1, retriever2, reranker,", f"enum: [start, retriever1, retriever2, {STAGE}, reranker,"),
+    # its own block over the shared `retriever`, at the top level and in a dataset's overrides
+    ("      reranker: {$ref: \"#/$defs/reranker\", default: {}}",
+     f"      {STAGE}: {{type: object, default: {{}}, description: \"Retriever₃'s own settings over retriever's\"}}\n"
+     "      reranker: {$ref: \"#/$defs/reranker\", default: {}}"),
+    ("          reranker: {type: object, description: \"any keys of stages.reranker\"}",
+     f"          {STAGE}: {{type: object, description: \"any keys of stages.{STAGE}\"}}\n"
+     "          reranker: {type: object, description: \"any keys of stages.reranker\"}"),
     ("ablation/cocondenser, ablation/cdmae, ablation/seed_encoder]",
      f"ablation/cocondenser, ablation/cdmae, ablation/seed_encoder, ablation/{METHOD}]"),
 ]
