@@ -86,7 +86,9 @@ def main() -> None:
                "--profile", str(REPO / "profiles" / "slurm"), TARGET,
                "--configfile", str(OVERLAY), *map(str, args.configfile),
                "--slurm-init-seconds-before-status-checks", "2"]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # the one-node Slurm's GPUs are fake: its GPU jobs are meant to run on the CPU (models.devices)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DPR_PIPELINE_ALLOW_CPU": "1"}
     monitor = JobMemoryMonitor().start()
     began = time.monotonic()
     with (work / "snakemake.log").open("w") as log:

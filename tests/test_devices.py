@@ -17,6 +17,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from dpr_pipeline.data.passage_store import PassageStore
 from dpr_pipeline.data.schemas import to_table
+from dpr_pipeline.models import devices
 from dpr_pipeline.models.devices import model_device, to_device
 from dpr_pipeline.models.embedding import TextEncoder
 from dpr_pipeline.models.loading import load_tokenizer
@@ -92,3 +93,36 @@ def test_text_encoding_feeds_the_encoder_on_the_device_it_is_asked_for(tokenizer
     with pytest.raises(Called):
         encode_texts(encoder, tokenizer, ["cats purr", "dogs bark"], max_length=16, batch_size=2, device=META)
     assert model_device(encoder) == META and seen and set(seen) == {META}
+
+
+# ------------------------------------------------------------------ no silent CPU run in a GPU allocation
+def test_a_job_given_gpus_without_cuda_stops_naming_the_torch_build_the_driver_and_the_fix(monkeypatch):
+    """A training job in a Slurm GPU allocation whose torch sees no CUDA (a driver older than the wheel's CUDA)
+    stops before it starts, instead of training on the CPU."""
+    from dpr_pipeline.errors import ConfigError
+    from dpr_pipeline.training.launch import run_training
+
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(devices.torch.version, "cuda", "13.0")
+    monkeypatch.setattr(devices, "nvidia_driver", lambda: "535.104.05")
+    for name in devices.GPU_ALLOCATION_VARIABLES + (devices.ALLOW_CPU_VARIABLE,):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_JOB_GPUS", "0,1")
+    trained = []
+    with pytest.raises(ConfigError, match=r"given GPUs \(SLURM_JOB_GPUS=0,1\) but torch .* \(built for CUDA 13.0, "
+                                          r"which needs an NVIDIA driver 580 or newer\) sees no CUDA device; the "
+                                          r"NVIDIA driver here is 535.104.05.*Fix: install the torch wheel"):
+        run_training(lambda **kwargs: trained.append(kwargs), 1, stage="retriever1")
+    assert not trained
+    with pytest.raises(ConfigError, match="given GPUs"):
+        devices.default_device()                           # the GPU inference jobs (encoding, search, scoring)
+    monkeypatch.setenv(devices.ALLOW_CPU_VARIABLE, "1")     # where the CPU is meant
+    run_training(lambda **kwargs: trained.append(kwargs), 1, stage="retriever1")
+    assert trained and devices.default_device().type == "cpu"
+
+
+def test_only_variables_that_give_gpus_count_as_an_allocation():
+    assert devices.allocated_gpus({}) == {}
+    assert devices.allocated_gpus({"CUDA_VISIBLE_DEVICES": "", "SLURM_GPUS_ON_NODE": "0", "SLURM_JOB_GPUS": "-1"}) == {}
+    assert devices.allocated_gpus({"CUDA_VISIBLE_DEVICES": "0", "SLURM_GPUS_ON_NODE": "4"}) == {
+        "SLURM_GPUS_ON_NODE": "4", "CUDA_VISIBLE_DEVICES": "0"}

@@ -82,7 +82,7 @@ def checkout(tmp_path_factory):
 def run(slurm, checkout):
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TARGET, "--configfile", "tiny.yaml",
                "--slurm-init-seconds-before-status-checks", "2"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPR_PIPELINE_ALLOW_CPU": "1",  # fake GPUs
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     began = time.monotonic()
     done = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=env, timeout=1800)
@@ -192,7 +192,8 @@ def time_limit_run(slurm, tmp_path_factory):
                "--set-resources", "train_retriever:slurm_extra=''", "train_retriever:slurm_partition='gpu'"]
     # the copy's package (with the slow steps) first on the path of Snakemake and of the Slurm jobs, which inherit
     # its environment: as where the copy is the installed checkout
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPR_PIPELINE_ALLOW_CPU": "1",  # fake GPUs
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(root / "src")}
     began = time.monotonic()
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env, timeout=1800)

@@ -5,10 +5,66 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from pathlib import Path
 
 import torch
+
+from dpr_pipeline.errors import ConfigError
+
+#: The variables a scheduler sets in a job it gave GPUs (Slurm's, and CUDA_VISIBLE_DEVICES naming devices).
+GPU_ALLOCATION_VARIABLES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_GPUS",
+                            "CUDA_VISIBLE_DEVICES")
+GPU_COUNT_VARIABLES = ("SLURM_GPUS_ON_NODE", "SLURM_GPUS")
+#: Set to 1 where GPU jobs are meant to run on the CPU although GPUs were allocated (a Slurm with fake GPUs: the
+#: rehearsal, tests/test_slurm.py).
+ALLOW_CPU_VARIABLE = "DPR_PIPELINE_ALLOW_CPU"
+#: The oldest NVIDIA driver each CUDA release of a torch wheel runs on (NVIDIA's CUDA toolkit release notes).
+MIN_DRIVER = {"13.0": "580", "12.9": "575", "12.8": "570", "12.6": "560", "12.4": "550", "12.1": "530",
+              "11.8": "520"}
+
+
+def allocated_gpus(environ=os.environ) -> dict[str, str]:
+    """The scheduler's GPU variables set in ``environ`` that give GPUs: not empty, not ``-1``/``none``/
+    ``NoDevFiles``, and a count (``SLURM_GPUS``, ``SLURM_GPUS_ON_NODE``) not 0."""
+    given = {}
+    for name in GPU_ALLOCATION_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value in ("", "-1", "none", "NoDevFiles") or (name in GPU_COUNT_VARIABLES and value == "0"):
+            continue
+        given[name] = value
+    return given
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA kernel driver's version on this machine, else None."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = [word for word in text.split() if word.count(".") >= 1 and word.replace(".", "").isdigit()]
+    return found[0] if found else None
+
+
+def require_cuda_where_allocated(environ=os.environ) -> None:
+    """A job given GPUs (:func:`allocated_gpus`) whose torch sees no CUDA device stops here, naming the torch build,
+    the driver it needs and the one found, and the fix, instead of running on the CPU for days. Unless
+    ``DPR_PIPELINE_ALLOW_CPU=1`` says the CPU is meant."""
+    allocated = allocated_gpus(environ)
+    if not allocated or torch.cuda.is_available() or environ.get(ALLOW_CPU_VARIABLE) == "1":
+        return
+    built = torch.version.cuda
+    needs = (f"built for CUDA {built}, which needs an NVIDIA driver {MIN_DRIVER[built]} or newer"
+             if built in MIN_DRIVER else f"built for CUDA {built}" if built else "a CPU-only build")
+    driver = nvidia_driver()
+    given = ", ".join(f"{name}={value}" for name, value in allocated.items())
+    raise ConfigError(
+        f"this job was given GPUs ({given}) but torch {torch.__version__} ({needs}) sees no CUDA device; the "
+        f"NVIDIA driver here is {driver or 'not found (no /proc/driver/nvidia/version)'}. It would run on the "
+        "CPU instead. Fix: install the torch wheel for this driver in the jobs' environment (docs/cluster.md, "
+        "\"torch and the NVIDIA driver\") and check it with `make gpu-check` on a GPU node; or set "
+        f"{ALLOW_CPU_VARIABLE}=1 where the CPU is meant")
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -25,7 +81,9 @@ def to_device(batch: dict, device: torch.device, non_blocking: bool = False) -> 
 
 
 def default_device() -> torch.device:
-    """Where inference runs: the GPU when there is one."""
+    """Where inference runs: the GPU when there is one (a job given GPUs without CUDA stops:
+    :func:`require_cuda_where_allocated`)."""
+    require_cuda_where_allocated()
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 

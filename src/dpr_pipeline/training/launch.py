@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from dpr_pipeline.models.devices import require_cuda_where_allocated
 from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, visible_gpus
 from dpr_pipeline.training.trainer import stop_signals
 
@@ -26,8 +27,10 @@ def run_training(function: Callable, processes: int, **kwargs) -> None:
 
     ``kwargs["stage"]`` (the job's stage: ``retriever1``, ``reranker``, ``pretrain/simlm`` …; the function gets it
     too, for the settings its errors name) names the setting in the error when ``processes`` exceeds the visible
-    GPUs (:func:`check_processes`), raised before any process starts."""
+    GPUs (:func:`check_processes`), raised before any process starts; a job given GPUs whose torch sees no CUDA
+    stops first (:func:`dpr_pipeline.models.devices.require_cuda_where_allocated`)."""
     stage = kwargs.get("stage") or "training"
+    require_cuda_where_allocated()
     check_processes(processes, visible_gpus(), stage)
     if processes <= 1:
         function(**kwargs)
