@@ -83,8 +83,8 @@ def initialisation_input(stage=None):
 
 def selection_inputs(stage=None):
     """What a bi-encoder job (``stage``'s, else the job's {stage}'s) chooses on between its trained model and its
-    start (stage_settings.selection): the dev split's queries, qrels and BM25 run and, where the start is a chain
-    stage's model (``start``, Retriever1, Retriever2), that stage's dev run; nothing where it hands on unchecked."""
+    start (stage_settings.selection): the dev split's queries and qrels and, where the start is a chain stage's
+    model (``start``, Retriever1, Retriever2), that stage's dev run; nothing where it hands on unchecked."""
 
     def inputs(wildcards):
         selection = settings.selection(config, wildcards.dataset, stage or wildcards.stage)
@@ -92,8 +92,7 @@ def selection_inputs(stage=None):
         if dev is None:
             return {}
         files = {"dev_queries": data_file(f"queries_{dev}.parquet", wildcards.dataset),
-                 "dev_qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset),
-                 "dev_pool_run": stage_file("bm25", f"run_{dev}.trec", wildcards.dataset)}
+                 "dev_qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset)}
         if selection["start_stage"] is not None:
             files["dev_start_run"] = stage_file(selection["start_stage"], f"run_{dev}.trec", wildcards.dataset)
         return files

@@ -1,5 +1,5 @@
 """What a trained bi-encoder stage hands on (dpr_pipeline.training.dev_selection): the trained model, or its start where
-that scores higher on the dev split; the pool it is scored in; the record and its sentence."""
+the trained model is not above it on the dev split, each searched in the whole corpus; the record and its sentence."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dpr_pipeline.models.embedding import load_text_encoder
 from dpr_pipeline.models.loading import load_encoder, load_tokenizer
 from dpr_pipeline.retrieval.encode import encode_texts
 from dpr_pipeline.training.biencoder import train_biencoder
-from dpr_pipeline.training.dev_selection import dev_pool, pool_run, select
+from dpr_pipeline.training.dev_selection import corpus_run, dev_queries, select, top_hits
 from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.selection_record import START, TRAINED, choose, describe
 from dpr_pipeline.workflow import stage_settings as settings
@@ -42,54 +42,60 @@ def write_qrels(path: Path, judged: list[tuple[str, str, int]]) -> Path:
     return path
 
 
-def test_the_trained_model_goes_on_when_at_or_above_its_start_else_the_start():
+def test_the_trained_model_goes_on_only_when_above_its_start():
     assert choose(0.51, 0.50) == TRAINED
-    assert choose(0.50, 0.50) == TRAINED           # "at or above its start"
+    assert choose(0.50, 0.50) == START             # "not above its start": the start goes on
     assert choose(0.49, 0.50) == START
 
 
-def test_the_pool_is_every_dev_querys_top_k_of_each_run_and_judged_passages(tmp_path):
-    data = write_training_data(tmp_path)
-    passages = PassageStore.open(data / "passages.arrow")
-    bm25 = write_run(tmp_path / "bm25.trec", {"q0": ["x0", "x1", "x2"], "q1": ["x3", "d1", "x4"], "q2": ["x5"]})
-    start = write_run(tmp_path / "start.trec", {"q0": ["d5", "x0", "x6"], "q1": ["d7", "x7"]})
-    # q2 has no relevant judgement: not a dev query of the pool (nor are its hits)
-    qrels = write_qrels(tmp_path / "qrels.parquet", [("q0", "d0", 1), ("q1", "d1", 2), ("q2", "d2", 0)])
-    pool = dev_pool(data / "queries.parquet", qrels, [bm25], passages, depth=2)
-    assert pool.query_ids == ["q0", "q1"] and pool.queries == ["why do cats purr", "why do dogs bark"]
-    assert pool.doc_ids == ["d0", "d1", "x0", "x1", "x3"]
-    assert pool.passages[0] == passages.passages(passages.rows_of(["d0"]))[0]
-    pool = dev_pool(data / "queries.parquet", qrels, [bm25, start], passages, depth=2)
-    assert pool.doc_ids == ["d0", "d1", "d5", "d7", "x0", "x1", "x3", "x7"]
-
-    write_run(start, {"q0": ["gone"]})
-    with pytest.raises(DataError, match=r"start.trec: document 'gone' of the run is not in the corpus"):
-        dev_pool(data / "queries.parquet", qrels, [bm25, start], passages, depth=2)
+def test_the_running_top_hits_keep_each_querys_best_in_order():
+    scores = np.array([[0.1, 0.9, 0.5, 0.7], [0.3, 0.2, 0.8, 0.8]], dtype=np.float32)
+    rows = np.tile(np.arange(10, 14), (2, 1))
+    best, found = top_hits(scores, rows, 2)
+    np.testing.assert_array_equal(best, np.array([[0.9, 0.7], [0.8, 0.8]], dtype=np.float32))
+    assert found[0].tolist() == [11, 13] and sorted(found[1].tolist()) == [12, 13]
+    best, found = top_hits(scores[:, :1], rows[:, :1], 3)                    # fewer candidates than the depth
+    assert found.tolist() == [[10], [10]]
 
 
-def test_a_pool_run_ranks_each_query_by_dot_product(tmp_path):
-    data = write_training_data(tmp_path)
-    passages = PassageStore.open(data / "passages.arrow")
-    run = write_run(tmp_path / "run.trec", {"q0": ["x0", "x1"], "q1": ["x2", "x3"]})
-    qrels = write_qrels(tmp_path / "qrels.parquet", [("q0", "d0", 1), ("q1", "d1", 1)])
-    pool = dev_pool(data / "queries.parquet", qrels, [run], passages, depth=2)   # d0 d1 x0 x1 x2 x3
-    passage_vectors = np.eye(6, dtype=np.float32)
-    right = pool_run(np.eye(6, dtype=np.float32)[:2], passage_vectors, pool)  # q0 -> d0, q1 -> d1 first
-    wrong = pool_run(np.eye(6, dtype=np.float32)[[2, 0]], passage_vectors, pool)  # q0 -> x0 first, q1 -> d0
-    assert right.groupby("query_id")["doc_id"].first().to_dict() == {"q0": "d0", "q1": "d1"}
-    assert evaluate_run(right, pool.qrels, ["nDCG@10"])["nDCG@10"] == pytest.approx(1.0)
-    assert evaluate_run(wrong, pool.qrels, ["nDCG@10"])["nDCG@10"] < 1.0
+def test_a_corpus_run_is_the_exact_search_of_every_passage_chunk_by_chunk(tmp_path, monkeypatch):
+    """The dev queries searched in the whole corpus give the run an exact dot-product search gives, however the
+    corpus is cut into chunks."""
+    from dpr_pipeline.training import dev_selection
+
+    data = write_training_data(tmp_path / "data")
+    model = make_tiny_bert(tmp_path / "m", dropout=0.0)
+    encoder, tokenizer = load_text_encoder(str(model)), load_tokenizer(str(model))
+    passages, queries = PassageStore.open(data / "passages.arrow"), read_queries(data / "queries.parquet")
+    ids = list(queries)
+    qrels = write_qrels(tmp_path / "qrels.parquet", [(q, "d0", 1) for q in ids[:3]] + [(ids[3], "x1", 0)])
+    dev = dev_queries(data / "queries.parquet", qrels)
+    assert dev.query_ids == sorted(ids[:3])                   # a query without a relevant judgement is no dev query
+    q = encode_texts(encoder, tokenizer, dev.queries, max_length=16, batch_size=8, device="cpu")
+    d = encode_texts(encoder, tokenizer, passages.passages(np.arange(len(passages))), max_length=24, batch_size=8,
+                     device="cpu")
+    scores = q @ d.T
+    expected = [[passages.doc_ids([i])[0] for i in np.argsort(-row, kind="stable")[:5]] for row in scores]
+    whole = corpus_run(encoder, tokenizer, dev, passages, depth=5, query_max_length=16, passage_max_length=24,
+                       batch_size=8)                         # one chunk
+    monkeypatch.setattr(dev_selection, "MIN_CHUNK", 3)
+    monkeypatch.setattr(dev_selection, "CORPUS_CHUNK", 3)    # then 3 passages a chunk
+    chunked = corpus_run(encoder, tokenizer, dev, passages, depth=5, query_max_length=16, passage_max_length=24,
+                         batch_size=8)
+    for run in (whole, chunked):
+        assert run.groupby("query_id", sort=False)["doc_id"].apply(list).tolist() == expected
+        assert run["rank"].tolist() == list(range(1, 6)) * 3
+    np.testing.assert_allclose(chunked["score"], whole["score"], rtol=1e-5)
 
 
 @pytest.fixture
 def dev_files(tmp_path):
     """The toy collection, two tiny BERTs (`a`, `b`: other random weights) and dev qrels that judge relevant, for
-    each query, the passage `a` ranks first: `a` scores nDCG@10 1 on the pool, `b` less."""
+    each query, the passage `a` ranks first: `a` scores nDCG@10 1 in the corpus, `b` less."""
     data = write_training_data(tmp_path / "data")
     a, b = make_tiny_bert(tmp_path / "a", dropout=0.0, seed=0), make_tiny_bert(tmp_path / "b", dropout=0.0, seed=5)
     passages, queries = PassageStore.open(data / "passages.arrow"), read_queries(data / "queries.parquet")
     doc_ids = passages.doc_ids(np.arange(len(passages)))
-    run = write_run(tmp_path / "bm25.trec", {f"q{i}": doc_ids for i in range(len(TOPICS))})
     encoder, tokenizer = load_text_encoder(str(a)), load_tokenizer(str(a))
     q = encode_texts(encoder, tokenizer, list(queries.values()), max_length=16, batch_size=8, device="cpu")
     d = encode_texts(encoder, tokenizer, passages.passages(np.arange(len(passages))), max_length=24, batch_size=8,
@@ -97,12 +103,12 @@ def dev_files(tmp_path):
     firsts = [doc_ids[int(i)] for i in (q @ d.T).argmax(axis=1)]
     qrels = write_qrels(tmp_path / "qrels.parquet", [(query, doc, 1) for query, doc in zip(queries, firsts)])
     return {"data": data, "a": a, "b": b, "passages": passages,
-            "files": {"queries": data / "queries.parquet", "qrels": qrels, "pool_run": run}}
+            "files": {"queries": data / "queries.parquet", "qrels": qrels}}
 
 
 def selection_settings(files: dict, **changes) -> dict:
-    return {"split": "dev", "reason": None, "metric": "nDCG@10", "pool_depth": 16, "relevance_level": 1,
-            "encode_batch_size": 8, "label": "Retriever₂", "start_label": "Retriever₁", "start_stage": None,
+    return {"split": "dev", "reason": None, "metric": "nDCG@10", "depth": 16, "relevance_level": 1,
+            "encode_batch_size": 8, "embedding_dtype": "float32", "ignore_identical_ids": False, "label": "Retriever₂", "start_label": "Retriever₁", "start_stage": None,
             "files": files, **changes}
 
 
@@ -114,25 +120,27 @@ def test_a_trained_model_below_its_start_on_dev_is_not_handed_on(dev_files, capl
     assert handed_on is a and record["handed_on"] == START
     assert record["start_score"] == pytest.approx(1.0) and record["trained_score"] < 1.0
     assert record["difference"] == pytest.approx(record["trained_score"] - 1.0)
-    assert record["pool"] == {"queries": 8, "passages": 16} and record["start_score_from"] == "searching the pool"
-    assert "Retriever₂ did not beat its start (Retriever₁) on dev (-0." in caplog.text
+    assert record["searched"] == {"queries": 8, "passages": 16}
+    assert record["start_score_from"] == "searching the whole corpus"
+    assert record["paired"]["queries"] == 8 and record["paired"]["mean"] == pytest.approx(record["difference"])
+    assert "Retriever₂ is not above its start (Retriever₁) on dev (-0." in caplog.text
+    assert "over its 8 queries, each searched in the whole corpus of 16 passages; 95 % interval ±" in caplog.text
     assert "its start was handed on" in describe(record)
 
     handed_on, record = select(a, lambda: b, tokenizer, dev_files["passages"], {**PARAMS, "plm": "b"}, selection)
     assert handed_on is a and record["handed_on"] == TRAINED and record["difference"] > 0
-    assert "at or above its start (Retriever₁)" in describe(record)
+    assert "is above its start (Retriever₁)" in describe(record)
 
 
-def test_a_start_with_a_dev_run_is_scored_by_it_and_its_hits_join_the_pool(dev_files, tmp_path):
-    """Retriever2 starting from Retriever1: Retriever1's dev run is its score (the summary's figure) and its top
-    hits are in the pool; the start is not loaded unless it goes on."""
+def test_a_start_with_a_dev_run_is_scored_by_it(dev_files, tmp_path):
+    """Retriever2 starting from Retriever1: Retriever1's dev run is its score (the summary's figure); the start
+    is not loaded unless it goes on."""
     b = load_text_encoder(str(dev_files["b"]))
     firsts = pd.read_parquet(dev_files["files"]["qrels"]).set_index("query_id")["doc_id"]
     # the start's run: every query's judged passage second (nDCG@10 1/log2(3)), x7 first
     start_run = write_run(tmp_path / "start_dev.trec", {q: ["x7", doc] for q, doc in firsts.items()})
-    files = {**dev_files["files"], "pool_run": write_run(tmp_path / "bm25.trec", {q: ["x0"] for q in firsts.index}),
-             "start_run": start_run}
-    selection = selection_settings(files, start_stage="retriever1", pool_depth=1)
+    files = {**dev_files["files"], "start_run": start_run}
+    selection = selection_settings(files, start_stage="retriever1")
 
     def never():
         raise AssertionError("the start was loaded although its dev run scored it and the trained model won")
@@ -141,7 +149,7 @@ def test_a_start_with_a_dev_run_is_scored_by_it_and_its_hits_join_the_pool(dev_f
                                {**PARAMS, "plm": "r1"}, selection)
     assert record["start_score"] == pytest.approx(1 / np.log2(3)) and record["start_score_from"].endswith(
         "start_dev.trec")
-    assert record["pool"]["passages"] == len({"x0", "x7", *firsts})              # BM25's x0, the start's x7, judged
+    assert record["searched"]["passages"] == len(dev_files["passages"])
     assert handed_on is b and record["handed_on"] == TRAINED     # b puts more judged passages first than the run
 
 
@@ -179,8 +187,9 @@ def test_each_trained_bi_encoder_knows_its_start_and_whether_it_can_choose():
     first, second, student = (settings.selection(config, "scifact", stage)
                               for stage in ("retriever1", "retriever2", "distill"))
     assert first["split"] == "dev" and first["start_label"] == "Starting model (untrained)"
-    assert first["start_stage"] == "start" and first["metric"] == "nDCG@10" and first["pool_depth"] == 10
-    assert (second["start_stage"], second["start_label"]) == ("retriever1", "Retriever₁")   # retriever2_start
+    assert first["start_stage"] == "start" and first["metric"] == "nDCG@10" and first["depth"] == 1000
+    assert first["embedding_dtype"] == "float16" and first["ignore_identical_ids"] is False
+    assert (second["start_stage"], second["start_label"]) == ("retriever1", "Retriever₁")   # retriever2.plm
     assert (student["start_stage"], student["label"]) == ("retriever2", "Retriever_distill")
     assert settings.selection(config, "scifact", "ablation/simlm")["split"] is None
     assert settings.selection(config, "msmarco", "retriever1")["reason"] == "the dataset has no dev_split"

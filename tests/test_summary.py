@@ -135,8 +135,10 @@ def test_the_verdict_when_every_stage_is_above_the_one_below_it(tmp_path: Path):
 def test_what_each_trained_stage_handed_on_is_said_in_the_summary_and_the_log(tmp_path: Path, caplog):
     """A stage whose start went on (Retriever₂ below Retriever₁ on dev; the re-ranker's fusion weight 0) is said
     so in words, in the Markdown, the JSON and as a warning in the log."""
-    scored = {"split": "dev", "metric": "nDCG@10", "pool_depth": 20, "relevance_level": 1, "query_max_length": 64,
-              "passage_max_length": 256, "pool": {"queries": 40, "passages": 812}, "start_score_from": "here"}
+    scored = {"split": "dev", "metric": "nDCG@10", "depth": 1000, "relevance_level": 1, "query_max_length": 64,
+              "passage_max_length": 256, "searched": {"queries": 40, "passages": 812}, "start_score_from": "here",
+              "paired": {"queries": 40, "mean": 0.01, "ci95": 0.02, "p_value": 0.3, "wins": 10, "losses": 8},
+              "resolved": False}
     selections = {
         "retriever1": {"stage": "Retriever₁", "start": "Starting model (untrained)", "start_model": "pkg:m",
                        "handed_on": "trained", "trained_score": 0.71, "start_score": 0.70, "difference": 0.01,
@@ -157,15 +159,17 @@ def test_what_each_trained_stage_handed_on_is_said_in_the_summary_and_the_log(tm
         write_summary(write_metrics(tmp_path), *outputs, selections=paths, fusion_choice=fusion)
     markdown = outputs[1].read_text()
     assert "## What each trained stage handed on (chosen on the dev split)" in markdown
-    assert "* Retriever₁ is at or above its start (Starting model (untrained)) on dev (+0.0100 nDCG@10, its 40 " \
-           "queries searched in a pool of 812 passages): the trained model was handed on." in markdown
-    assert "* Retriever₂ did not beat its start (Retriever₁) on dev (-0.0050 nDCG@10, its 40 queries searched in " \
-           "a pool of 812 passages): its start was handed on." in markdown
+    assert "* Retriever₁ is above its start (Starting model (untrained)) on dev (+0.0100 nDCG@10 over its 40 " \
+           "queries, each searched in the whole corpus of 812 passages; 95 % interval ±0.0200): the trained model " \
+           "was handed on. The 40 dev queries do not resolve this difference (paired t-test, 95 %): a larger dev " \
+           "split would (dev_split.fraction, docs/datasets.md)." in markdown
+    assert "* Retriever₂ is not above its start (Retriever₁) on dev (-0.0050 nDCG@10 over its 40 queries, each " \
+           "searched in the whole corpus of 812 passages; 95 % interval ±0.0200): its start was handed on." in markdown
     assert "* Re-ranker did not beat its start (Retriever₂) on dev (at best -0.0100 nDCG@10): Retriever₂'s order " \
            "was handed on (fusion weight 0)." in markdown
-    assert markdown.index("Retriever₂ did not") < markdown.index("Re-ranker did not")      # pipeline order
+    assert markdown.index("Retriever₂ is not above") < markdown.index("Re-ranker did not")  # pipeline order
     assert list(json.loads(outputs[0].read_text())["dev_selection"]) == ["retriever1", "retriever2", "reranker"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any(m.startswith("Retriever₂ did not beat its start") for m in warnings)
+    assert any(m.startswith("Retriever₂ is not above its start") for m in warnings)
     assert any(m.startswith("Re-ranker did not beat its start") for m in warnings)
     assert not any(m.startswith("Retriever₁") for m in warnings)

@@ -15,30 +15,33 @@ START = "start"
 
 
 def choose(trained: float, start: float) -> str:
-    """:data:`TRAINED` when the trained model scores at least its start's, else :data:`START`."""
-    return TRAINED if trained >= start else START
+    """:data:`TRAINED` when the trained model scores above its start, else :data:`START`."""
+    return TRAINED if trained > start else START
 
 
 def scoring(selection: dict, params: dict) -> dict:
     """How the candidates were scored, for the record."""
-    return {"split": selection["split"], "metric": selection["metric"], "pool_depth": selection["pool_depth"],
+    return {"split": selection["split"], "metric": selection["metric"], "depth": selection["depth"],
             "relevance_level": selection["relevance_level"], "query_max_length": params["query_max_length"],
             "passage_max_length": params["passage_max_length"]}
 
 
 def selection_record(*, label: str, start_label: str, start_model: str, handed_on: str,
                      settings: dict | None = None, trained: float | None = None, start: float | None = None,
-                     pool=None, start_score_from: str | None = None,
-                     reason: str | None = None) -> dict:
-    """dev_selection.json: the candidates' scores and the one handed on; without a dev score, ``reason``
-    says why the trained model went on unchecked."""
+                     queries: int | None = None, passages: int | None = None, paired=None,
+                     start_score_from: str | None = None, reason: str | None = None) -> dict:
+    """dev_selection.json: the candidates' scores (their mean over the ``queries`` dev queries, each searched in
+    the whole corpus of ``passages``), the paired difference trained − start over those queries (``paired``, a
+    :class:`~dpr_pipeline.evaluation.paired_difference.PairedDifference`; None for one query) and the one handed on;
+    without a dev score, ``reason`` says why the trained model went on unchecked."""
     record = {"stage": label, "handed_on": handed_on, "start": start_label, "start_model": start_model}
     if reason is not None:
         return {**record, "reason": reason}
     return {**record, **settings, "trained_score": trained, "start_score": start, "difference": trained - start,
             "handed_on_score": trained if handed_on == TRAINED else start,
-            "pool": {"queries": len(pool.query_ids), "passages": len(pool.doc_ids)},
-            "start_score_from": start_score_from}
+            "searched": {"queries": queries, "passages": passages},
+            "paired": paired.as_dict() if paired is not None else None,
+            "resolved": bool(paired is not None and paired.significant), "start_score_from": start_score_from}
 
 
 def describe(record: dict) -> str:
@@ -46,13 +49,21 @@ def describe(record: dict) -> str:
     label, start_label = record["stage"], record["start"]
     if "reason" in record:
         return f"{label}: the trained model was handed on without a dev check ({record['reason']})."
-    change = f"{record['difference']:+.4f} {record['metric']}, its {record['pool']['queries']} queries searched " \
-             f"in a pool of {record['pool']['passages']} passages"
+    searched, paired = record["searched"], record.get("paired")
+    change = f"{record['difference']:+.4f} {record['metric']} over its {searched['queries']} queries, each " \
+             f"searched in the whole corpus of {searched['passages']} passages"
+    if paired is not None:
+        change += f"; 95 % interval ±{paired['ci95']:.4f}"
     if record["handed_on"] == START:
-        return f"{label} did not beat its start ({start_label}) on {record['split']} ({change}): its start was " \
-               "handed on."
-    return f"{label} is at or above its start ({start_label}) on {record['split']} ({change}): the trained model " \
-           "was handed on."
+        choice = f"{label} is not above its start ({start_label}) on {record['split']} ({change}): its start was " \
+                 "handed on."
+    else:
+        choice = f"{label} is above its start ({start_label}) on {record['split']} ({change}): the trained model " \
+                 "was handed on."
+    if not record.get("resolved"):
+        choice += f" The {searched['queries']} {record['split']} queries do not resolve this difference (paired " \
+                  "t-test, 95 %): a larger dev split would (dev_split.fraction, docs/datasets.md)."
+    return choice
 
 
 def write_selection(path: str | Path, record: dict) -> None:

@@ -127,6 +127,10 @@ def check_moved_settings(config: dict) -> None:
     if not isinstance(config, dict):
         return
     for prefix, stages in _stage_blocks(config):
+        chosen = stages.get("selection") if isinstance(stages, dict) else None
+        if isinstance(chosen, dict) and "pool_depth" in chosen:
+            raise ConfigError(f"config key {prefix}.selection.pool_depth is gone: the dev selection searches the "
+                              "whole corpus, as the stage's dev search does (docs/migration.md). Fix: delete it")
         retriever = stages.get("retriever") if isinstance(stages, dict) else None
         if isinstance(retriever, dict) and "retriever2_start" in retriever:
             start = retriever["retriever2_start"]

@@ -180,9 +180,10 @@ def dense_search(config: dict, dataset: str, stage: str, target: str | None = No
 def selection(config: dict, dataset: str, stage: str) -> dict:
     """How a trained bi-encoder stage chooses on the dev split between its trained model and its start
     (`selection`, :mod:`dpr_pipeline.training.dev_selection`): ``split`` (the dataset's dev split), ``metric`` at its
-    ``relevance_level``, ``pool_depth``, the encoding batch size, the stage's ``label`` and its start's
-    (``start_label``; ``start_stage``: the chain stage whose model it starts from, ``start`` for the bi-encoders'
-    starting model, else None; its dev run is the start's score and part of the pool). ``split`` is None
+    ``relevance_level``, searched as the stage's dev search is (``depth``, the encoding batch size, the vectors'
+    ``embedding_dtype``, ``ignore_identical_ids``), the stage's ``label`` and its start's (``start_label``;
+    ``start_stage``: the chain stage whose model it starts from, ``start`` for the bi-encoders' starting model,
+    else None; its dev run is the start's score). ``split`` is None
     and ``reason`` says why where the trained model goes on unchecked: `selection.dev` false, no dev split, a
     dataset judged by answers, or an ablation stage (it measures its pre-training method, so it keeps its model)."""
     params = stage_params(config, dataset, "selection")
@@ -198,10 +199,12 @@ def selection(config: dict, dataset: str, stage: str) -> dict:
               "the dataset has no dev_split" if dev is None else
               "the dataset judges relevance by answers; the choice needs qrels"
               if collection.get("relevance") == "answers" else None)
+    corpus = encoding(config, dataset)
     return {"split": None if reason else dev.name, "reason": reason, "metric": params["metric"],
-            "pool_depth": params["pool_depth"],
+            "depth": search_depth(config, dataset, stage, dev.name) if dev else corpus["search_depth"],
             "relevance_level": collection.get("metric_relevance", {}).get(dev.name, 1) if dev else 1,
-            "encode_batch_size": encoding(config, dataset)["encode_batch_size"],
+            "encode_batch_size": corpus["encode_batch_size"], "embedding_dtype": corpus["embedding_dtype"],
+            "ignore_identical_ids": bool(collection.get("ignore_identical_ids", False)),
             "label": STAGE_LABELS.get(stage, stage), "start_label": start_label, "start_stage": start_stage}
 
 

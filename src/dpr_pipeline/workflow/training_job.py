@@ -27,8 +27,7 @@ def group_negatives(snakemake, params: dict, *, in_batch: bool) -> dict:
 
 #: A bi-encoder training job's inputs for its dev selection (rules/inputs.smk, selection_inputs), by the names
 #: :func:`dpr_pipeline.training.dev_selection.select` reads them.
-SELECTION_INPUTS = {"dev_queries": "queries", "dev_qrels": "qrels", "dev_pool_run": "pool_run",
-                    "dev_start_run": "start_run"}
+SELECTION_INPUTS = {"dev_queries": "queries", "dev_qrels": "qrels", "dev_start_run": "start_run"}
 
 
 def selection_options(snakemake) -> dict:
