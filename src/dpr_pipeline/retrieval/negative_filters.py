@@ -1,0 +1,187 @@
+"""Positive-aware filters on a query's candidate negatives (config ``mining.<stage>``: ``relative_margin``,
+``absolute_margin``, ``max_score``, ``range_min``; every one off by default).
+
+A candidate is dropped when it scores too close to the query's positive (the margins, as sentence-transformers'
+``mine_hard_negatives`` defines them; NV-Retriever's TopK-PercPos, arXiv 2407.15831, is the relative margin), above
+a fixed score (``max_score``, sentence-transformers), or among the run's first ranks (``range_min``, FlagEmbedding's
+``range_for_sampling``). Dropped candidates are likely unjudged relevant passages (false negatives).
+
+The reference score of the margins is the query's best-scoring *retrieved* positive. When none of its positives was
+retrieved (every positive score NaN) the margins cannot apply: the query keeps those candidates (``max_score`` and
+``range_min`` still apply) and is counted in ``queries_without_positive_score``. A NaN candidate score (official
+negatives carry none) is never dropped by a score filter.
+
+Thresholds are inclusive: a candidate scoring exactly at a threshold is kept (sentence-transformers drops only
+``score > threshold``), and ``range_min: k`` drops ranks 1..k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dpr_pipeline.errors import ConfigError
+
+#: The filters in the order a dropped candidate is attributed to them (the first that drops it counts it).
+FILTER_KEYS = ("range_min", "max_score", "absolute_margin", "relative_margin")
+
+
+@dataclass(frozen=True)
+class NegativeFilters:
+    """The filters of one mined stage; None = off. ``setting``: the config block they come from (its errors name
+    it)."""
+
+    range_min: int | None = None
+    max_score: float | None = None
+    absolute_margin: float | None = None
+    relative_margin: float | None = None
+    setting: str = "mining.<stage>"
+
+    def __post_init__(self) -> None:
+        def bad(key: str, value, fix: str) -> ConfigError:
+            return ConfigError(f"config key {self.setting}.{key} = {value!r}: {fix}")
+
+        r, a, k, m = self.relative_margin, self.absolute_margin, self.range_min, self.max_score
+        if r is not None and not (isinstance(r, (int, float)) and 0 <= r < 1):
+            raise bad("relative_margin", r, "a fraction of the positive's score in [0, 1). "
+                      "Fix: set it in [0, 1) (NV-Retriever: 0.05), or null to turn it off")
+        if a is not None and not (isinstance(a, (int, float)) and math.isfinite(a) and a >= 0):
+            raise bad("absolute_margin", a, "a score difference in the run's units. Fix: set it >= 0, or null to turn it off")
+        if m is not None and not (isinstance(m, (int, float)) and math.isfinite(m)):
+            raise bad("max_score", m, "a score in the run's units. Fix: set a finite number, or null to turn it off")
+        if k is not None and not (isinstance(k, int) and not isinstance(k, bool) and k >= 0):
+            raise bad("range_min", k, "the number of top ranks to skip. Fix: set an integer >= 0, or null to turn it off")
+
+    @classmethod
+    def from_settings(cls, settings: dict, setting: str = "mining.<stage>") -> NegativeFilters:
+        """The filters among a job's mining settings (keys absent or null: off)."""
+        return cls(**{key: settings.get(key) for key in FILTER_KEYS}, setting=setting)
+
+    def active(self) -> dict:
+        """``{key: value}`` of the filters that are on."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in FILTER_KEYS and getattr(self, f.name) is not None}
+
+    @property
+    def uses_positive(self) -> bool:
+        return self.relative_margin is not None or self.absolute_margin is not None
+
+
+def reference_score(positive_scores: Iterable[float]) -> float:
+    """The margins' reference: the best score among the query's retrieved positives (NaN scores are unretrieved
+    ones); NaN when none was retrieved."""
+    scores = [float(s) for s in positive_scores if s is not None and not math.isnan(float(s))]
+    return max(scores) if scores else math.nan
+
+
+def relative_threshold(positive: float, margin: float) -> float:
+    """The highest score a negative may have under ``relative_margin``: ``positive − |positive| × margin``
+    (sentence-transformers' form; = positive × (1 − margin) for a positive score ≥ 0, and still below the positive
+    when it is negative)."""
+    return positive - abs(positive) * margin
+
+
+def drop_reason(score: float, rank: int, positive: float, filters: NegativeFilters) -> str | None:
+    """Which filter drops a candidate of ``score`` at ``rank`` (1-based, the run's rank) for a query whose
+    reference positive scores ``positive`` (NaN: none retrieved), in :data:`FILTER_KEYS` order; None: kept."""
+    if filters.range_min is not None and rank <= filters.range_min:
+        return "range_min"
+    if math.isnan(score):
+        return None
+    if filters.max_score is not None and score > filters.max_score:
+        return "max_score"
+    if math.isnan(positive):
+        return None
+    if filters.absolute_margin is not None and score > positive - filters.absolute_margin:
+        return "absolute_margin"
+    if filters.relative_margin is not None and score > relative_threshold(positive, filters.relative_margin):
+        return "relative_margin"
+    return None
+
+
+def filter_query(negative_ids: Sequence[str], negative_scores: Sequence[float], ranks: Sequence[int],
+                 positive: float, filters: NegativeFilters) -> tuple[list[int], list[tuple[int, str]]]:
+    """One query's candidates split into the indices kept and ``(index, reason)`` of those dropped, both in the
+    candidates' order."""
+    kept, dropped = [], []
+    for i, (score, rank) in enumerate(zip(negative_scores, ranks)):
+        reason = drop_reason(float(score), int(rank), positive, filters)
+        if reason is None:
+            kept.append(i)
+        else:
+            dropped.append((i, reason))
+    return kept, dropped
+
+
+def threshold(reason: str, positive: float, filters: NegativeFilters) -> float:
+    """The limit a candidate dropped by ``reason`` went past: the last rank skipped (range_min), else the highest
+    score kept."""
+    if reason == "range_min":
+        return float(filters.range_min)
+    if reason == "max_score":
+        return float(filters.max_score)
+    if reason == "absolute_margin":
+        return positive - filters.absolute_margin
+    return relative_threshold(positive, filters.relative_margin)
+
+
+DROPPED_COLUMNS = ["query_id", "doc_id", "rank", "score", "positive_score", "reason", "threshold"]
+
+
+def filter_pool(pool: pd.DataFrame, filters: NegativeFilters, keep: int,
+                ranks: Sequence[Sequence[int]] | None = None) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """Apply ``filters`` to a candidate pool (negatives schema): the pool without the dropped candidates, the
+    counts, and the dropped pairs (:data:`DROPPED_COLUMNS`).
+
+    ``ranks``: per row, each candidate's rank in the run it came from (positives counted); None: its position in
+    the list (1-based: official negatives). ``keep``: the negatives a query is asked for, to count the queries
+    left with fewer (before and after the filters).
+
+    The counts: ``candidates``, ``kept``, ``dropped`` (per filter of :data:`FILTER_KEYS`, each candidate counted
+    by the first that drops it; 0 for a filter that is off), ``dropped_total``, ``queries``,
+    ``queries_without_positive_score`` (no positive retrieved: the margins did not apply to them),
+    ``queries_with_drops``, ``queries_fewer_than_keep_before`` and ``queries_fewer_than_keep`` (after),
+    ``queries_without_negatives_before`` and ``queries_without_negatives`` (after).
+    """
+    if ranks is None:
+        ranks = [range(1, len(ids) + 1) for ids in pool["negative_ids"]]
+    counts = {"filters": filters.active(), "keep": keep, "candidates": 0, "kept": 0,
+              "dropped": {key: 0 for key in FILTER_KEYS}, "dropped_total": 0, "queries": len(pool),
+              "queries_without_positive_score": 0, "queries_with_drops": 0,
+              "queries_fewer_than_keep_before": 0, "queries_fewer_than_keep": 0,
+              "queries_without_negatives_before": 0, "queries_without_negatives": 0}
+    kept_ids, kept_scores, dropped_rows = [], [], []
+    for qid, positives, ids, scores, query_ranks in zip(pool["query_id"], pool["positive_scores"],
+                                                        pool["negative_ids"], pool["negative_scores"], ranks):
+        ids, scores, query_ranks = list(ids), [float(s) for s in scores], list(query_ranks)
+        positive = reference_score(positives)
+        kept, dropped = filter_query(ids, scores, query_ranks, positive, filters)
+        kept_ids.append([ids[i] for i in kept])
+        kept_scores.append([scores[i] for i in kept])
+        for i, reason in dropped:
+            counts["dropped"][reason] += 1
+            dropped_rows.append((qid, ids[i], int(query_ranks[i]), scores[i], positive, reason,
+                                 threshold(reason, positive, filters)))
+        counts["candidates"] += len(ids)
+        counts["kept"] += len(kept)
+        counts["queries_without_positive_score"] += int(math.isnan(positive))
+        counts["queries_with_drops"] += int(bool(dropped))
+        counts["queries_fewer_than_keep_before"] += int(len(ids) < keep)
+        counts["queries_fewer_than_keep"] += int(len(kept) < keep)
+        counts["queries_without_negatives_before"] += int(not ids)
+        counts["queries_without_negatives"] += int(not kept)
+    counts["dropped_total"] = counts["candidates"] - counts["kept"]
+    dropped_frame = pd.DataFrame(dropped_rows, columns=DROPPED_COLUMNS)
+    return pool.assign(negative_ids=kept_ids, negative_scores=kept_scores), counts, dropped_frame
+
+
+def sample_dropped(dropped: pd.DataFrame, size: int, seed: int) -> pd.DataFrame:
+    """Up to ``size`` dropped pairs drawn uniformly (seeded), in query and rank order."""
+    if len(dropped) > size:
+        chosen = np.random.default_rng(seed).choice(len(dropped), size=size, replace=False)
+        dropped = dropped.iloc[np.sort(chosen)]
+    return dropped.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)
