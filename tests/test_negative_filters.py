@@ -4,13 +4,14 @@ against hand-computed cases, and the mining job's report of what they dropped.""
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.retrieval.negative_filters import (FILTER_KEYS, NegativeFilters, drop_reason, filter_pool,
-                                                     filter_query, reference_score, relative_threshold,
+from dpr_pipeline.retrieval.negative_filters import (FILTER_KEYS, NegativeFilters, drop_codes, drop_reason,
+                                                     filter_pool, filter_query, reference_score, relative_threshold,
                                                      sample_dropped)
 from dpr_pipeline.retrieval.negatives import DROPPED_SAMPLE_SIZE, mine_hard_negatives, write_bm25_negatives
 
@@ -90,6 +91,19 @@ def test_first_filter_in_order_is_credited():
         "range_min", "max_score", "absolute_margin", "relative_margin", None]
 
 
+@pytest.mark.parametrize("positive", [0.5, -0.25, 20.0, NAN])
+def test_the_vectorised_filters_agree_with_drop_reason(positive):
+    rng = np.random.default_rng(0)
+    scores = np.concatenate([rng.choice([0.375, 0.5, 0.625, 18.0, 19.0, 21.0, -0.25, NAN], size=200),
+                             rng.normal(0.4, 0.3, 200)])
+    ranks = rng.integers(1, 30, size=len(scores))
+    for f in [NegativeFilters(relative_margin=0.25), NegativeFilters(absolute_margin=0.125, max_score=0.6),
+              NegativeFilters(range_min=5, max_score=19.0, absolute_margin=1.0, relative_margin=0.05)]:
+        codes = drop_codes(scores, ranks, positive, f)
+        expected = [drop_reason(s, r, positive, f) for s, r in zip(scores, ranks)]
+        assert [FILTER_KEYS[c - 1] if c else None for c in codes] == expected
+
+
 @pytest.mark.parametrize("settings, key", [({"relative_margin": 1.0}, "relative_margin"),
                                            ({"relative_margin": -0.1}, "relative_margin"),
                                            ({"absolute_margin": -1}, "absolute_margin"),
@@ -148,6 +162,17 @@ def test_filters_off_drop_nothing_and_keep_the_pool():
 def test_range_min_without_ranks_counts_list_positions():
     _, counts, dropped = filter_pool(POOL, NegativeFilters(range_min=1), keep=2)
     assert counts["dropped"]["range_min"] == 3 and list(dropped["doc_id"]) == ["a", "e", "g"]
+
+
+def test_filter_pool_draws_the_same_sample_as_sample_dropped():
+    pool = pd.DataFrame({"query_id": [f"q{i}" for i in range(40)], "positive_ids": [["p"]] * 40,
+                         "positive_scores": [[1.0]] * 40, "negative_ids": [[f"d{j}" for j in range(10)]] * 40,
+                         "negative_scores": [[1.0 - j / 20 for j in range(10)]] * 40})
+    f = NegativeFilters(relative_margin=0.2)          # drops the 4 scores above 0.8 of each query: 160 pairs
+    _, counts, everything = filter_pool(pool, f, keep=5)
+    _, same_counts, sample = filter_pool(pool, f, keep=5, sample_size=12, seed=9)
+    assert counts == same_counts and counts["dropped_total"] == 160 and len(everything) == 160
+    assert sample.equals(sample_dropped(everything, 12, seed=9)) and len(sample) == 12
 
 
 def test_dropped_sample_is_seeded_and_ordered():

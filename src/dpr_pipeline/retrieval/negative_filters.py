@@ -103,18 +103,31 @@ def drop_reason(score: float, rank: int, positive: float, filters: NegativeFilte
     return None
 
 
+def drop_codes(scores: np.ndarray, ranks: np.ndarray, positive: float, filters: NegativeFilters) -> np.ndarray:
+    """:func:`drop_reason` for a query's candidates at once: per candidate 0 (kept) or 1 + the index in
+    :data:`FILTER_KEYS` of the first filter that drops it."""
+    codes = np.zeros(len(scores), dtype=np.int8)
+    with np.errstate(invalid="ignore"):                     # NaN compares False: an unscored candidate stays
+        masks = [ranks <= filters.range_min if filters.range_min is not None else None,
+                 scores > filters.max_score if filters.max_score is not None else None]
+        if not math.isnan(positive):
+            masks += [scores > positive - filters.absolute_margin if filters.absolute_margin is not None else None,
+                      scores > relative_threshold(positive, filters.relative_margin)
+                      if filters.relative_margin is not None else None]
+    for code, mask in enumerate(masks, start=1):
+        if mask is not None:
+            codes[(codes == 0) & mask] = code
+    return codes
+
+
 def filter_query(negative_ids: Sequence[str], negative_scores: Sequence[float], ranks: Sequence[int],
                  positive: float, filters: NegativeFilters) -> tuple[list[int], list[tuple[int, str]]]:
     """One query's candidates split into the indices kept and ``(index, reason)`` of those dropped, both in the
     candidates' order."""
-    kept, dropped = [], []
-    for i, (score, rank) in enumerate(zip(negative_scores, ranks)):
-        reason = drop_reason(float(score), int(rank), positive, filters)
-        if reason is None:
-            kept.append(i)
-        else:
-            dropped.append((i, reason))
-    return kept, dropped
+    codes = drop_codes(np.asarray(negative_scores, dtype=np.float64), np.asarray(ranks, dtype=np.int64), positive,
+                       filters)
+    return ([int(i) for i in np.flatnonzero(codes == 0)],
+            [(int(i), FILTER_KEYS[codes[i] - 1]) for i in np.flatnonzero(codes)])
 
 
 def threshold(reason: str, positive: float, filters: NegativeFilters) -> float:
@@ -133,9 +146,11 @@ DROPPED_COLUMNS = ["query_id", "doc_id", "rank", "score", "positive_score", "rea
 
 
 def filter_pool(pool: pd.DataFrame, filters: NegativeFilters, keep: int,
-                ranks: Sequence[Sequence[int]] | None = None) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+                ranks: Sequence[Sequence[int]] | None = None, sample_size: int | None = None,
+                seed: int = 0) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """Apply ``filters`` to a candidate pool (negatives schema): the pool without the dropped candidates, the
-    counts, and the dropped pairs (:data:`DROPPED_COLUMNS`).
+    counts, and the dropped pairs (:data:`DROPPED_COLUMNS`; with ``sample_size``, only
+    :func:`sample_dropped`'s draw of them, ``seed``, so that a large collection never holds them all).
 
     ``ranks``: per row, each candidate's rank in the run it came from (positives counted); None: its position in
     the list (1-based: official negatives). ``keep``: the negatives a query is asked for, to count the queries
@@ -147,41 +162,62 @@ def filter_pool(pool: pd.DataFrame, filters: NegativeFilters, keep: int,
     ``queries_with_drops``, ``queries_fewer_than_keep_before`` and ``queries_fewer_than_keep`` (after),
     ``queries_without_negatives_before`` and ``queries_without_negatives`` (after).
     """
-    if ranks is None:
-        ranks = [range(1, len(ids) + 1) for ids in pool["negative_ids"]]
-    counts = {"filters": filters.active(), "keep": keep, "candidates": 0, "kept": 0,
+    before = pool["negative_ids"].map(len).to_numpy()
+    references = np.array([reference_score(p) for p in pool["positive_scores"]], dtype=np.float64)
+    counts = {"filters": filters.active(), "keep": keep, "candidates": int(before.sum()), "kept": 0,
               "dropped": {key: 0 for key in FILTER_KEYS}, "dropped_total": 0, "queries": len(pool),
-              "queries_without_positive_score": 0, "queries_with_drops": 0,
-              "queries_fewer_than_keep_before": 0, "queries_fewer_than_keep": 0,
-              "queries_without_negatives_before": 0, "queries_without_negatives": 0}
-    kept_ids, kept_scores, dropped_rows = [], [], []
-    for qid, positives, ids, scores, query_ranks in zip(pool["query_id"], pool["positive_scores"],
-                                                        pool["negative_ids"], pool["negative_scores"], ranks):
-        ids, scores, query_ranks = list(ids), [float(s) for s in scores], list(query_ranks)
-        positive = reference_score(positives)
-        kept, dropped = filter_query(ids, scores, query_ranks, positive, filters)
-        kept_ids.append([ids[i] for i in kept])
-        kept_scores.append([scores[i] for i in kept])
-        for i, reason in dropped:
-            counts["dropped"][reason] += 1
-            dropped_rows.append((qid, ids[i], int(query_ranks[i]), scores[i], positive, reason,
-                                 threshold(reason, positive, filters)))
-        counts["candidates"] += len(ids)
-        counts["kept"] += len(kept)
-        counts["queries_without_positive_score"] += int(math.isnan(positive))
-        counts["queries_with_drops"] += int(bool(dropped))
-        counts["queries_fewer_than_keep_before"] += int(len(ids) < keep)
-        counts["queries_fewer_than_keep"] += int(len(kept) < keep)
-        counts["queries_without_negatives_before"] += int(not ids)
-        counts["queries_without_negatives"] += int(not kept)
+              "queries_without_positive_score": int(np.isnan(references).sum()), "queries_with_drops": 0,
+              "queries_fewer_than_keep_before": int((before < keep).sum()), "queries_fewer_than_keep": 0,
+              "queries_without_negatives_before": int((before == 0).sum()), "queries_without_negatives": 0}
+    if ranks is None:
+        ranks = [range(1, n + 1) for n in before]
+    kept_ids, kept_scores, dropped_at = [], [], []       # dropped_at: (row, candidate indices, their codes)
+    if not counts["filters"]:
+        kept_ids, kept_scores = list(pool["negative_ids"]), list(pool["negative_scores"])
+    else:
+        for row, (ids, scores, query_ranks) in enumerate(zip(pool["negative_ids"], pool["negative_scores"], ranks)):
+            codes = drop_codes(np.asarray(scores, dtype=np.float64), np.asarray(query_ranks, dtype=np.int64),
+                               references[row], filters)
+            kept = np.flatnonzero(codes == 0)
+            kept_ids.append([ids[i] for i in kept])
+            kept_scores.append([float(scores[i]) for i in kept])
+            if len(kept) < len(codes):
+                where = np.flatnonzero(codes)
+                dropped_at.append((row, where, codes[where]))
+    after = np.fromiter((len(ids) for ids in kept_ids), dtype=np.int64, count=len(kept_ids))
+    counts["kept"] = int(after.sum())
     counts["dropped_total"] = counts["candidates"] - counts["kept"]
-    dropped_frame = pd.DataFrame(dropped_rows, columns=DROPPED_COLUMNS)
-    return pool.assign(negative_ids=kept_ids, negative_scores=kept_scores), counts, dropped_frame
+    counts["queries_with_drops"] = len(dropped_at)
+    counts["queries_fewer_than_keep"] = int((after < keep).sum())
+    counts["queries_without_negatives"] = int((after == 0).sum())
+    for _, _, codes in dropped_at:
+        for code, n in zip(*np.unique(codes, return_counts=True)):
+            counts["dropped"][FILTER_KEYS[code - 1]] += int(n)
+    chosen = None
+    if sample_size is not None and counts["dropped_total"] > sample_size:
+        chosen = set(_draw(counts["dropped_total"], sample_size, seed).tolist())
+    rows, position = [], 0
+    query_ids, negative_ids, negative_scores = pool["query_id"], pool["negative_ids"], pool["negative_scores"]
+    for row, where, codes in dropped_at:
+        for i, code in zip(where, codes):
+            if chosen is None or position in chosen:
+                reason, positive, score = FILTER_KEYS[code - 1], references[row], float(negative_scores.iat[row][i])
+                rows.append((query_ids.iat[row], negative_ids.iat[row][i], int(ranks[row][i]), score, positive,
+                             reason, threshold(reason, positive, filters)))
+            position += 1
+    dropped = pd.DataFrame(rows, columns=DROPPED_COLUMNS)
+    if sample_size is not None:
+        dropped = dropped.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)
+    return pool.assign(negative_ids=kept_ids, negative_scores=kept_scores), counts, dropped
+
+
+def _draw(total: int, size: int, seed: int) -> np.ndarray:
+    """Which ``size`` of ``total`` dropped pairs (in pool order) the sample shows."""
+    return np.sort(np.random.default_rng(seed).choice(total, size=size, replace=False))
 
 
 def sample_dropped(dropped: pd.DataFrame, size: int, seed: int) -> pd.DataFrame:
     """Up to ``size`` dropped pairs drawn uniformly (seeded), in query and rank order."""
     if len(dropped) > size:
-        chosen = np.random.default_rng(seed).choice(len(dropped), size=size, replace=False)
-        dropped = dropped.iloc[np.sort(chosen)]
+        dropped = dropped.iloc[_draw(len(dropped), size, seed)]
     return dropped.sort_values(["query_id", "rank"], kind="stable").reset_index(drop=True)

@@ -20,7 +20,7 @@ from dpr_pipeline.atomic_writes import atomic_outputs
 from dpr_pipeline.data.answers import label_hits, read_passage_texts
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.data.trec_runs import read_trec_run
-from dpr_pipeline.retrieval.negative_filters import NegativeFilters, filter_pool, sample_dropped
+from dpr_pipeline.retrieval.negative_filters import NegativeFilters, filter_pool
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: 
     artifact; with ``filter_report`` and ``dropped_sample``, the filters' counts (JSON) and a sample of the pairs
     they dropped (JSON lines with the query's and the passage's text, read from ``queries`` and ``corpus``)."""
     filters = filters or NegativeFilters()
-    candidates, counts, dropped = filter_pool(candidates, filters, keep, ranks)
+    candidates, counts, sample = filter_pool(candidates, filters, keep, ranks, DROPPED_SAMPLE_SIZE, seed)
     log_filter_counts(counts, source)
     frame = sample_negatives(candidates, keep, seed)
     write_artifact(frame, output, "negatives", metadata={"source": source, "depth": str(depth),
@@ -99,7 +99,6 @@ def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: 
     log.info("%s negatives for %d queries (mean %.1f per query)", source, len(frame),
              frame["negative_ids"].map(len).mean())
     if filter_report is not None:
-        sample = sample_dropped(dropped, DROPPED_SAMPLE_SIZE, seed)
         write_filter_report(counts, sample, filter_report, dropped_sample, queries=queries, corpus=corpus)
     return frame
 
