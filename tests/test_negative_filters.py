@@ -41,7 +41,8 @@ def test_relative_margin_keeps_a_tie_and_drops_just_above():
 def test_absolute_margin_tie_on_bm25_and_cosine_scales():
     bm25 = NegativeFilters(absolute_margin=2.0)
     # positive 20.0: keep scores <= 18.0
-    assert filter_query(["a", "b", "c"], [19.0, 18.0, 12.5], [1, 2, 3], 20.0, bm25) == ([1, 2], [(0, "absolute_margin")])
+    assert filter_query(["a", "b", "c"], [19.0, 18.0, 12.5], [1, 2, 3], 20.0, bm25) == ([1, 2],
+                                                                                      [(0, "absolute_margin")])
     cosine = NegativeFilters(absolute_margin=0.25)
     # positive 0.75: keep scores <= 0.5
     assert filter_query(["a", "b", "c"], [0.875, 0.5, 0.25], [1, 2, 3], 0.75, cosine) == ([1, 2],

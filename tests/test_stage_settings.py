@@ -117,7 +117,8 @@ def test_mining_filters_reach_the_job_only_when_set():
 def test_a_mining_filter_out_of_range_is_one_error_naming_the_key(key, value, problem):
     config = copy.deepcopy(BASE)
     config["datasets"]["a"]["stages"]["mining"]["retriever1"] = {key: value}
-    with pytest.raises(ConfigError, match=rf"mining\.retriever1\.{key}: {re.escape(repr(value))} is {problem}") as error:
+    message = rf"mining\.retriever1\.{key}: {re.escape(repr(value))} is {problem}"
+    with pytest.raises(ConfigError, match=message) as error:
         validate_config(config)
     assert "Fix: " in str(error.value)
     if key == "relative_margin":

@@ -50,11 +50,13 @@ class NegativeFilters:
             raise bad("relative_margin", r, "a fraction of the positive's score in [0, 1). "
                       "Fix: set it in [0, 1) (NV-Retriever: 0.05), or null to turn it off")
         if a is not None and not (isinstance(a, (int, float)) and math.isfinite(a) and a >= 0):
-            raise bad("absolute_margin", a, "a score difference in the run's units. Fix: set it >= 0, or null to turn it off")
+            raise bad("absolute_margin", a,
+                      "a score difference in the run's units. Fix: set it >= 0, or null to turn it off")
         if m is not None and not (isinstance(m, (int, float)) and math.isfinite(m)):
             raise bad("max_score", m, "a score in the run's units. Fix: set a finite number, or null to turn it off")
         if k is not None and not (isinstance(k, int) and not isinstance(k, bool) and k >= 0):
-            raise bad("range_min", k, "the number of top ranks to skip. Fix: set an integer >= 0, or null to turn it off")
+            raise bad("range_min", k,
+                      "the number of top ranks to skip. Fix: set an integer >= 0, or null to turn it off")
 
     @classmethod
     def from_settings(cls, settings: dict, setting: str = "mining.<stage>") -> NegativeFilters:
