@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from dpr_pipeline.data.schemas import read_artifact
@@ -218,6 +219,9 @@ def test_mining_job_writes_the_filter_report_and_the_dropped_sample(tmp_path):
     assert rows[0] == {"query_id": "q1", "query": "what purrs", "doc_id": "n1", "passage": "text of n1", "rank": 1,
                        "score": 12.0, "positive_score": 10.0, "reason": "relative_margin", "threshold": 9.0}
     assert [r["doc_id"] for r in rows] == ["n1", "n2"]
+    metadata = pq.read_schema(tmp_path / "neg.parquet").metadata
+    assert json.loads(metadata[b"dpr_pipeline.filters"]) == {"relative_margin": 0.1}
+    assert metadata[b"dpr_pipeline.dropped"] == b"2"
 
 
 def test_filters_off_report_zero_and_an_empty_sample(tmp_path):
@@ -229,3 +233,4 @@ def test_filters_off_report_zero_and_an_empty_sample(tmp_path):
     counts = json.loads(report.read_text())
     assert counts["filters"] == {} and counts["dropped_total"] == 0 and counts["candidates"] == 6
     assert sample.read_text() == "" and DROPPED_SAMPLE_SIZE == 50
+    assert b"dpr_pipeline.filters" not in pq.read_schema(tmp_path / "neg.parquet").metadata

@@ -94,8 +94,10 @@ def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: 
     candidates, counts, sample = filter_pool(candidates, filters, keep, ranks, DROPPED_SAMPLE_SIZE, seed)
     log_filter_counts(counts, source)
     frame = sample_negatives(candidates, keep, seed)
-    write_artifact(frame, output, "negatives", metadata={"source": source, "depth": str(depth),
-                                                         "keep": str(keep), "seed": str(seed)})
+    metadata = {"source": source, "depth": str(depth), "keep": str(keep), "seed": str(seed)}
+    if counts["filters"]:
+        metadata.update(filters=json.dumps(counts["filters"]), dropped=str(counts["dropped_total"]))
+    write_artifact(frame, output, "negatives", metadata=metadata)
     log.info("%s negatives for %d queries (mean %.1f per query)", source, len(frame),
              frame["negative_ids"].map(len).mean())
     if filter_report is not None:
