@@ -45,14 +45,17 @@ class NegativeFilters:
         def bad(key: str, value, fix: str) -> ConfigError:
             return ConfigError(f"config key {self.setting}.{key} = {value!r}: {fix}")
 
+        def number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
         r, a, k, m = self.relative_margin, self.absolute_margin, self.range_min, self.max_score
-        if r is not None and not (isinstance(r, (int, float)) and 0 <= r < 1):
+        if r is not None and not (number(r) and 0 <= r < 1):
             raise bad("relative_margin", r, "a fraction of the positive's score in [0, 1). "
                       "Fix: set it in [0, 1) (NV-Retriever: 0.05), or null to turn it off")
-        if a is not None and not (isinstance(a, (int, float)) and math.isfinite(a) and a >= 0):
+        if a is not None and not (number(a) and a >= 0):
             raise bad("absolute_margin", a,
                       "a score difference in the run's units. Fix: set it >= 0, or null to turn it off")
-        if m is not None and not (isinstance(m, (int, float)) and math.isfinite(m)):
+        if m is not None and not number(m):
             raise bad("max_score", m, "a score in the run's units. Fix: set a finite number, or null to turn it off")
         if k is not None and not (isinstance(k, int) and not isinstance(k, bool) and k >= 0):
             raise bad("range_min", k,
@@ -67,10 +70,6 @@ class NegativeFilters:
         """``{key: value}`` of the filters that are on."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name in FILTER_KEYS and getattr(self, f.name) is not None}
-
-    @property
-    def uses_positive(self) -> bool:
-        return self.relative_margin is not None or self.absolute_margin is not None
 
 
 def reference_score(positive_scores: Iterable[float]) -> float:
