@@ -50,8 +50,11 @@ rule bm25_negatives:
         unpack(bm25_negatives_answer_inputs),
         pool=bm25_negatives_pool,
         qrels=train_qrels,
+        queries=train_queries,
+        corpus=data_file("corpus.parquet"),
     output:
         stage_file("bm25", "negatives.parquet"),
+        **negatives_filter_files("bm25"),
     params:
         mining=lambda wc: settings.mining(config, wc.dataset, "bm25"),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],

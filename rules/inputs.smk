@@ -149,11 +149,11 @@ def evaluation_inputs(wildcards):
 
 
 def mining_answer_inputs(wildcards):
-    """Answer-based datasets: the train answers and the corpus, so mined negatives contain no answer."""
+    """Answer-based datasets: the train answers, so mined negatives contain no answer (the job's corpus input gives
+    the passages' text)."""
     if relevance_of(wildcards) != "answers":
         return {}
-    return {"answers": data_file(f"answers_{train_split(wildcards)}.parquet", wildcards.dataset),
-            "corpus": data_file("corpus.parquet", wildcards.dataset)}
+    return {"answers": data_file(f"answers_{train_split(wildcards)}.parquet", wildcards.dataset)}
 
 
 def bm25_negatives_answer_inputs(wildcards):

@@ -137,8 +137,13 @@ rule mine_hard_negatives:
         unpack(mining_answer_inputs),
         run=lambda wc: stage_file(wc.stage, f"run_{train_split(wc)}.trec", wc.dataset),
         qrels=train_qrels,
+        # the texts of the dropped-pair sample (and, relevance: answers, of the hits checked for an answer)
+        queries=train_queries,
+        corpus=data_file("corpus.parquet"),
     output:
         stage_file("{stage}", "negatives.parquet"),
+        # what the filters (mining.<stage>: relative_margin, absolute_margin, max_score, range_min) dropped
+        **negatives_filter_files("{stage}"),
     wildcard_constraints:
         stage="|".join(stages.mined(stages.BIENCODER)),
     params:

@@ -87,9 +87,10 @@ def test_schema_defaults_are_the_papers_values():
     ret, rer, dis = (config["stages"][s] for s in ("retriever", "reranker", "distill"))
     assert (ret["learning_rate"], ret["batch_size"], ret["epochs"], ret["temperature"], ret["query_max_length"],
             ret["passage_max_length"], ret["negatives_per_query"]) == (2e-5, 64, 3, 0.02, 32, 144, 15)
-    assert config["stages"]["mining"] == {"bm25": {"depth": 200, "keep": 30, "seed": 42},
-                                          "retriever1": {"depth": 200, "keep": 200, "seed": 42},
-                                          "retriever2": {"depth": 200, "keep": 200, "seed": 42}}
+    filters_off = {"relative_margin": None, "absolute_margin": None, "max_score": None, "range_min": None}
+    assert config["stages"]["mining"] == {"bm25": {"depth": 200, "keep": 30, "seed": 42, **filters_off},
+                                          "retriever1": {"depth": 200, "keep": 200, "seed": 42, **filters_off},
+                                          "retriever2": {"depth": 200, "keep": 200, "seed": 42, **filters_off}}
     assert (rer["learning_rate"], rer["epochs"], rer["max_length"], rer["negatives_per_query"],
             rer["rerank_depth"]) == (3e-5, 3, 192, 63, 200)
     assert (dis["learning_rate"], dis["epochs"], dis["alpha"], dis["negatives_per_query"]) == (3e-5, 6, 0.2, 23)

@@ -101,6 +101,31 @@ def test_mining_settings_per_mined_stage_and_the_depth_a_mined_train_split_is_se
     assert settings.search_depth(config, "a", "retriever2", "test", "b") == 100   # transfer: B's depth
 
 
+def test_mining_filters_reach_the_job_only_when_set():
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["mining"]["retriever1"] = {"relative_margin": 0.05, "range_min": 0}
+    config = validate_config(config)
+    assert settings.mining(config, "a", "retriever1") == {"depth": 200, "keep": 200, "seed": 42,
+                                                          "relative_margin": 0.05, "range_min": 0}
+    assert settings.mining(config, "a", "retriever2") == {"depth": 50, "keep": 200, "seed": 42}   # off: not handed on
+    assert settings.mining(config, "a", "bm25") == {"depth": 200, "keep": 30, "seed": 42}
+
+
+@pytest.mark.parametrize("key, value, problem", [("relative_margin", 1.0, "greater than or equal to the maximum of 1"),
+                                                 ("relative_margin", -0.05, "less than the minimum of 0"),
+                                                 ("absolute_margin", -1, "less than the minimum of 0"),
+                                                 ("range_min", 2.5, "not of type 'integer', 'null'")])
+def test_a_mining_filter_out_of_range_is_one_error_naming_the_key(key, value, problem):
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["mining"]["retriever1"] = {key: value}
+    message = rf"mining\.retriever1\.{key}: {re.escape(repr(value))} is {problem}"
+    with pytest.raises(ConfigError, match=message) as error:
+        validate_config(config)
+    assert "Fix: " in str(error.value)
+    if key == "relative_margin":
+        assert str(error.value).endswith("Fix: use a value >= 0 and < 1 (null: off)")
+
+
 def test_a_train_split_also_evaluated_is_searched_to_the_full_depth(config):
     config["datasets"]["a"].update(eval_splits=["test", "train"], allow_overlap=True)
     assert settings.search_depth(config, "a", "retriever2", "train") == 500

@@ -135,6 +135,11 @@ def test_outputs_and_negatives(built):
         assert (built / "bm25" / name).stat().st_size > 0
     assert (built / "logs" / "bm25_search_test.log").exists()
     assert (built / "benchmarks" / "bm25_index.tsv").exists()
+    # no filter on (mining.<stage>): the report says 0 dropped, the sample is empty
+    for stage in ("bm25", "retriever1", "retriever2"):
+        report = json.loads((built / stage / "negatives_filter.json").read_text())
+        assert report["filters"] == {} and report["dropped_total"] == 0 and report["candidates"] > 0
+        assert (built / stage / "dropped_negatives_sample.jsonl").read_text() == ""
 
 
 def test_every_stage_is_evaluated_and_summarised(built):

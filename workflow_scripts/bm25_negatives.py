@@ -1,4 +1,5 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.retrieval.negative_filters import NegativeFilters
 from dpr_pipeline.retrieval.negatives import write_bm25_negatives
 from dpr_pipeline.workflow.job_log import logged
 
@@ -7,4 +8,6 @@ with logged(snakemake.log[0]):
     write_bm25_negatives(snakemake.input.pool, snakemake.input.qrels, snakemake.output[0],
                          depth=p["depth"], keep=p["keep"], seed=p["seed"],
                          min_relevance=snakemake.params.min_relevance,
-                         answers=snakemake.input.get("answers"), corpus=snakemake.input.get("corpus"))
+                         answers=snakemake.input.get("answers"), corpus=snakemake.input.corpus,
+                         filters=NegativeFilters.from_settings(p, "mining.bm25"), queries=snakemake.input.queries,
+                         filter_report=snakemake.output.filter_report, dropped_sample=snakemake.output.dropped_sample)

@@ -1,4 +1,5 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
+from dpr_pipeline.retrieval.negative_filters import NegativeFilters
 from dpr_pipeline.retrieval.negatives import mine_hard_negatives
 from dpr_pipeline.workflow.job_log import logged
 
@@ -7,4 +8,7 @@ with logged(snakemake.log[0]):
     mine_hard_negatives(snakemake.input.run, snakemake.input.qrels, snakemake.output[0],
                         depth=p["depth"], keep=p["keep"], seed=p["seed"],
                         min_relevance=snakemake.params.min_relevance, source=snakemake.wildcards.stage,
-                        answers=snakemake.input.get("answers"), corpus=snakemake.input.get("corpus"))
+                        answers=snakemake.input.get("answers"), corpus=snakemake.input.corpus,
+                        filters=NegativeFilters.from_settings(p, f"mining.{snakemake.wildcards.stage}"),
+                        queries=snakemake.input.queries, filter_report=snakemake.output.filter_report,
+                        dropped_sample=snakemake.output.dropped_sample)

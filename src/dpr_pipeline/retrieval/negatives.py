@@ -1,34 +1,41 @@
 """The negatives artifact: per train query its positives and hard negatives, each with a score.
 
 Every fine-tuning stage reads and writes this shape (see docs/artifacts.md): BM25 negatives, mined
-negatives, teacher scores. ``negatives_from_run`` builds the candidate pool from a ranked run;
-``sample_negatives`` draws the configured number from a pool, reproducibly per query.
+negatives, teacher scores. ``negatives_from_run`` builds the candidate pool from a ranked run; the filters of
+:mod:`dpr_pipeline.retrieval.negative_filters` drop likely false negatives from it; ``sample_negatives`` draws the
+configured number from a pool, reproducibly per query.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import zlib
 
 import numpy as np
 import pandas as pd
 
+from dpr_pipeline.atomic_writes import atomic_outputs
 from dpr_pipeline.data.answers import label_hits, read_passage_texts
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.data.trec_runs import read_trec_run
+from dpr_pipeline.retrieval.negative_filters import NegativeFilters, filter_pool
 
 log = logging.getLogger(__name__)
 
 
 def negatives_from_run(run: pd.DataFrame, qrels: pd.DataFrame, depth: int, min_relevance: int = 1,
-                       excluded: pd.Series | None = None) -> pd.DataFrame:
+                       excluded: pd.Series | None = None, ranks: bool = False) -> pd.DataFrame:
     """Per query with a positive judgement: positives, and the run's top ``depth`` minus the positives.
 
     ``excluded``: a boolean per row of ``run`` (same index); those hits are never negatives (answer-based
     datasets: the hits that contain an answer, SimLM §B).
 
     ``run`` has columns query_id, doc_id, rank, score; scores are the run's (NaN for an unretrieved positive).
-    Negatives stay in rank order. A judged query absent from the run gets an empty negative list.
+    Negatives stay in rank order. A judged query absent from the run gets an empty negative list. ``ranks``: a
+    column ``negative_ranks`` too, each negative's rank in the run (for the filters' ``range_min``; not part of
+    the negatives artifact).
     """
     positives = (qrels[qrels["relevance"] >= min_relevance].groupby("query_id", sort=False)["doc_id"]
                  .apply(list))
@@ -41,12 +48,15 @@ def negatives_from_run(run: pd.DataFrame, qrels: pd.DataFrame, depth: int, min_r
         hits = by_query.get(qid)
         score_of = dict(zip(hits["doc_id"], hits["score"])) if hits is not None else {}
         pos_set = set(pos)
-        negs = [] if hits is None else [(d, s) for d, s in zip(hits["doc_id"], hits["score"]) if d not in pos_set]
+        negs = [] if hits is None else [(d, s, r) for d, s, r in zip(hits["doc_id"], hits["score"], hits["rank"])
+                                        if d not in pos_set]
         rows.append({"query_id": qid, "positive_ids": pos,
                      "positive_scores": [float(score_of.get(d, np.nan)) for d in pos],
-                     "negative_ids": [d for d, _ in negs], "negative_scores": [float(s) for _, s in negs]})
-    frame = pd.DataFrame(rows, columns=["query_id", "positive_ids", "positive_scores", "negative_ids",
-                                        "negative_scores"])
+                     "negative_ids": [d for d, _, _ in negs], "negative_scores": [float(s) for _, s, _ in negs],
+                     "negative_ranks": [int(r) for _, _, r in negs]})
+    columns = ["query_id", "positive_ids", "positive_scores", "negative_ids", "negative_scores"]
+    frame = pd.DataFrame(rows, columns=columns + ["negative_ranks"])
+    frame = frame if ranks else frame[columns]
     without = int((frame["negative_ids"].map(len) == 0).sum())
     if without:
         log.warning("%d of %d train queries have no negative in the top %d", without, len(frame), depth)
@@ -73,14 +83,77 @@ def sample_negatives(pool: pd.DataFrame, keep: int, seed: int) -> pd.DataFrame:
     return pool.assign(negative_ids=ids, negative_scores=scores)
 
 
-def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: int, keep: int,
-                  seed: int) -> pd.DataFrame:
+def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: int, keep: int, seed: int,
+                  filters: NegativeFilters | None = None, ranks=None, queries: str | None = None,
+                  corpus: str | None = None, filter_report: str | None = None,
+                  dropped_sample: str | None = None) -> pd.DataFrame:
+    """Filter the pool (``filters``, :mod:`negative_filters`), sample ``keep`` per query and write the negatives
+    artifact; with ``filter_report`` and ``dropped_sample``, the filters' counts (JSON) and a sample of the pairs
+    they dropped (JSON lines with the query's and the passage's text, read from ``queries`` and ``corpus``)."""
+    filters = filters or NegativeFilters()
+    candidates, counts, sample = filter_pool(candidates, filters, keep, ranks, DROPPED_SAMPLE_SIZE, seed)
+    log_filter_counts(counts, source)
     frame = sample_negatives(candidates, keep, seed)
-    write_artifact(frame, output, "negatives", metadata={"source": source, "depth": str(depth),
-                                                         "keep": str(keep), "seed": str(seed)})
+    metadata = {"source": source, "depth": str(depth), "keep": str(keep), "seed": str(seed)}
+    if counts["filters"]:
+        metadata.update(filters=json.dumps(counts["filters"]), dropped=str(counts["dropped_total"]))
+    write_artifact(frame, output, "negatives", metadata=metadata)
     log.info("%s negatives for %d queries (mean %.1f per query)", source, len(frame),
              frame["negative_ids"].map(len).mean())
+    if filter_report is not None:
+        write_filter_report(counts, sample, filter_report, dropped_sample, queries=queries, corpus=corpus)
     return frame
+
+
+#: Dropped pairs written to a mining job's ``dropped_negatives_sample.jsonl``.
+DROPPED_SAMPLE_SIZE = 50
+
+
+def log_filter_counts(counts: dict, source: str) -> None:
+    """The filters' counts in the job's log (one line; a warning when a query is left with no negative)."""
+    if not counts["filters"]:
+        log.info("%s negatives: no filter on (mining.<stage> relative_margin, absolute_margin, max_score, "
+                 "range_min), 0 of %d candidates dropped", source, counts["candidates"])
+        return
+    per_filter = ", ".join(f"{key} {n}" for key, n in counts["dropped"].items() if key in counts["filters"])
+    log.info("%s negatives: filters %s dropped %d of %d candidates (%s) in %d of %d queries; %d queries had no "
+             "positive retrieved (the margins did not apply); %d queries have fewer than keep=%d negatives "
+             "(%d before the filters)", source,
+             ", ".join(f"{k}={v}" for k, v in counts["filters"].items()), counts["dropped_total"],
+             counts["candidates"], per_filter, counts["queries_with_drops"], counts["queries"],
+             counts["queries_without_positive_score"], counts["queries_fewer_than_keep"], counts["keep"],
+             counts["queries_fewer_than_keep_before"])
+    emptied = counts["queries_without_negatives"] - counts["queries_without_negatives_before"]
+    if emptied:
+        log.warning("%s negatives: the filters left %d queries with no negative (they train on in-batch negatives "
+                    "alone): loosen them if that is many", source, emptied)
+
+
+def write_filter_report(counts: dict, sample: pd.DataFrame, report: str, sample_path: str, *,
+                        queries: str | None, corpus: str | None) -> None:
+    """The counts as JSON at ``report`` and ``sample`` (dropped pairs) as JSON lines at ``sample_path``, each with
+    the query's and the passage's text (empty file when nothing was dropped)."""
+    query_text, passage_text = {}, {}
+    if len(sample):
+        if queries is not None:
+            frame = read_artifact(queries, "queries")
+            query_text = dict(zip(frame["query_id"], frame["text"]))
+        if corpus is not None:
+            passage_text = read_passage_texts(corpus, sample["doc_id"])
+    with atomic_outputs(report, sample_path) as (report_tmp, sample_tmp):
+        report_tmp.write_text(json.dumps({**counts, "sample_size": len(sample)}, indent=2) + "\n", encoding="utf-8")
+        with open(sample_tmp, "w", encoding="utf-8") as out:
+            for row in sample.itertuples(index=False):
+                out.write(json.dumps({
+                    "query_id": row.query_id, "query": query_text.get(row.query_id), "doc_id": row.doc_id,
+                    "passage": passage_text.get(row.doc_id), "rank": row.rank, "score": _number(row.score),
+                    "positive_score": _number(row.positive_score), "reason": row.reason,
+                    "threshold": _number(row.threshold)}, ensure_ascii=False) + "\n")
+
+
+def _number(value: float) -> float | None:
+    """A JSON number, or null for NaN."""
+    return None if math.isnan(value) else round(float(value), 6)
 
 
 def answer_hits(run: pd.DataFrame, answers: str, corpus: str) -> pd.Series:
@@ -92,28 +165,42 @@ def answer_hits(run: pd.DataFrame, answers: str, corpus: str) -> pd.Series:
 
 def mine_hard_negatives(run: str, qrels: str, output: str, *, depth: int, keep: int, seed: int,
                         min_relevance: int = 1, source: str, answers: str | None = None,
-                        corpus: str | None = None) -> pd.DataFrame:
+                        corpus: str | None = None, filters: NegativeFilters | None = None,
+                        queries: str | None = None, filter_report: str | None = None,
+                        dropped_sample: str | None = None) -> pd.DataFrame:
     """Hard negatives from a retriever's TREC run on the train queries: its top ``depth`` minus the
-    positives, ``keep`` sampled per query (seeded), written as the negatives artifact with the run's scores.
+    positives, less those ``filters`` drop, ``keep`` sampled per query (seeded), written as the negatives artifact
+    with the run's scores (and the filters' report: :func:`_write_sample`).
 
     With ``answers`` (and ``corpus``), an answer-based dataset: hits containing an answer are left out too."""
     hits = read_trec_run(run)
     top = hits[hits["rank"] <= depth]
     excluded = answer_hits(top, answers, corpus) if answers is not None else None
-    candidates = negatives_from_run(top, read_artifact(qrels, "qrels"), depth, min_relevance, excluded)
-    return _write_sample(candidates, output, source=source, depth=depth, keep=keep, seed=seed)
+    candidates = negatives_from_run(top, read_artifact(qrels, "qrels"), depth, min_relevance, excluded, ranks=True)
+    ranks = candidates.pop("negative_ranks")
+    return _write_sample(candidates, output, source=source, depth=depth, keep=keep, seed=seed, filters=filters,
+                         ranks=ranks, queries=queries, corpus=corpus, filter_report=filter_report,
+                         dropped_sample=dropped_sample)
 
 
 def write_bm25_negatives(pool: str, qrels: str, output: str, *, depth: int, keep: int, seed: int,
-                         min_relevance: int = 1, answers: str | None = None,
-                         corpus: str | None = None) -> pd.DataFrame:
+                         min_relevance: int = 1, answers: str | None = None, corpus: str | None = None,
+                         filters: NegativeFilters | None = None, queries: str | None = None,
+                         filter_report: str | None = None, dropped_sample: str | None = None) -> pd.DataFrame:
     """The BM25 negatives artifact from a TREC run (``.trec``) or official negatives (negatives artifact).
 
-    From a run: the top ``depth`` minus the positives; from official negatives: their list. Either way
-    ``keep`` are sampled per query (seeded) and written with their scores.
+    From a run: the top ``depth`` minus the positives; from official negatives: their list (``range_min``
+    counts positions in it; they carry no scores, so the score filters drop none of them). Either way ``filters``
+    apply, then ``keep`` are sampled per query (seeded) and written with their scores.
+
+    ``answers`` excludes answer-bearing hits of a run (the official negatives are left as they are); ``corpus``
+    gives them, and the dropped sample, the passages' text.
     """
     if str(pool).endswith(".trec"):
         return mine_hard_negatives(pool, qrels, output, depth=depth, keep=keep, seed=seed,
-                                   min_relevance=min_relevance, source="bm25", answers=answers, corpus=corpus)
+                                   min_relevance=min_relevance, source="bm25", answers=answers, corpus=corpus,
+                                   filters=filters, queries=queries, filter_report=filter_report,
+                                   dropped_sample=dropped_sample)
     return _write_sample(read_artifact(pool, "negatives"), output, source="official", depth=depth, keep=keep,
-                         seed=seed)
+                         seed=seed, filters=filters, queries=queries, corpus=corpus, filter_report=filter_report,
+                         dropped_sample=dropped_sample)

@@ -51,6 +51,9 @@ def _path(error: jsonschema.ValidationError, prefix: str = "") -> str:
     return prefix + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
 
 
+_BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+
+
 def _schema_error(error: jsonschema.ValidationError, key: str) -> ConfigError:
     """``config key <key>: <problem>. Fix: <fix>`` for a schema violation, the same for every block."""
     if error.validator == "additionalProperties":
@@ -64,6 +67,10 @@ def _schema_error(error: jsonschema.ValidationError, key: str) -> ConfigError:
         fix = f"write it as {types if isinstance(types, str) else ' or '.join(types)}"
     elif error.validator == "required":
         fix = "add the missing key"
+    elif error.validator in _BOUNDS:
+        bounds = " and ".join(f"{word} {error.schema[name]}" for name, word in _BOUNDS.items() if name in error.schema)
+        nullable = "null" in error.schema.get("type", ())
+        fix = f"use a value {bounds}" + (" (null: off)" if nullable else "")
     else:
         fix = "see the key's description in schemas/config.schema.yaml"
     return ConfigError(f"config key {key}: {error.message}. Fix: {fix}")

@@ -30,6 +30,14 @@ def stage_file(stage: str, name: str, dataset: str = WILDCARD) -> str:
     return f"{dataset_dir(dataset)}/{stage}/{name}"
 
 
+def negatives_filter_files(stage: str, dataset: str = WILDCARD) -> dict[str, str]:
+    """Beside a mined stage's ``negatives.parquet`` (``mining.<stage>``'s filters, docs/artifacts.md): the counts
+    of what its filters dropped, ``filter_report`` (``negatives_filter.json``), and a sample of the dropped pairs
+    with their texts, ``dropped_sample`` (``dropped_negatives_sample.jsonl``)."""
+    return {"filter_report": stage_file(stage, "negatives_filter.json", dataset),
+            "dropped_sample": stage_file(stage, "dropped_negatives_sample.jsonl", dataset)}
+
+
 def data_file(name: str, dataset: str = WILDCARD) -> str:
     """An ingestion artifact: ``results/<dataset>/data/<name>`` (corpus, queries, qrels, answers, manifests)."""
     return stage_file("data", name, dataset)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dpr_pipeline.data.dev_split import dev_split_of
 from dpr_pipeline.models.hub_fetch import model_source
 from dpr_pipeline.reranking.score_fusion import weight_setting
+from dpr_pipeline.retrieval.negative_filters import FILTER_KEYS as NEGATIVE_FILTERS
 from dpr_pipeline.training.schedule import STEP_KEYS
 from dpr_pipeline.workflow.config import RANDOM_GENERATOR, stage_params
 from dpr_pipeline.workflow.layout import PRETRAINING_START, stage_file
@@ -223,8 +224,10 @@ def encoding(config: dict, dataset: str, target: str | None = None) -> dict:
 
 
 def mining(config: dict, dataset: str, stage: str) -> dict:
-    """How negatives are drawn from ``stage``'s train-split run (`mining.<stage>`: depth, keep, seed)."""
-    return stage_params(config, dataset, "mining")[stage]
+    """How negatives are drawn from ``stage``'s train-split run (`mining.<stage>`: depth, keep, seed, and the
+    filters that are on: a filter left at null is not handed on, so a run without filters keeps its params)."""
+    return {key: value for key, value in stage_params(config, dataset, "mining")[stage].items()
+            if not (key in NEGATIVE_FILTERS and value is None)}
 
 
 def search_depth(config: dict, dataset: str, stage: str, split: str, target: str | None = None) -> int:
