@@ -84,7 +84,8 @@ def initialisation_input(stage=None):
 def selection_inputs(stage=None):
     """What a bi-encoder job (``stage``'s, else the job's {stage}'s) chooses on between its trained model and its
     start (stage_settings.selection): the dev split's queries and qrels and, where the start is a chain stage's
-    model (``start``, Retriever1, Retriever2), that stage's dev run; nothing where it hands on unchecked."""
+    model (``start``, Retriever1, Retriever2), that stage's dev run (and for a student, its teacher's and its
+    start's metrics); nothing where it hands on unchecked."""
 
     def inputs(wildcards):
         selection = settings.selection(config, wildcards.dataset, stage or wildcards.stage)
@@ -95,6 +96,9 @@ def selection_inputs(stage=None):
                  "dev_qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset)}
         if selection["start_stage"] is not None:
             files["dev_start_run"] = stage_file(selection["start_stage"], f"run_{dev}.trec", wildcards.dataset)
+        if "teacher_stage" in selection:  # a student is trained only from a teacher above its start on dev
+            files["teacher_metrics"] = stage_file(selection["teacher_stage"], "metrics.json", wildcards.dataset)
+            files["start_metrics"] = stage_file(selection["start_stage"], "metrics.json", wildcards.dataset)
         return files
 
     return inputs

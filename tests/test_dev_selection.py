@@ -191,9 +191,39 @@ def test_each_trained_bi_encoder_knows_its_start_and_whether_it_can_choose():
     assert first["embedding_dtype"] == "float16" and first["ignore_identical_ids"] is False
     assert (second["start_stage"], second["start_label"]) == ("retriever1", "Retriever₁")   # retriever2.plm
     assert (student["start_stage"], student["label"]) == ("retriever2", "Retriever_distill")
+    assert (student["teacher_stage"], student["teacher_label"]) == ("reranker", "Re-ranker")
+    assert "teacher_stage" not in first and "teacher_stage" not in second
     assert settings.selection(config, "scifact", "ablation/simlm")["split"] is None
     assert settings.selection(config, "msmarco", "retriever1")["reason"] == "the dataset has no dev_split"
     misspelt = yaml.safe_load(BUNDLED.read_text())
     misspelt["datasets"]["scifact"]["stages"]["selection"] = {"metric": "nDCGG@10"}
     with pytest.raises(ConfigError, match="stages.selection.metric: unknown metric 'nDCGG@10'"):
         validate_config(misspelt)
+
+
+def test_a_student_is_not_trained_from_a_teacher_not_above_its_start(tmp_path, caplog):
+    """The distilled retriever's teacher (the re-ranker) scores no higher than the student's start (Retriever2) on
+    dev: the job hands the start on untrained, with an empty loss log and a record that says why."""
+    from dpr_pipeline.workflow.training_job import hand_on_start, teacher_verdict
+
+    teacher, start = tmp_path / "reranker.json", tmp_path / "retriever2.json"
+    start.write_text(json.dumps({"dev": {"nDCG@10": 0.70}, "test": {"nDCG@10": 0.9}}))
+    selection = {"split": "dev", "metric": "nDCG@10", "label": "Retriever_distill", "start_label": "Retriever₂",
+                 "teacher_label": "Re-ranker", "output": str(tmp_path / "dev_selection.json"),
+                 "files": {"teacher_metrics": teacher, "start_metrics": start}}
+    teacher.write_text(json.dumps({"dev": {"nDCG@10": 0.71}}))
+    assert teacher_verdict(selection, {"plm": "r2"}) is None                          # above: the student trains
+    assert teacher_verdict({**selection, "files": {}}, {"plm": "r2"}) is None         # no check asked
+    teacher.write_text(json.dumps({"dev": {"nDCG@10": 0.70}}))
+    record = teacher_verdict(selection, {"plm": "r2"})
+    assert record["handed_on"] == START and "(0.7000 against 0.7000 nDCG@10)" in record["reason"]
+    model = make_tiny_bert(tmp_path / "r2")
+    out, losses = tmp_path / "distill" / "model", tmp_path / "distill" / "loss_log.jsonl"
+    hand_on_start(str(model), str(out), str(losses), selection["output"], record)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in model.iterdir())
+    assert losses.read_text() == "" and json.loads(Path(selection["output"]).read_text()) == record
+    assert ("Retriever_distill was not trained: its teacher (Re-ranker) is not above its start on dev (0.7000 "
+            "against 0.7000 nDCG@10)") in caplog.text and "its start (Retriever₂) was handed on." in caplog.text
+    teacher.write_text(json.dumps({"test": {"nDCG@10": 0.8}}))
+    with pytest.raises(DataError, match="has no dev nDCG@10 to compare the teacher"):
+        teacher_verdict(selection, {"plm": "r2"})

@@ -48,6 +48,8 @@ def describe(record: dict) -> str:
     """One sentence on a stage's choice, for the job's log, the model card and the summary."""
     label, start_label = record["stage"], record["start"]
     if "reason" in record:
+        if record["handed_on"] == START:
+            return f"{label} was not trained: {record['reason']}; its start ({start_label}) was handed on."
         return f"{label}: the trained model was handed on without a dev check ({record['reason']})."
     searched, paired = record["searched"], record.get("paired")
     change = f"{record['difference']:+.4f} {record['metric']} over its {searched['queries']} queries, each " \
@@ -64,6 +66,21 @@ def describe(record: dict) -> str:
         choice += f" The {searched['queries']} {record['split']} queries do not resolve this difference (paired " \
                   "t-test, 95 %): a larger dev split would (dev_split.fraction, docs/datasets.md)."
     return choice
+
+
+def teacher_below_start(teacher_metrics: str | Path, start_metrics: str | Path, split: str,
+                        metric: str) -> tuple[float, float] | None:
+    """(teacher, start) dev scores from the two stages' metrics.json where the teacher is not above the student's
+    start on ``split`` in ``metric`` (a student distilled from it would learn nothing better than it starts
+    with), else None."""
+    scores = []
+    for path in (teacher_metrics, start_metrics):
+        try:
+            scores.append(float(json.loads(Path(path).read_text(encoding="utf-8"))[split][metric]))
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+            raise DataError(path, f"has no {split} {metric} to compare the teacher with the student's start "
+                                  f"({err!r})", "rerun the stage's evaluate job") from None
+    return None if scores[0] > scores[1] else (scores[0], scores[1])
 
 
 def write_selection(path: str | Path, record: dict) -> None:

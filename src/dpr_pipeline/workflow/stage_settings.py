@@ -206,7 +206,18 @@ def selection(config: dict, dataset: str, stage: str) -> dict:
             "relevance_level": collection.get("metric_relevance", {}).get(dev.name, 1) if dev else 1,
             "encode_batch_size": corpus["encode_batch_size"], "embedding_dtype": corpus["embedding_dtype"],
             "ignore_identical_ids": bool(collection.get("ignore_identical_ids", False)),
-            "label": STAGE_LABELS.get(stage, stage), "start_label": start_label, "start_stage": start_stage}
+            "label": STAGE_LABELS.get(stage, stage), "start_label": start_label, "start_stage": start_stage,
+            **teacher_check(stage, start_stage, reason)}
+
+
+def teacher_check(stage: str, start_stage: str | None, reason: str | None) -> dict:
+    """A distilled stage's teacher (``teacher_stage``, ``teacher_label``), whose dev score must be above the
+    student's start's for the student to be trained; nothing where there is no teacher, no dev check or no chain
+    stage to start from (a model outside the chain has no dev score)."""
+    teacher = declared(stage).teacher if family_member(stage) is None else None
+    if teacher is None or start_stage is None or reason is not None:
+        return {}
+    return {"teacher_stage": teacher, "teacher_label": STAGE_LABELS[teacher]}
 
 
 # What a transfer job takes from target B rather than from A: B's corpus decides these.

@@ -3,14 +3,22 @@ stage's manifest; the negatives a query sees and the dev files of its selection,
 
 from __future__ import annotations
 
+import logging
+import shutil
+from pathlib import Path
+
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.models.card import write_job_card
 from dpr_pipeline.training.launch import run_training
-from dpr_pipeline.training.selection_record import read_selection
+from dpr_pipeline.training.selection_record import (START, describe, read_selection, selection_record,
+                                                    teacher_below_start, write_selection)
 from dpr_pipeline.workflow.manifests import negatives_per_query, write_job_manifest
 from dpr_pipeline.workflow.resources import processes_for
+
+log = logging.getLogger(__name__)
 
 
 def negative_counts(negatives_path) -> list[int]:
@@ -27,7 +35,8 @@ def group_negatives(snakemake, params: dict, *, in_batch: bool) -> dict:
 
 #: A bi-encoder training job's inputs for its dev selection (rules/inputs.smk, selection_inputs), by the names
 #: :func:`dpr_pipeline.training.dev_selection.select` reads them.
-SELECTION_INPUTS = {"dev_queries": "queries", "dev_qrels": "qrels", "dev_start_run": "start_run"}
+SELECTION_INPUTS = {"dev_queries": "queries", "dev_qrels": "qrels", "dev_start_run": "start_run",
+                    "teacher_metrics": "teacher_metrics", "start_metrics": "start_metrics"}
 
 
 def selection_options(snakemake) -> dict:
@@ -44,14 +53,49 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
     the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its ``report``).
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
     processes = processes_for(snakemake.resources.gpu)
+    selection = options.get("selection")
+    untrained = teacher_verdict(selection, params) if selection else None
+    if untrained is not None:
+        hand_on_start(params["plm"], snakemake.output.model, snakemake.output.loss_log, selection["output"], untrained)
+        report = {"dev_selection": untrained}
+        write_job_card(snakemake, stage, seed=params["seed"], report=report)
+        write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes, report=report)
+        return
     run_training(train, processes, stage=stage, negatives_path=snakemake.input.negatives,
                  passages_path=snakemake.input.passages,
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
                  **options)
-    selection = options.get("selection")
     negatives = group_negatives(snakemake, params, in_batch=in_batch)
     report = {"dev_selection": read_selection(selection["output"])} if selection else None
     write_job_card(snakemake, stage, seed=params["seed"], negatives=negatives, report=report)
     write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes, negatives=negatives,
                        report=report)
+
+
+def teacher_verdict(selection: dict, params: dict) -> dict | None:
+    """A student's dev_selection.json record when its teacher is not above its start on dev (the student is then
+    not trained and its start goes on), else None (:func:`~dpr_pipeline.training.selection_record.teacher_below_start`)."""
+    files = selection["files"]
+    if "teacher_metrics" not in files:
+        return None
+    below = teacher_below_start(files["teacher_metrics"], files["start_metrics"], selection["split"],
+                                selection["metric"])
+    if below is None:
+        return None
+    teacher, start = below
+    reason = (f"its teacher ({selection['teacher_label']}) is not above its start on {selection['split']} "
+              f"({teacher:.4f} against {start:.4f} {selection['metric']}), so distilling it would teach nothing "
+              "better than the start already does")
+    return selection_record(label=selection["label"], start_label=selection["start_label"], start_model=params["plm"],
+                            handed_on=START, reason=reason)
+
+
+def hand_on_start(start_model: str, output_model: str, loss_log: str, record_path: str, record: dict) -> None:
+    """The stage's outputs without training: its start's folder as its model, an empty loss log, the record."""
+    log.warning("%s", describe(record))
+    with atomic_output(output_model) as tmp:
+        shutil.copytree(start_model, tmp)
+    with atomic_output(loss_log) as tmp:
+        Path(tmp).write_text("", encoding="utf-8")
+    write_selection(record_path, record)
