@@ -25,7 +25,8 @@ if not Path(dpr_pipeline.__file__).resolve().is_relative_to(CHECKOUT_SRC):
 
 import dpr_pipeline.workflow.stage_settings as settings
 import dpr_pipeline.workflow.stages as stages
-from dpr_pipeline.workflow.resources import job_resources, job_runtime, scaled, short_of_retries
+from dpr_pipeline.workflow.resources import (continuations, failed_attempts, job_resources, job_runtime, scaled,
+                                             training_retries)
 from dpr_pipeline.workflow.config import train_split_of, validate_config
 from dpr_pipeline.workflow.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.workflow.hub_models import check_offline_fetches
@@ -91,11 +92,14 @@ CROSS_ENCODERS = stages.chain(stages.CROSS_ENCODER)
 RERANKED = stages.stage("reranker").fed_by
 
 
-# A training longer than the cluster's longest job runs as several attempts (cluster.max_runtime): say when
-# --retries gives too few, as the run starts (onstart: not in a dry run, not in each cluster job)
+# A training longer than the cluster's longest job (cluster.max_runtime) runs as several attempts, each continuing
+# from the checkpoint the one before saved: the training rules get those continuations on top of --retries, which
+# stay for failures (workflow/resources.py, training_retries). Set as the run starts (onstart: not in a dry run, not
+# in each cluster job), when --retries is known.
 onstart:
-    if short := short_of_retries(config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES):
-        snakemake_logger.warning(short)
+    for rule_name in stages.GPU_TRAINING_RULES:
+        workflow.get_rule(rule_name).restart_times = training_retries(
+            config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES)
 
 
 wildcard_constraints:
@@ -138,13 +142,19 @@ def threads_of(rule_name):
 
 def resources_of(rule_name):
     """A rule's portable resources (docs/cluster.md): mem_mb and runtime (minutes) from config `resources`, times
-    the attempt number on a retry (runtime at most cluster.max_runtime); gpu: the stage's `processes` for a
+    the failed attempts so far on a retry (runtime at most cluster.max_runtime; a training's attempt that stopped
+    at its time limit is no failure); gpu: the stage's `processes` for a
     trainer (torchrun starts one process per GPU), 1 for the other GPU rules, 0 for CPU rules; nodes: 1 for
     GPU rules (torchrun --standalone: one node)."""
     first = lambda wildcards: job_resources(config, wildcards.dataset, rule_name)
+    failed = lambda wildcards, attempt: attempt  # every earlier attempt of a job failed, but for a training's:
+    if rule_name in stages.GPU_TRAINING_RULES:   # one stopped at its time limit continues at the same size
+        failed = lambda wildcards, attempt: failed_attempts(attempt, continuations(checkpoint_dir(
+            stages.trained_stage(rule_name, dict(wildcards.items())), wildcards.dataset)))
     resources = {
-        "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], attempt),
-        "runtime": lambda wildcards, attempt: job_runtime(config, first(wildcards)["runtime"], attempt),
+        "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], failed(wildcards, attempt)),
+        "runtime": lambda wildcards, attempt: job_runtime(config, first(wildcards)["runtime"],
+                                                          failed(wildcards, attempt)),
         "gpu": 0,
     }
     if rule_name in stages.GPU_TRAINING_RULES:

@@ -4,12 +4,15 @@ import yaml
 from conftest import REPO
 
 from dpr_pipeline.workflow.resources import (
+    UNPLANNED_CONTINUATIONS,
     attempts_needed,
+    continuations,
+    failed_attempts,
     job_resources,
     job_runtime,
     processes_for,
     scaled,
-    short_of_retries,
+    training_retries,
 )
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -28,10 +31,10 @@ def test_retries_scale_memory_and_runtime_and_gpus_give_processes():
     assert [processes_for(gpus) for gpus in (None, 0, 1, 4)] == [1, 1, 1, 4]
 
 
-def test_max_runtime_caps_every_attempt_and_says_when_retries_are_too_few():
+def test_max_runtime_caps_every_attempt_and_the_continuations_come_on_top_of_the_retries():
     """cluster.max_runtime, the partition's longest job: 48 h re-ranker training asks 24 h on every attempt
-    under a 24 h cap (2 attempts resuming from the checkpoint: --retries 1), MS MARCO's 72 h pre-training 3
-    attempts, NQ's 120 h 5."""
+    under a 24 h cap (2 attempts resuming from the checkpoint), MS MARCO's 72 h pre-training 3 attempts, NQ's
+    120 h 5; the training rules get those continuations on top of --retries, which stay for failures."""
     capped = {**CONFIG, "cluster": {"max_runtime": 1440}}
     assert [job_runtime(CONFIG, 2880, attempt) for attempt in (1, 2, 3)] == [2880, 5760, 8640]   # no cap
     assert [job_runtime(capped, 2880, attempt) for attempt in (1, 2, 3)] == [1440, 1440, 1440]
@@ -39,9 +42,20 @@ def test_max_runtime_caps_every_attempt_and_says_when_retries_are_too_few():
     assert [attempts_needed(capped, minutes) for minutes in (60, 1440, 2880, 4320)] == [1, 1, 2, 3]
     assert attempts_needed(CONFIG, 4320) == 1
     training = ["pretrain", "train_reranker"]
-    assert short_of_retries(CONFIG, 0, training) is None and short_of_retries(capped, 4, training) is None
-    message = short_of_retries(capped, 1, training)
-    assert "cluster.max_runtime is 1440 min" in message and "--retries is 1" in message
-    assert "msmarco's pretrain (4320 min: 3 attempts)" in message and "nq's pretrain (7200 min: 5 attempts)" in message
-    assert "train_reranker" not in message                                  # 2 attempts: --retries 1 is enough
-    assert message.endswith("Fix: run with --retries 4 or more, or raise cluster.max_runtime")
+    unplanned = UNPLANNED_CONTINUATIONS                                   # a preemption, an early time limit
+    assert training_retries(CONFIG, 2, training) == 2 + unplanned          # no cap: no planned continuation
+    assert training_retries(capped, 2, training) == 2 + 4 + unplanned      # nq's pretrain: 5 attempts
+
+
+def test_a_continuation_asks_what_the_attempt_before_it_asked(tmp_path):
+    """A training stopped at its time limit (its stop recorded beside the checkpoint) is continued, not failed:
+    memory and runtime scale with the failed attempts only."""
+    from dpr_pipeline.training.trainer import record_stop
+
+    assert continuations(tmp_path / "none") == 0
+    assert [failed_attempts(attempt, 0) for attempt in (1, 2, 3)] == [1, 2, 3]          # failures
+    record_stop(tmp_path, 120, "SIGTERM")
+    record_stop(tmp_path, 240, "SIGTERM")
+    assert continuations(tmp_path) == 2
+    assert [failed_attempts(attempt, 2) for attempt in (1, 2, 3)] == [1, 1, 1]          # two time limits
+    assert failed_attempts(4, 2) == 2                                                     # then one failure

@@ -172,8 +172,8 @@ def _optimizer_step(*args, **kwargs):
 @pytest.fixture(scope="module")
 def time_limit_run(slurm, tmp_path_factory):
     """In a repository copy: Retriever 1 trains 200 steps (0.4 s longer each, injected into the copy's trainer)
-    by torchrun with 2 processes in a 2-GPU job whose first attempt has a one-minute time limit (resources
-    runtime 1: attempt n gets n minutes). No save_steps checkpoint comes before the end: the only one is the one
+    by torchrun with 2 processes in a 2-GPU job with a one-minute time limit (resources runtime 1: each
+    continuation gets the same minute, and the same memory). No save_steps checkpoint comes before the end: the only one is the one
     saved on Slurm's SIGTERM at the limit (the test cluster's KillWait: 5 s)."""
     root = copy_repo(tmp_path_factory.mktemp("slurm_time_limit") / "repo")
     trainer = root / "src" / "dpr_pipeline" / "training" / "trainer.py"
@@ -219,6 +219,9 @@ def test_a_training_stopped_at_its_time_limit_saves_a_checkpoint_and_the_retry_r
     states = [row[1] for row in time_limit_run["sacct"]]
     assert len(states) >= 2 and states[0] == "TIMEOUT" and states[-1] == "COMPLETED", time_limit_run["sacct"]
     assert time_limit_run["sacct"][0][3] == "00:01:00" and all("gres/gpu=2" in row[5] for row in time_limit_run["sacct"])
+    # each continuation asks what the first attempt asked: a time limit is no failure (workflow/resources.py)
+    assert {row[3] for row in time_limit_run["sacct"]} == {"00:01:00"}, time_limit_run["sacct"]
+    assert len({re.search(r"mem=[^,]+", row[5]).group() for row in time_limit_run["sacct"]}) == 1
     assert all(row[6] == "gpu" for row in time_limit_run["sacct"])
     stopped = [int(step) for step in re.findall(rf"retriever stopped by SIGTERM at step (\d+) of {TRAIN_STEPS}",
                                                 first)]

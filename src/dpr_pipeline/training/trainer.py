@@ -341,6 +341,18 @@ def stop_signals():
         signal.signal(signal.SIGTERM, previous)
 
 
+#: Beside a training's checkpoints, one line per stop by a signal (step, signal): the job's next attempts are
+#: continuations, not failures (:func:`dpr_pipeline.workflow.resources.continuations`).
+STOPS_FILE = "stops.jsonl"
+
+
+def record_stop(checkpoint_dir: str | Path, step: int, signal_name: str) -> None:
+    """Append a stop to ``checkpoint_dir``'s :data:`STOPS_FILE`."""
+    Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(checkpoint_dir) / STOPS_FILE, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"step": step, "signal": signal_name}) + "\n")
+
+
 def _stop(checkpoint_dir: Path, model, optimizer, scheduler, step: int, steps: int, settings: TrainingSettings,
           dist: Distributed, description: str, received: list[int]) -> None:
     """A stop signal reached some process during ``step``: rank 0 saves that step's checkpoint (unless the
@@ -348,6 +360,8 @@ def _stop(checkpoint_dir: Path, model, optimizer, scheduler, step: int, steps: i
     name = signal.Signals(received[0]).name if received else "a signal to another process"
     if dist.is_main and (step % settings.save_steps or step == steps):
         _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step, settings, dist.rank)
+    if dist.is_main:
+        record_stop(checkpoint_dir, step, name)
     dist.barrier()
     error = TrainingStopped(description, name, step, steps, checkpoint_dir / "latest")
     log.warning("%s", error)

@@ -9,7 +9,10 @@ partitions, accounts and anything else cluster-specific live in a profile (``pro
   minutes and one GB). A retry (``--retries``) multiplies memory and runtime by the attempt number; the
   runtime of every attempt is at most ``cluster.max_runtime`` (the partition's longest job) when that is set
   (:func:`job_runtime`): a training longer than that runs as several attempts, each resuming from the checkpoint
-  the one before saved when its time limit's SIGTERM came (:mod:`dpr_pipeline.training.trainer`).
+  the one before saved when its time limit's SIGTERM came (:mod:`dpr_pipeline.training.trainer`). Such a
+  continuation is not a failure: a training rule's memory and runtime scale with its failed attempts only
+  (:func:`failed_attempts`), and it gets the continuations its longest job needs on top of ``--retries``
+  (:func:`training_retries`), so a real failure still has all its retries.
 * ``nodes``: 1 for the GPU rules, whose multi-GPU trainers run ``torchrun --standalone`` (one node), so that
   Slurm never spreads a job's GPUs over several nodes (``sbatch --nodes=1``).
 * ``gpu``: GPU rules ask for GPUs, CPU rules for none; which rules are GPU rules follows from the stages'
@@ -21,7 +24,12 @@ partitions, accounts and anything else cluster-specific live in a profile (``pro
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping
+
+#: A training's stop records beside its checkpoints (dpr_pipeline.training.trainer.STOPS_FILE; not imported: this
+#: module stays below the trainer).
+STOPS_FILE = "stops.jsonl"
 
 #: The first attempt's resources of a rule that ``resources`` does not name.
 BUILTIN_DEFAULT = {"threads": 1, "mem_mb": 4000, "runtime": 60}
@@ -56,22 +64,34 @@ def attempts_needed(config: Mapping[str, Any], minutes: int) -> int:
                 if sum(job_runtime(config, minutes, a) for a in range(1, attempt + 1)) >= minutes)
 
 
-def short_of_retries(config: Mapping[str, Any], retries: int, training_rules) -> str | None:
-    """The warning to print when, under ``cluster.max_runtime``, a training job of some dataset needs more
-    attempts (:func:`attempts_needed`) than ``1 + retries``: each names its dataset, rule, runtime and attempts;
-    None when every training fits."""
-    cap = (config.get("cluster") or {}).get("max_runtime")
-    if cap is None:
-        return None
-    short = [(dataset, rule, minutes, attempts_needed(config, minutes)) for dataset in config["datasets"]
-             for rule in training_rules for minutes in [job_resources(config, dataset, rule)["runtime"]]
-             if attempts_needed(config, minutes) > 1 + retries]
-    if not short:
-        return None
-    return (f"cluster.max_runtime is {cap} min, so these trainings run as several attempts, each resuming from the "
-            f"checkpoint of the one before, but --retries is {retries}: "
-            + "; ".join(f"{d}'s {rule} ({minutes} min: {n} attempts)" for d, rule, minutes, n in short)
-            + f". Fix: run with --retries {max(n for *_, n in short) - 1} or more, or raise cluster.max_runtime")
+def continuations(checkpoint_dir: str | Path) -> int:
+    """How many times a training stopped by a signal (its time limit, a preemption) since it last started afresh:
+    the lines of its checkpoint folder's stops file (:func:`dpr_pipeline.training.trainer.record_stop`)."""
+    try:
+        return len(Path(checkpoint_dir, STOPS_FILE).read_text(encoding="utf-8").splitlines())
+    except OSError:
+        return 0
+
+
+def failed_attempts(attempt: int, stopped: int) -> int:
+    """The attempts of a training job that failed, of ``attempt`` so far, ``stopped`` of the earlier ones having
+    ended at a time limit or preemption with their checkpoint saved: what memory and runtime scale with, so a
+    continuation asks what the attempt before it asked."""
+    return max(1, int(attempt) - int(stopped))
+
+
+#: Continuations a training rule gets beyond those its runtime plans for: a preemption, or a time limit that came
+#: before the measured runtime said it would.
+UNPLANNED_CONTINUATIONS = 2
+
+
+def training_retries(config: Mapping[str, Any], retries: int, training_rules) -> int:
+    """The retries a training rule gets: the failures' ``retries`` plus the continuations its longest job needs
+    under ``cluster.max_runtime`` (:func:`attempts_needed`) and :data:`UNPLANNED_CONTINUATIONS`, so that
+    continuing does not spend a failure retry."""
+    needed = [attempts_needed(config, job_resources(config, dataset, rule)["runtime"])
+              for dataset in config["datasets"] for rule in training_rules]
+    return int(retries) + max(needed, default=1) - 1 + UNPLANNED_CONTINUATIONS
 
 
 def processes_for(gpus: int | None) -> int:

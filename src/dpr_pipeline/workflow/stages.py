@@ -260,6 +260,17 @@ GPU_INFERENCE_RULES = tuple(dict.fromkeys(rule for s in CHAIN + FAMILIES for rul
 GPU_RULES = tuple(GPU_TRAINING_RULES) + GPU_INFERENCE_RULES
 
 
+def trained_stage(rule: str, wildcards: dict) -> str:
+    """The stage a job of training rule ``rule`` trains: its ``stage`` wildcard, a family's member for its
+    ``method`` (``pretrain/simlm``), else the one chain stage the rule trains."""
+    if "stage" in wildcards:
+        return wildcards["stage"]
+    if "method" in wildcards:
+        return member(next(f for f in FAMILIES if f.trainer == rule), wildcards["method"])
+    (name,) = trained_by(rule)
+    return name
+
+
 def torch_env(rule: str) -> str:
     """The conda environment of a rule that runs PyTorch: the CUDA one for a GPU rule, else the CPU one."""
     return GPU_ENV if rule in GPU_RULES else CPU_TORCH_ENV
