@@ -755,9 +755,9 @@ def _(tmp, bert):
         mined_negatives_per_query=15))
 
 
-@case("training-warmup-most-of-run", ConfigError, "retriever: stages.retriever.warmup_steps 10 is more than half of "
+@case("training-warmup-most-of-run", ConfigError, "retriever: stages.retriever1.warmup_steps 10 is more than half of "
       "the 9 training step(s) of this run (150 training examples in batches of 16, 1 epoch(s))",
-      "Fix: set the dataset's stages.retriever.warmup_ratio (e.g. 0.1, a tenth of any run) or warmup_steps at most 4")
+      "Fix: set the dataset's stages.retriever1.warmup_ratio (e.g. 0.1, a tenth of any run) or warmup_steps at most 4")
 def _(tmp, bert):
     import torch
 
