@@ -1,7 +1,7 @@
 """How spread out the pooled vectors of a pre-trained encoder are, before any label is seen: the mean pairwise
 cosine (± its sd) of the unit vectors of the corpus's first passages, per model folder (docs/pretraining.md,
-regimes (d) and (e): what each method hands Retriever₁). Near 1: one vector for every passage, which Retriever₁
-must first learn to spread; a large sd: tight clusters.
+"The ablation on the bundled SciFact": what each method hands Retriever₁). Near 1: one vector for every passage,
+which Retriever₁ must first learn to spread; a large sd: tight clusters.
 
     .venv/bin/python experiments/pooled_vector_geometry.py --pooling cls \\
         --corpus results/scifact_pretrain_cpu/data/corpus.parquet \\

@@ -1,7 +1,7 @@
 """A pre-training start that is not yet an embedder, by hand: a ``plm`` with its top Transformer layers drawn
 anew (dpr_pipeline.models.reinitialize), saved as a model folder, the one the `pretraining_start` job writes for
-`pretrain.reinitialize_layers` (docs/pretraining.md, regimes (c) and (d)); for a folder to inspect, or to name as
-another stage's plm:
+`pretrain.reinitialize_layers` (docs/pretraining.md, "The ablation on the bundled SciFact"); for a folder to
+inspect, or to name as another stage's plm:
 
     .venv/bin/python experiments/reinitialized_start.py --layers 2 --output data/minilm_top2_reinit
 

@@ -1,7 +1,7 @@
 """A start that is part language model, part untrained: the top Transformer layers of an encoder drawn anew as
-BERT draws them, the embeddings and the lower layers kept (docs/pretraining.md, regimes (c) and (d)). It is how
-pre-training can be read on a start that is already a sentence embedder: the re-drawn layers are what the
-pre-training methods have to fill, as they fill a whole BERT in the papers."""
+BERT draws them, the embeddings and the lower layers kept (docs/pretraining.md, "The ablation on the bundled
+SciFact"). It is how pre-training can be read on a start that is already a sentence embedder: the re-drawn layers
+are what the pre-training methods have to fill, as they fill a whole BERT in the papers."""
 
 from __future__ import annotations
 
