@@ -31,7 +31,7 @@ def test_min_steps_lengthens_only_a_run_whose_epochs_give_fewer_steps(caplog):
     assert total_steps(160, settings(min_steps=0)) == 15
     with caplog.at_level(logging.INFO):
         check_warmup(floor, total_steps(160, floor), 160, "retriever", "retriever1")
-    assert "40 optimizer steps (stages.retriever.min_steps 40" in caplog.text and "make only 15" in caplog.text
+    assert "40 optimizer steps (stages.retriever1.min_steps 40" in caplog.text and "make only 15" in caplog.text
     assert "8.0 epochs" in caplog.text
 
 
