@@ -28,6 +28,7 @@ import dpr_pipeline.workflow.stages as stages
 from dpr_pipeline.workflow.resources import job_resources, job_runtime, scaled, short_of_retries
 from dpr_pipeline.workflow.config import train_split_of, validate_config
 from dpr_pipeline.workflow.hub_models import check_offline_fetches
+from dpr_pipeline.training.tracking import check_installed, tracking_run
 from dpr_pipeline.workflow.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
                                  dataset_file, log_file, model_dir, release_dir, stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
@@ -71,6 +72,7 @@ SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())
 # for the top-level blocks and a dataset's overrides alike, dataset names checked
 validate_config(config, SCHEMA_FILE)
 check_offline_fetches(config)
+check_installed(config)  # a tracker `tracking.backends` names, installed (the `tracking` extra)
 
 # The stage lists, from their declaration (src/dpr_pipeline/workflow/stages.py). The chain in pipeline order (SimLM
 # Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
