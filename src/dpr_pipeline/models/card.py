@@ -39,6 +39,7 @@ from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.metrics import NOT_SPLITS
 from dpr_pipeline.models.embedding import recorded_include_prompt, recorded_pooling, resolve_prompts
+from dpr_pipeline.models.onnx_export import export_biencoder, export_section
 from dpr_pipeline.models.refs import PACKAGE_PREFIX, looks_like_path, read_manifest
 from dpr_pipeline.training.selection_record import describe
 from dpr_pipeline.workflow.config import stage_params
@@ -398,8 +399,6 @@ def write_release(model_dir: str | Path, manifest_path: str | Path, metrics_path
             counts[link_or_copy(source, tmp / relative)] += 1
         card = model_card(manifest, model_dir, metrics, fusion_weight)
         if export and export["formats"]:
-            from dpr_pipeline.models.onnx_export import export_biencoder, export_section
-
             exported = export_biencoder(model_dir, tmp, export["formats"], export["queries"], export["passages"])
             (tmp / EXPORT_RECORD).write_text(json.dumps(exported, indent=2) + "\n", encoding="utf-8")
             card = card.rstrip("\n") + "\n\n" + export_section(exported)

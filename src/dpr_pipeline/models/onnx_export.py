@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.errors import PipelineError
 from dpr_pipeline.models.embedding import TextEncoder, load_text_encoder, pool
 from dpr_pipeline.models.loading import load_tokenizer
@@ -142,8 +143,6 @@ def sample_texts(queries_path: str | Path, corpus_path: str | Path, qrels_path: 
     """A seeded sample of a split's query texts and the corpus's passage texts (``title text``): the queries'
     relevant passages first (one each, where ``qrels_path`` is given), then others."""
     import pandas as pd
-
-    from dpr_pipeline.data.corpus_shards import passage_text
 
     rng = np.random.default_rng(seed)
     table = pd.read_parquet(queries_path)
