@@ -30,6 +30,7 @@ from dpr_pipeline.workflow.resources import (continuations, failed_attempts, job
 from dpr_pipeline.workflow.config import train_split_of, validate_config
 from dpr_pipeline.workflow.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.workflow.hub_models import check_offline_fetches
+from dpr_pipeline.training.tracking import check_installed, tracking_run
 from dpr_pipeline.workflow.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
                                  dataset_file, log_file, model_dir, negatives_filter_files, release_dir,
                                  stage_file)
@@ -74,6 +75,7 @@ SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())
 # for the top-level blocks and a dataset's overrides alike, dataset names checked
 validate_config(config, SCHEMA_FILE)
 check_offline_fetches(config)
+check_installed(config)  # a tracker `tracking.backends` names, installed (the `tracking` extra)
 
 # The stage lists, from their declaration (src/dpr_pipeline/workflow/stages.py). The chain in pipeline order (SimLM
 # Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.

@@ -61,6 +61,7 @@ rule train_distill:
         distill=lambda wc: settings.biencoder(config, wc.dataset, "distill"),
         selection=lambda wc: settings.selection(config, wc.dataset, "distill"),
         checkpoints=checkpoint_dir("distill"),
+        tracking=lambda wc: tracking_run(config, wc.dataset, "distill"),
     threads: threads_of("train_distill")
     resources:
         **resources_of("train_distill"),

@@ -14,6 +14,8 @@ rule evaluate:
         relevance=relevance_of,
         relevance_levels=lambda wc: evaluated_dataset(wc).get("metric_relevance", {}),
         ignore_identical_ids=lambda wc: evaluated_dataset(wc)["ignore_identical_ids"],
+        # the evaluated stage's tracked run (`tracking`): not a plain value, so Snakemake's params trigger skips it
+        tracking=lambda wc: tracking_run(config, wc.dataset, wc.stage),
     threads: threads_of("evaluate")
     resources:
         **resources_of("evaluate"),

@@ -50,6 +50,23 @@ def fusion_inputs(wildcards):
             "choice": fusion_choice(wildcards)}
 
 
+def export_sample_inputs(wildcards):
+    """A bi-encoder release with `release.export`: the texts its ONNX copies are checked on (the dataset's first
+    evaluation split's queries, their qrels where judged by qrels, and the corpus); none otherwise."""
+    if not export_formats(wildcards):
+        return {}
+    split = config["datasets"][wildcards.dataset]["eval_splits"][0]
+    inputs = {"sample_queries": data_file(f"queries_{split}.parquet"), "sample_corpus": data_file("corpus.parquet")}
+    if relevance_of(wildcards) != "answers":
+        inputs["sample_qrels"] = data_file(f"qrels_{split}.parquet")
+    return inputs
+
+
+def export_formats(wildcards):
+    """`release.export` for a bi-encoder's release (ONNX copies); a re-ranker's release has none."""
+    return list(config["release"]["export"]) if wildcards.stage in BIENCODERS else []
+
+
 def fusion_choice(wildcards):
     """The file recording the re-ranker's fusion weight where it is chosen on the dev split (the `choice` of
     settings.fusion's weight), for the jobs about the re-ranker (a release job's {stage}); nothing for a number."""

@@ -87,6 +87,7 @@ rule pretrain:
     params:
         pretrain=lambda wc: settings.pretrain(config, wc.dataset, wc.method),
         checkpoints=checkpoint_dir(PRETRAINED),
+        tracking=lambda wc: tracking_run(config, wc.dataset, stages.member(stages.PRETRAINING, wc.method)),
     threads: threads_of("pretrain")
     resources:
         **resources_of("pretrain"),

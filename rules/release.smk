@@ -6,6 +6,7 @@ rule release_model:
     # per split (the model folder's own card has none: metrics come after training). Not in the default target:
     # `snakemake results/<dataset>/<stage>/release`.
     input:
+        unpack(export_sample_inputs),  # release.export: the texts the ONNX copies are checked on
         model=model_dir("{stage}"),
         manifest=stage_file("{stage}", "manifest.json"),
         metrics=stage_file("{stage}", "metrics.json"),
@@ -16,6 +17,7 @@ rule release_model:
         stage="|".join(BIENCODERS + CROSS_ENCODERS),
     params:
         fusion_weight=lambda wc: settings.fusion(config, wc.dataset)["weight"] if wc.stage in CROSS_ENCODERS else None,
+        export=export_formats,
     threads: threads_of("release_model")
     resources:
         **resources_of("release_model"),

@@ -15,6 +15,7 @@ rule train_reranker:
     params:
         reranker=lambda wc: settings.train_reranker(config, wc.dataset),
         checkpoints=checkpoint_dir("reranker"),
+        tracking=lambda wc: tracking_run(config, wc.dataset, "reranker"),
     threads: threads_of("train_reranker")
     resources:
         **resources_of("train_reranker"),

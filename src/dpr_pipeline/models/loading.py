@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models.refs import MODEL_FOLDER_FIX, resolve_model_path
@@ -85,15 +86,20 @@ def few_names(keys: list[str]) -> str:
 
 @contextmanager
 def _load_report_off():
-    """transformers' loading messages (the load report, tied-weight notes) off while a model loads: the loader
-    that reads ``output_loading_info`` says what matters."""
+    """transformers' loading messages (the load report, tied-weight notes) and its "Loading weights" progress bar
+    (a model of this size loads in milliseconds) off while a model loads: the loader that reads
+    ``output_loading_info`` says what matters."""
     logger = logging.getLogger("transformers.modeling_utils")
     level = logger.level
+    bars = hf_logging.is_progress_bar_enabled()
     logger.setLevel(logging.ERROR)
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         logger.setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def load_model_config(reference: str):

@@ -172,9 +172,10 @@ def save_pretrained_encoder(model: PretrainingModel, tokenizer, output_dir: str 
 
 
 def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir: str | Path,
-             loss_log: str | Path, params: dict, ngram_counts: str | None = None, stage: str | None = None) -> None:
+             loss_log: str | Path, params: dict, ngram_counts: str | None = None, stage: str | None = None,
+             tracking: dict | None = None) -> None:
     """Pre-train ``params["plm"]`` with ``params["method"]`` and save the encoder to ``output_dir`` (``stage``:
-    the job's, ``pretrain/<method>``, whose settings its errors name)."""
+    the job's, ``pretrain/<method>``, whose settings its errors name; ``tracking``: its tracked run)."""
     dist = Distributed.from_environment()
     tokenizer = models.load_tokenizer(params["plm"])
     corpus = read_token_shards(token_shards, tokenizer)
@@ -193,7 +194,7 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
         collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"], packed)
         train(model, data, collate, step, TrainingSettings.from_params(params), checkpoint_dir,
               cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})",
-              stage=stage)
+              stage=stage, tracking=tracking)
     if dist.is_main:
         save_pretrained_encoder(model, tokenizer, output_dir, corpus.max_length, resolve_prompts(params["plm"]))
         log.info("saved the encoder and its LM head to %s", output_dir)

@@ -116,7 +116,8 @@ def distillation_step(temperature: float, alpha: float):
 
 def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                     output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
-                    *, distill: bool = False, selection: dict | None = None, stage: str | None = None) -> None:
+                    *, distill: bool = False, selection: dict | None = None, stage: str | None = None,
+                    tracking: dict | None = None) -> None:
     """Fine-tune ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
 
     Retriever (``distill=False``): Eq. 3 over in-batch and hard negatives. Distilled retriever: the artifact
@@ -124,7 +125,8 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
 
     ``selection`` (:func:`dpr_pipeline.training.dev_selection.select`'s, plus ``output``: where its record goes): the
     saved model is the trained one or, where that scores lower on the dev split, the model it started from.
-    ``stage``: the job's stage (``retriever1``, ``distill``, ``ablation/simlm``), whose settings its errors name.
+    ``stage``: the job's stage (``retriever1``, ``distill``, ``ablation/simlm``), whose settings its errors name;
+    ``tracking``: its tracked run (:func:`dpr_pipeline.training.trainer.train`).
     """
     dist = Distributed.from_environment()
     settings = TrainingSettings.from_params(params)
@@ -145,7 +147,7 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
         collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"], prompts,
                                     packed)
         train(model, groups, collate, step, settings, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
-              dist=dist, description=description, stage=stage)
+              dist=dist, description=description, stage=stage, tracking=tracking)
     if dist.is_main:
         handed_on = model.encoder
         if selection is not None:

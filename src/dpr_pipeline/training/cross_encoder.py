@@ -121,12 +121,13 @@ def save_reranker(model: torch.nn.Module, tokenizer, output_dir: str | Path, max
 
 def train_reranker(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                    output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
-                   stage: str | None = None) -> None:
+                   stage: str | None = None, tracking: dict | None = None) -> None:
     """Train the re-ranker ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
 
     ``params``: plm, max_length, negatives_per_query, seed and the ``TrainingSettings`` (learning_rate,
     warmup_steps, batch_size = queries per step, epochs, save_steps, gradient_checkpointing, bf16); ``stage``:
-    the job's stage, whose settings its errors name.
+    the job's stage, whose settings its errors name; ``tracking``: its tracked run
+    (:func:`dpr_pipeline.training.trainer.train`).
     """
     dist = Distributed.from_environment()
     settings = TrainingSettings.from_params(params)
@@ -147,7 +148,8 @@ def train_reranker(negatives_path: str | Path, passages_path: str | Path, querie
     with packed_attention_for(model, "re-ranker training", None if head_known else
                               f"no packed head for a {model.config.model_type!r} classifier") as packed:
         model = train(model, groups, make_collate(tokenizer, params["max_length"], packed), listwise_batch_loss,
-                      settings, checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker", stage=stage)
+                      settings, checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker", stage=stage,
+                      tracking=tracking)
     if dist.is_main:
         save_reranker(model, tokenizer, output_dir, params["max_length"])
     finish(checkpoint_dir, dist)

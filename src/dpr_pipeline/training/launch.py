@@ -20,6 +20,7 @@ from typing import Callable
 from dpr_pipeline.models.devices import require_cuda_where_allocated
 from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, visible_gpus
 from dpr_pipeline.training.trainer import stop_signals
+from dpr_pipeline.workflow.job_log import quiet_third_party
 
 
 def run_training(function: Callable, processes: int, **kwargs) -> None:
@@ -56,6 +57,7 @@ def run_training(function: Callable, processes: int, **kwargs) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_third_party()
     spec = json.loads(Path(sys.argv[1]).read_text())
     module, name = spec["function"].split(":")
     getattr(importlib.import_module(module), name)(**spec["kwargs"])

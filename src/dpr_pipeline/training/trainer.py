@@ -47,6 +47,7 @@ from dpr_pipeline.errors import CheckpointError, PipelineError
 from dpr_pipeline.models.devices import autocast, to_device, uses_bf16
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.schedule import TrainingSettings, check_warmup, steps_per_epoch, total_steps
+from dpr_pipeline.training.tracking import NullTracker, Tracker, TrackingRun, open_tracker
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,12 @@ LOSS_LOG_EVERY = 25
 
 class _LossLog:
     """The loss log's lines, written every ``every`` steps: each step's loss is kept as a device tensor (with its
-    step, epoch, learning rate and the seconds when it was queued) until :meth:`write`."""
+    step, epoch, learning rate and the seconds when it was queued) until :meth:`write`, which also sends each step's
+    loss, learning rate and examples per second to ``tracker`` (:mod:`dpr_pipeline.training.tracking`)."""
 
-    def __init__(self, file, progress, every: int):
+    def __init__(self, file, progress, every: int, tracker: Tracker | None = None, batch_size: int = 0):
         self.file, self.progress, self.every, self.pending = file, progress, every, []
+        self.tracker, self.batch_size, self.last_seconds = tracker or NullTracker(), batch_size, 0.0
 
     def add(self, step: int, epoch: int, loss: torch.Tensor, learning_rate: float, seconds: float) -> None:
         self.pending.append((step, epoch, loss.detach().float(), learning_rate, seconds))
@@ -78,6 +81,11 @@ class _LossLog:
             if self.file is not None:
                 self.file.write(json.dumps({"step": step, "epoch": epoch, "loss": loss,
                                             "learning_rate": learning_rate, "seconds": seconds}) + "\n")
+            scalars = {"train/loss": loss, "train/learning_rate": learning_rate, "train/epoch": epoch}
+            elapsed, self.last_seconds = seconds - self.last_seconds, seconds
+            if self.batch_size and elapsed > 0:     # the step's examples over the seconds since the step before
+                scalars["train/examples_per_second"] = self.batch_size / elapsed
+            self.tracker.log(scalars, step)
         if self.file is not None:
             self.file.flush()
         self.progress.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
@@ -253,7 +261,8 @@ def _truncate_loss_log(path: Path, step: int) -> None:
 def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], dict],
           compute_loss: Callable[[torch.nn.Module, dict, Distributed], torch.Tensor], settings: TrainingSettings,
           checkpoint_dir: str | Path, *, cross_device_loss: bool = False, loss_log: str | Path | None = None,
-          dist: Distributed | None = None, description: str = "training", stage: str | None = None) -> torch.nn.Module:
+          dist: Distributed | None = None, description: str = "training", stage: str | None = None,
+          tracking: TrackingRun | dict | None = None) -> torch.nn.Module:
     """Train ``model`` in place and return it (unwrapped from DDP).
 
     ``cross_device_loss``: ``compute_loss`` returns the loss of the global batch, built from tensors that
@@ -261,7 +270,8 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     DDP's averaging yields the gradient of that global loss. Otherwise the loss is the local batch's mean.
     The loss log (JSON lines: step, epoch, loss, learning_rate, seconds) is copied to ``loss_log`` at the end;
     the checkpoint folder is removed once training has finished. ``description`` names the run in the log;
-    ``stage`` (the job's stage) decides which settings a schedule error names (:func:`check_warmup`).
+    ``stage`` (the job's stage) decides which settings a schedule error names (:func:`check_warmup`); ``tracking``
+    (the job's `tracking` run, :mod:`dpr_pipeline.training.tracking`) also receives the loss log's scalars, from rank 0.
     """
     dist = dist or Distributed.from_environment()
     if settings.batch_size % dist.world_size or min(settings.batch_size, len(data)) < dist.world_size:
@@ -293,9 +303,11 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         return epoch, examples, None if settings.micro_batch_size else collate(examples)
 
     ahead = _BatchesAhead(make_batch, start, steps)
+    tracker = open_tracker(tracking, fresh=start == 0, main=dist.is_main)
     with (open(log_path, "a", encoding="utf-8") if dist.is_main else contextlib.nullcontext() as loss_file,
-          stop_signals() as received, contextlib.closing(ahead)):
-        losses = _LossLog(loss_file, progress, 1 if device.type == "cpu" else LOSS_LOG_EVERY)
+          stop_signals() as received, contextlib.closing(ahead), contextlib.closing(tracker)):
+        losses = _LossLog(loss_file, progress, 1 if device.type == "cpu" else LOSS_LOG_EVERY, tracker,
+                          settings.batch_size)
         for step in range(start, steps):
             epoch, examples, batch = ahead.take(step)
             if settings.micro_batch_size:

@@ -14,6 +14,36 @@ from dpr_pipeline.errors import PipelineError
 from dpr_pipeline.workflow.layout import error_file
 from dpr_pipeline.workflow.run_errors import job_error_line, write_job_error
 
+#: Third-party log messages that tell the user nothing, by the logger that emits them and how they begin:
+#: transformers' tensor-parallel plan report (printed for every model load, although no model here is loaded
+#: tensor-parallel) and its notes on weights it leaves untied. Everything else those loggers say stays.
+NOISE = {
+    "transformers.distributed.tensor_parallel": ("The following layers were not sharded",
+                                                 "The following TP rules were not applied"),
+    "transformers.modeling_utils": ("The tied weights mapping and config for this model",),
+}
+
+
+class ThirdPartyNoise(logging.Filter):
+    """Drops the :data:`NOISE` messages of one logger."""
+
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+def quiet_third_party() -> None:
+    """Attach :class:`ThirdPartyNoise` to each logger of :data:`NOISE` (once): a logger's filter sees every record
+    it emits, whichever handler (transformers' own on stderr, the job's log file) would print it, and whether or
+    not the library is imported yet (``logging.getLogger`` returns the logger the library later uses)."""
+    for name, prefixes in NOISE.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ThirdPartyNoise) for f in logger.filters):
+            logger.addFilter(ThirdPartyNoise(prefixes))
+
 
 @contextlib.contextmanager
 def logged(log_file: str | Path, threads: int | None = None) -> Iterator[logging.Logger]:
@@ -37,6 +67,7 @@ def logged(log_file: str | Path, threads: int | None = None) -> Iterator[logging
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=handlers, force=True)
     logging.getLogger("faiss").setLevel(logging.WARNING)
+    quiet_third_party()
     logger = logging.getLogger("dpr_pipeline")
     if threads:
         import torch

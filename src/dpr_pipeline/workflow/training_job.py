@@ -15,6 +15,7 @@ from dpr_pipeline.models.card import write_job_card
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.selection_record import (START, describe, read_selection, selection_record,
                                                     teacher_below_start, write_selection)
+from dpr_pipeline.training.tracking import dev_scores, log_once
 from dpr_pipeline.workflow.manifests import negatives_per_query, write_job_manifest
 from dpr_pipeline.workflow.resources import processes_for
 
@@ -50,9 +51,11 @@ def selection_options(snakemake) -> dict:
 def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bool, **options) -> None:
     """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) on the rule's negatives, corpus
     and queries, in one process per GPU the job holds (torchrun when several), then the model folder's card and
-    the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its ``report``).
+    the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its ``report``); with
+    `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
     processes = processes_for(snakemake.resources.gpu)
+    tracking = snakemake.params.tracking        # the stage's tracked run (training/tracking.py); off by default
     selection = options.get("selection")
     untrained = teacher_verdict(selection, params) if selection else None
     if untrained is not None:
@@ -65,7 +68,9 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
                  passages_path=snakemake.input.passages,
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
-                 **options)
+                 tracking=tracking.as_dict(), **options)
+    if selection:
+        log_once(tracking, dev_scores(read_selection(selection["output"])))
     negatives = group_negatives(snakemake, params, in_batch=in_batch)
     report = {"dev_selection": read_selection(selection["output"])} if selection else None
     write_job_card(snakemake, stage, seed=params["seed"], negatives=negatives, report=report)
