@@ -1,12 +1,17 @@
 # dpr_pipeline: the SimLM dense-retrieval training pipeline (https://arxiv.org/abs/2207.02578) as a workflow.
 # Run `snakemake` for the datasets in the config's run_datasets (default [scifact]), or name a target, e.g.
 #   snakemake results/scifact/distill/metrics.json
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The bundled config.yaml, the one next to this Snakefile wherever snakemake runs (`-s <checkout>/Snakefile` from
+# another folder, `--directory`): read first, extended by each --configfile (rules/common.smk stops on a
+# config.yaml of another working directory that no --configfile names)
+configfile: "config.yaml" if os.path.samefile(workflow.basedir, os.getcwd()) else os.path.join(workflow.basedir, "config.yaml")
 
 
 report: "report/workflow.rst"

@@ -2,6 +2,7 @@
 # (splits, threads, resources, the conda env of a PyTorch job). A job's stage parameters:
 # dpr_pipeline.workflow.stage_settings (`settings`); input functions: rules/inputs.smk; the report's and the default
 # target's file lists: rules/report_inputs.smk.
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from dpr_pipeline.workflow.layout import (PRETRAINING_START, RESULTS, benchmark_
                                  dataset_file, log_file, model_dir, release_dir, stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
 import dpr_pipeline.workflow.run_errors as run_errors
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.workflow.run_folders import unread_config_problem
 
 
 def result_folders():
@@ -51,7 +54,9 @@ def explain_error(error):
     """The project's message for an error that stops Snakemake before any job runs (dpr_pipeline.workflow.run_errors)."""
     datasets = config.get("datasets") if isinstance(config, dict) else None
     return run_errors.explain(error, datasets=datasets if isinstance(datasets, dict) else {},
-                              folders=result_folders, configfiles=workflow.configfiles)
+                              folders=result_folders, configfiles=workflow.configfiles,
+                              folders_of_run={"workdir": os.getcwd(), "rundir": workflow.rundir,
+                                              "basedir": workflow.basedir})
 
 
 def failed_jobs():
@@ -64,6 +69,11 @@ def failed_jobs():
 # The run ends with the project's message, not a traceback: the error Snakemake prints as it stops is replaced
 # by the failed jobs' messages (set by `onerror` in the Snakefile) or by explain_error's (docs/bad_inputs.md).
 LAST_LINES = run_errors.LastLines.install(snakemake_logger, explain_error)
+
+# The bundled config is read wherever snakemake runs (the Snakefile's `configfile:`); a config.yaml of another
+# working directory that no --configfile names would be ignored: stop with the fix
+if unread := unread_config_problem(workflow.basedir, os.getcwd(), workflow.overwrite_configfiles or ()):
+    raise ConfigError(unread)
 
 SCHEMA_FILE = Path(workflow.basedir, "schemas", "config.schema.yaml")
 SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())
