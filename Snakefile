@@ -11,7 +11,10 @@ min_version("9.0")
 # The bundled config.yaml, the one next to this Snakefile wherever snakemake runs (`-s <checkout>/Snakefile` from
 # another folder, `--directory`): read first, extended by each --configfile (rules/common.smk stops on a
 # config.yaml of another working directory that no --configfile names)
-configfile: "config.yaml" if os.path.samefile(workflow.basedir, os.getcwd()) else os.path.join(workflow.basedir, "config.yaml")
+BUNDLED_CONFIG = os.path.join(workflow.basedir, "config.yaml")
+
+
+configfile: os.path.relpath(BUNDLED_CONFIG) if os.path.samefile(workflow.basedir, os.getcwd()) else BUNDLED_CONFIG
 
 
 report: "report/workflow.rst"

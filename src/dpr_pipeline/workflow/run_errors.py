@@ -11,8 +11,8 @@ graph (its class, the Snakefile line and a traceback below the message) with the
 :class:`~dpr_pipeline.errors.PipelineError` behind it (:func:`explain`): a config error at start-up, one
 raised in an input function; and explains a target that names a dataset the config lacks, or a folder no
 rule writes, instead of Snakemake's ``MissingRuleException``, and a dataset's raw files missing from the working
-directory instead of its ``MissingInputException`` (:mod:`~dpr_pipeline.workflow.run_folders`). The full traceback stays in Snakemake's
-``--verbose`` output. docs/bad_inputs.md, "Under Snakemake".
+directory instead of its ``MissingInputException`` (:mod:`~dpr_pipeline.workflow.run_folders`). The full
+traceback stays in Snakemake's ``--verbose`` output. docs/bad_inputs.md, "Under Snakemake".
 """
 
 from __future__ import annotations
