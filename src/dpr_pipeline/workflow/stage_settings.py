@@ -153,18 +153,28 @@ def selection(config: dict, dataset: str, stage: str) -> dict:
             "label": STAGE_LABELS.get(stage, stage), "start_label": start_label, "start_stage": start_stage}
 
 
-# What a transfer job takes from target B rather than from A: B's corpus decides these.
+# What a transfer job takes from target B rather than from A: B's corpus decides these, and B's
+# `transfer_max_length` the lengths its queries and passages are encoded at (:func:`transfer_max_length`).
 CORPUS_SIDE = ("encode_shards", "index", "search_depth")
 
 
 def encoding(config: dict, dataset: str, target: str | None = None) -> dict:
     """Corpus encoding, index and search settings, shared by every bi-encoder stage (`retriever`). A transfer job
-    (``target`` B) keeps A's model-side settings (batch size, embedding dtype) and takes B's corpus side."""
+    (``target`` B) keeps A's model-side settings (batch size, embedding dtype) and takes B's corpus side and B's
+    lengths (``transfer_max_length``, in place of the stage's query and passage lengths)."""
     params = job_params(config, dataset, "retriever")
     if target is None:
         return params
     theirs = job_params(config, target, "retriever")
-    return {**params, **{key: theirs[key] for key in CORPUS_SIDE}}
+    return {**params, **{key: theirs[key] for key in CORPUS_SIDE},
+            "transfer_max_length": transfer_max_length(config, target)}
+
+
+def transfer_max_length(config: dict, target: str) -> dict:
+    """``{"query", "passage"}``: the lengths target B's queries and passages are encoded at by another dataset's
+    bi-encoders (B's ``transfer_max_length``; None: each model's own max_seq_length, resolved by the job)."""
+    declared = config["datasets"][target].get("transfer_max_length") or {}
+    return {"query": declared.get("query"), "passage": declared.get("passage")}
 
 
 def mining(config: dict, dataset: str, stage: str) -> dict:
