@@ -9,8 +9,8 @@ min_version("9.0")
 
 
 # The bundled config.yaml, the one next to this Snakefile wherever snakemake runs (`-s <checkout>/Snakefile` from
-# another folder, `--directory`): read first, extended by each --configfile (rules/common.smk stops on a
-# config.yaml of another working directory that no --configfile names)
+# another folder, `--directory`), is read first; then a config.yaml of the working directory, where there is one
+# that differs (rules/common.smk: Snakemake reads a workflow's `configfile:` there); each --configfile extends them
 BUNDLED_CONFIG = os.path.join(workflow.basedir, "config.yaml")
 
 

@@ -24,6 +24,15 @@ if not Path(dpr_pipeline.__file__).resolve().is_relative_to(CHECKOUT_SRC):
                              f"checkout ({CHECKOUT_SRC}): the jobs run that code. Fix: `make install` (or `pip install "
                              "-e .`) in this checkout, in the environment snakemake runs in")
 
+from dpr_pipeline.workflow.run_folders import working_directory_config
+
+# After the bundled config (the Snakefile's `configfile:`), a config.yaml of the working directory that differs from
+# it, as Snakemake reads a workflow's `configfile:` there; each --configfile still extends both
+if WORKING_DIRECTORY_CONFIG := working_directory_config(workflow.basedir, os.getcwd()):
+    snakemake_logger.info(f"Reading {WORKING_DIRECTORY_CONFIG} (the working directory's config.yaml) after the "
+                          f"bundled {Path(workflow.basedir, 'config.yaml')}")
+    workflow.configfile(str(WORKING_DIRECTORY_CONFIG))
+
 import dpr_pipeline.workflow.stage_settings as settings
 import dpr_pipeline.workflow.stages as stages
 from dpr_pipeline.workflow.resources import job_resources, job_runtime, scaled, short_of_retries
@@ -33,8 +42,6 @@ from dpr_pipeline.workflow.layout import (PRETRAINING_START, RESULTS, benchmark_
                                  dataset_file, log_file, model_dir, release_dir, stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
 import dpr_pipeline.workflow.run_errors as run_errors
-from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow.run_folders import unread_config_problem
 
 
 def result_folders():
@@ -69,11 +76,6 @@ def failed_jobs():
 # The run ends with the project's message, not a traceback: the error Snakemake prints as it stops is replaced
 # by the failed jobs' messages (set by `onerror` in the Snakefile) or by explain_error's (docs/bad_inputs.md).
 LAST_LINES = run_errors.LastLines.install(snakemake_logger, explain_error)
-
-# The bundled config is read wherever snakemake runs (the Snakefile's `configfile:`); a config.yaml of another
-# working directory that no --configfile names would be ignored: stop with the fix
-if unread := unread_config_problem(workflow.basedir, os.getcwd(), workflow.overwrite_configfiles or ()):
-    raise ConfigError(unread)
 
 SCHEMA_FILE = Path(workflow.basedir, "schemas", "config.schema.yaml")
 SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())

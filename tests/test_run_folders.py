@@ -1,12 +1,11 @@
-"""Running the workflow from another folder (issue 52): the bundled config.yaml is read wherever snakemake runs,
-a config.yaml of another working directory that no --configfile names stops the run with the fix, and a dataset's
+"""Running the workflow from another folder (issue 52): the bundled config.yaml is read wherever snakemake runs
+(then a config.yaml of the working directory, as Snakemake reads one, and each --configfile), and a dataset's
 raw files missing from the working directory (``--directory`` moved it away from them) get one message naming
 the file, where it is and the fix instead of Snakemake's ``MissingInputException`` (docs/datasets.md, "Running
 from another folder"; src/dpr_pipeline/workflow/run_folders.py)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import pytest
 import yaml
 from conftest import REPO, write_beir
 
-from dpr_pipeline.workflow.run_folders import missing_raw_files, unread_config_problem
+from dpr_pipeline.workflow.run_folders import missing_raw_files, working_directory_config
 
 MISSING = """Missing input files for rule ingest_corpus:
     output: results/mine/data/corpus.parquet
@@ -25,20 +24,16 @@ MISSING = """Missing input files for rule ingest_corpus:
 MINE = {"mine": {"format": "beir", "path": "data/mine", "train_split": "train", "eval_splits": ["test"]}}
 
 
-def test_a_working_directory_config_no_configfile_names_is_refused(tmp_path):
+def test_a_working_directory_config_is_read_after_the_bundled_one_unless_it_is_that_one(tmp_path):
     checkout, work = tmp_path / "checkout", tmp_path / "work"
     checkout.mkdir(), work.mkdir()
     (checkout / "config.yaml").write_text("datasets: {}\n")
-    assert unread_config_problem(checkout, work, []) is None                     # no config.yaml here
+    assert working_directory_config(checkout, work) is None                    # no config.yaml here
     (work / "config.yaml").write_text("datasets: {}\n")
-    assert unread_config_problem(checkout, work, []) is None                     # a copy of the bundled one
+    assert working_directory_config(checkout, work) is None                    # a copy of the bundled one
     (work / "config.yaml").write_text("run_datasets: [mine]\n")
-    problem = unread_config_problem(checkout, work, [])
-    assert problem.startswith(f"{work / 'config.yaml'} is not read: the workflow reads its bundled config "
-                              f"({checkout / 'config.yaml'})")
-    assert "Fix: pass it with `--configfile config.yaml`" in problem
-    assert unread_config_problem(checkout, work, [str(work / "config.yaml")]) is None   # named: read
-    assert unread_config_problem(work, work, []) is None                       # it is the bundled one
+    assert working_directory_config(checkout, work) == work / "config.yaml"
+    assert working_directory_config(work, work) is None                        # it is the bundled one
 
 
 def test_raw_files_left_behind_by_directory_are_named_with_where_they_are(tmp_path):
@@ -82,7 +77,7 @@ def snakemake(cwd, *args):
 def test_from_another_folder_the_bundled_config_is_read_and_directory_names_its_fix(tmp_path):
     """`snakemake -s <checkout>/Snakefile` from another folder reads the bundled config.yaml (its `scifact` entry
     plans, completed only by an absolute `path` here); `--directory` away from the data the config names gives the
-    one message with the fix; a stray config.yaml there stops the run with its fix."""
+    one message with the fix; a config.yaml of the working directory is read after the bundled one."""
     started = tmp_path / "started"
     write_beir(started / "data" / "mine")
     (started / "my.yaml").write_text(yaml.safe_dump({"datasets": {
@@ -104,9 +99,10 @@ def test_from_another_folder_the_bundled_config_is_read_and_directory_names_its_
             f"directory {elsewhere}") in output, output[-3000:]
     assert output.count(". Fix: ") == 1 and f"(`datasets: {{mine: {{path: {started / 'data' / 'mine'}}}}}`" in output
 
-    shutil.copy(started / "my.yaml", started / "config.yaml")
-    (started / "config.yaml").write_text("run_datasets: [mine]\n")
-    done = snakemake(started, "--configfile", "my.yaml", "--", "results/mine/bm25/metrics.json")
-    output = done.stdout + done.stderr
-    assert done.returncode != 0 and f"{started / 'config.yaml'} is not read" in output, output[-3000:]
-    assert "Traceback" not in output
+    # a config.yaml of the working directory is read too, after the bundled one (Snakemake's convention), logged
+    (started / "my.yaml").rename(started / "config.yaml")
+    done = snakemake(started, "--", "results/scifact/bm25/metrics.json", "results/mine/bm25/metrics.json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (f"Reading {started / 'config.yaml'} (the working directory's config.yaml) after the bundled "
+            f"{REPO / 'config.yaml'}") in done.stdout + done.stderr
+    assert "input: data/mine/corpus.jsonl" in done.stdout

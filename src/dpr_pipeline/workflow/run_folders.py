@@ -6,9 +6,9 @@ which a relative ``--configfile`` is read; and the working directory (the run di
 which every relative path *inside* the config is read (a dataset's ``path``, a ``plm`` folder) and where
 ``results/`` is written (docs/datasets.md, "Running from another folder").
 
-* :func:`unread_config_problem`: a ``config.yaml`` in the working directory that is not the bundled one and that
-  no ``--configfile`` names would not be read (Snakemake reads a workflow's ``configfile:`` relative to the
-  working directory; this workflow reads its own): a ConfigError at start-up, with the fix.
+* :func:`working_directory_config`: a ``config.yaml`` of the working directory that is not the bundled one, which
+  the Snakefile reads after the bundled one (Snakemake's convention: a workflow's ``configfile:`` is read from the
+  working directory) and before each ``--configfile``, naming it in the log.
 * :func:`missing_raw_files`: the message for Snakemake's ``MissingInputException`` when the missing files are a
   dataset's raw files under a relative ``path``: where they were looked for, where they are if the run
   directory has them (``--directory`` moved the working directory away from them), and the fix.
@@ -32,20 +32,14 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def unread_config_problem(basedir: str | Path, workdir: str | Path, configfiles: Iterable[str | Path]) -> str | None:
-    """Why a ``config.yaml`` in ``workdir`` would be ignored, or None: the workflow reads the bundled
-    ``basedir/config.yaml`` and the ``configfiles`` given with ``--configfile``; a working directory's own
-    ``config.yaml`` that differs from the bundled one and is not among them would be left out without a word."""
+def working_directory_config(basedir: str | Path, workdir: str | Path) -> Path | None:
+    """The working directory's own ``config.yaml``, read after the bundled one (and before each --configfile), as
+    Snakemake reads a workflow's ``configfile:`` there; None where there is none, or where it is the bundled file
+    or a copy of it (nothing to add)."""
     here = Path(workdir, CONFIG_NAME)
-    bundled = Path(basedir, CONFIG_NAME)
-    if not here.is_file() or _same_file(here, bundled):
+    if not here.is_file() or _same_file(here, Path(basedir, CONFIG_NAME)):
         return None
-    if any(_same_file(here, Path(given)) for given in configfiles if Path(given).is_file()):
-        return None
-    return (f"{here} is not read: the workflow reads its bundled config ({bundled}) wherever snakemake runs, and "
-            f"extends it with each --configfile; {CONFIG_NAME} of the working directory ({Path(workdir)}) is no "
-            f"part of it. Fix: pass it with `--configfile {CONFIG_NAME}` (with `--` before the targets), or rename "
-            "or remove it (docs/datasets.md, Running from another folder)")
+    return here
 
 
 def _affected_files(message: str) -> list[str]:
