@@ -1,12 +1,20 @@
 # dpr_pipeline: the SimLM dense-retrieval training pipeline (https://arxiv.org/abs/2207.02578) as a workflow.
 # Run `snakemake` for the datasets in the config's run_datasets (default [scifact]), or name a target, e.g.
 #   snakemake results/scifact/distill/metrics.json
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The bundled config.yaml, the one next to this Snakefile wherever snakemake runs (`-s <checkout>/Snakefile` from
+# another folder, `--directory`), is read first; then a config.yaml of the working directory, where there is one
+# that differs (rules/common.smk: Snakemake reads a workflow's `configfile:` there); each --configfile extends them
+BUNDLED_CONFIG = os.path.join(workflow.basedir, "config.yaml")
+
+
+configfile: os.path.relpath(BUNDLED_CONFIG) if os.path.samefile(workflow.basedir, os.getcwd()) else BUNDLED_CONFIG
 
 
 report: "report/workflow.rst"

@@ -2,6 +2,7 @@
 # (splits, threads, resources, the conda env of a PyTorch job). A job's stage parameters:
 # dpr_pipeline.workflow.stage_settings (`settings`); input functions: rules/inputs.smk; the report's and the default
 # target's file lists: rules/report_inputs.smk.
+import os
 import re
 from pathlib import Path
 
@@ -22,6 +23,15 @@ if not Path(dpr_pipeline.__file__).resolve().is_relative_to(CHECKOUT_SRC):
     snakemake_logger.warning(f"dpr_pipeline is imported from {Path(dpr_pipeline.__file__).parent}, not from this "
                              f"checkout ({CHECKOUT_SRC}): the jobs run that code. Fix: `make install` (or `pip install "
                              "-e .`) in this checkout, in the environment snakemake runs in")
+
+from dpr_pipeline.workflow.run_folders import working_directory_config
+
+# After the bundled config (the Snakefile's `configfile:`), a config.yaml of the working directory that differs from
+# it, as Snakemake reads a workflow's `configfile:` there; each --configfile still extends both
+if WORKING_DIRECTORY_CONFIG := working_directory_config(workflow.basedir, os.getcwd()):
+    snakemake_logger.info(f"Reading {WORKING_DIRECTORY_CONFIG} (the working directory's config.yaml) after the "
+                          f"bundled {Path(workflow.basedir, 'config.yaml')}")
+    workflow.configfile(str(WORKING_DIRECTORY_CONFIG))
 
 import dpr_pipeline.workflow.stage_settings as settings
 import dpr_pipeline.workflow.stages as stages
@@ -55,7 +65,9 @@ def explain_error(error):
     """The project's message for an error that stops Snakemake before any job runs (dpr_pipeline.workflow.run_errors)."""
     datasets = config.get("datasets") if isinstance(config, dict) else None
     return run_errors.explain(error, datasets=datasets if isinstance(datasets, dict) else {},
-                              folders=result_folders, configfiles=workflow.configfiles)
+                              folders=result_folders, configfiles=workflow.configfiles,
+                              folders_of_run={"workdir": os.getcwd(), "rundir": workflow.rundir,
+                                              "basedir": workflow.basedir})
 
 
 def failed_jobs():

@@ -200,6 +200,12 @@ def transfer_leakage_inputs(wildcards):
 TRANSFER_LEAKAGE = dataset_file("transfer_leakage_{target}.json")
 
 
+def transfer_models(wildcards):
+    """The model folders of A's transferred bi-encoders, in transfer.stages order (the summary's lengths)."""
+    return [stage_file(stage, "model", wildcards.dataset)
+            for stage in config["transfer"]["stages"] if stage in BIENCODERS]
+
+
 def transfer_metrics(wildcards):
     """Per target B, in transfer_to order: B's own BM25 (the baseline column), then each transferred stage."""
     return [

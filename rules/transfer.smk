@@ -3,6 +3,8 @@
 # evaluation queries; the re-ranker re-ranks B's BM25 top `transfer.rerank_depth`; B's qrels and B's evaluation
 # settings score them (the evaluate rule's script). Everything lives under results/{A}/{stage}/transfer/{B}/.
 # First, transfer_leakage refuses B's evaluation queries that A trained on (identical text; B's allow_overlap).
+# Bi-encoders encode B's queries and passages at B's `transfer_max_length` (null: each model's max_seq_length, as
+# BEIR and MTEB do; settings.encoding hands it to the jobs), and the summary names the lengths used.
 # The rules reuse the bi-encoder, re-ranker and evaluation rules with `use rule ... with:`, changing only files:
 # the reused rules' params and input functions read B's settings from the {target} wildcard themselves.
 
@@ -101,7 +103,8 @@ use rule evaluate as transfer_evaluate with:
 
 rule transfer_summary:
     input:
-        transfer_metrics,
+        metrics=transfer_metrics,
+        models=transfer_models,  # the transferred bi-encoders' folders: the lengths they encoded each target at
     output:
         json=dataset_file("transfer_summary.json"),
         markdown=dataset_file("transfer_summary.md"),
@@ -115,6 +118,12 @@ rule transfer_summary:
         targets=lambda wc: dataset_config(wc)["transfer_to"],
         stages=["bm25"] + config["transfer"]["stages"],
         metric=config["transfer"]["metric"],
+        biencoders=[stage for stage in config["transfer"]["stages"] if stage in BIENCODERS],
+        lengths=lambda wc: {target: settings.transfer_max_length(config, target)
+                            for target in dataset_config(wc)["transfer_to"]},
+        # the re-ranker scores B's pairs at A's reranker.max_length
+        reranker_max_length=lambda wc: (settings.reranker(config, wc.dataset)["max_length"]
+                                        if "reranker" in config["transfer"]["stages"] else None),
     threads: threads_of("transfer_summary")
     resources:
         **resources_of("transfer_summary"),

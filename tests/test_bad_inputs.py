@@ -212,6 +212,43 @@ def _(tmp, bert):
         queries, qrels]
 
 
+@case("beir-queries-empty-file", DataError, "raw/queries.jsonl: the queries file holds no queries",
+      "none of the 2 judgements of split 'train'", "Fix: write the queries into this file")
+def _(tmp, bert):
+    # issue 52: was blamed on the qrels ("query 'q1' is not in the queries file"), and under the suggested
+    # `unknown_qrels_ids: warn` a dev split carved from nothing ended in a bare ValueError
+    root = write_beir(tmp / "raw")
+    (root / "queries.jsonl").write_text("")
+    corpus = tmp / "corpus.parquet"
+    ingest_corpus("beir", root, corpus)
+    queries, qrels = tmp / "out" / "queries_train.parquet", tmp / "out" / "qrels_train.parquet"
+    carve = {"side": "train", "name": "dev", "carved_from": "train", "fraction": 0.5, "count": None, "seed": 1}
+    return (lambda: ingest_split("beir", root, "train", corpus, queries, qrels, unknown_qrels_ids="warn",
+                                 carve=carve)), [queries, qrels]
+
+
+@case("beir-dev-split-too-few-queries", DataError, "raw/qrels/train.tsv: the train split has 1 distinct queries: "
+      "too few to carve a dev split from", "Fix: give the train split at least 2 judged queries")
+def _(tmp, bert):
+    # a carved dev split needs two judged queries (was: a bare ValueError, reported as a bug)
+    root = write_beir(tmp / "raw", qrels={"train": [("q1", "d1", 1)], "test": [("q3", "d3", 1)]})
+    corpus = tmp / "corpus.parquet"
+    ingest_corpus("beir", root, corpus)
+    queries, qrels = tmp / "out" / "queries_train.parquet", tmp / "out" / "qrels_train.parquet"
+    carve = {"side": "dev", "name": "dev", "carved_from": "train", "fraction": 0.5, "count": None, "seed": 1}
+    return (lambda: ingest_split("beir", root, "train", corpus, queries, qrels, carve=carve)), [queries, qrels]
+
+
+@case("beir-qrels-space-separated", DataError, "train.tsv, line 1", "is not the header line (query-id, corpus-id, "
+      "score: 3 tab-separated columns)", "Fix: start the file with the header line")
+def _(tmp, bert):
+    # 3 columns separated by spaces: the first line was dropped as a header, silently (a one-line file then had
+    # "no judgements"); TREC's 4 columns are read as TREC qrels (test_ingest_formats.py)
+    root = write_beir(tmp / "raw")
+    (root / "qrels" / "train.tsv").write_text("q1 d1 1\nq2 d2 1\n")
+    return split_call("beir", root, tmp)
+
+
 @case("msmarco-queries-one-column", DataError, "queries.train.tsv, line 2", "1 tab-separated columns, expected 2")
 def _(tmp, bert):
     root = write_msmarco(tmp / "raw")

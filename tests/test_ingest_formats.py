@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REPO, write_beir, write_msmarco
+from conftest import QRELS, REPO, write_beir, write_msmarco
 
 from dpr_pipeline.data import ingest
 from dpr_pipeline.data.fetch import raw_layout
@@ -39,6 +39,26 @@ def test_beir_layout(tmp_path, gz):
     qrels = read_artifact(tmp_path / "qrels_test.parquet", "qrels")
     assert qrels.values.tolist() == [["q3", "d3", 2], ["q3", "007", 0]]
     assert read_artifact(tmp_path / "queries_train.parquet", "queries")["query_id"].tolist() == ["q1", "q2"]
+
+
+@pytest.mark.parametrize("separator", [" ", "\t"])
+def test_trec_qrels_in_a_beir_folder_are_read_whole_and_logged(tmp_path, separator, caplog):
+    """Issue 52: TREC-style qrels (``qid 0 docid 1``, no header) in a BEIR folder lost their first judgement as a
+    header. Four whitespace-separated columns on the first line are the TREC format: every line is a judgement,
+    and the log says which format was read; the artifacts equal those of the same judgements in BEIR's layout."""
+    beir_root = write_beir(tmp_path / "beir")
+    ingest_all("beir", beir_root, tmp_path / "beir_out")
+    trec_root = write_beir(tmp_path / "trec")
+    for split, rows in QRELS.items():
+        (trec_root / "qrels" / f"{split}.tsv").write_text(
+            "".join(separator.join((q, "0", d, str(r))) + "\n" for q, d, r in rows))
+    with caplog.at_level(logging.INFO):
+        ingest_all("beir", trec_root, tmp_path / "trec_out")
+    assert "TREC qrels format" in caplog.text
+    for split, rows in QRELS.items():
+        qrels = read_artifact(tmp_path / "trec_out" / f"qrels_{split}.parquet", "qrels")
+        assert qrels.values.tolist() == [list(row) for row in rows]  # the first judgement is kept
+        assert qrels.equals(read_artifact(tmp_path / "beir_out" / f"qrels_{split}.parquet", "qrels"))
 
 
 def test_msmarco_layout_with_titles(msmarco, tmp_path):

@@ -88,6 +88,21 @@ def test_a_transfer_job_keeps_the_model_side_and_takes_the_target_corpus_side(co
     assert settings.reranker(config, "a", "b")["rerank_depth"] == 30                 # transfer.rerank_depth
 
 
+def test_a_transfer_job_encodes_at_the_lengths_its_target_declares(config):
+    """Issue 52: B's queries were encoded at A's query_max_length. A transfer job gets B's transfer_max_length
+    (null by default: the model's own max_seq_length, resolved by the job); A's own jobs get no such key, so their
+    params, and the jobs Snakemake plans for them, are as before."""
+    assert "transfer_max_length" not in settings.encoding(config, "a")
+    assert settings.encoding(config, "a", "b")["transfer_max_length"] == {"query": None, "passage": None}
+    declared = copy.deepcopy(BASE)
+    declared["datasets"]["b"]["transfer_max_length"] = {"query": 512}
+    loaded = validate_config(declared)
+    assert settings.encoding(loaded, "a", "b")["transfer_max_length"] == {"query": 512, "passage": None}
+    declared["datasets"]["b"]["transfer_max_length"] = {"query": 1}
+    with pytest.raises(ConfigError, match=r"datasets.b.transfer_max_length.query: 1 is less than the minimum of 2"):
+        validate_config(declared)
+
+
 def test_mining_settings_per_mined_stage_and_the_depth_a_mined_train_split_is_searched_to(config):
     assert settings.mining(config, "a", "bm25") == {"depth": 200, "keep": 30, "seed": 42}
     assert settings.mining(config, "a", "retriever1") == {"depth": 200, "keep": 200, "seed": 42}

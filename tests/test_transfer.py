@@ -15,7 +15,9 @@ from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.data.trec_runs import write_trec_run
 from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.evaluation.metrics import drop_identical_ids, evaluate_splits
-from dpr_pipeline.evaluation.transfer_summary import check_transfer_leakage, write_transfer_summary
+from dpr_pipeline.evaluation.transfer_summary import check_transfer_leakage, used_lengths, write_transfer_summary
+from dpr_pipeline.models.refs import max_seq_length
+from dpr_pipeline.retrieval.encode import resolved_length
 from dpr_pipeline.workflow.config import train_split_of, validate_config
 
 ARGUANA_MINI = REPO / "tests" / "data" / "arguana_mini"
@@ -119,6 +121,36 @@ def test_transfer_summary_has_a_row_per_collection_and_split_and_the_average(tmp
                          "| msmarco (dl19) (4 queries) | 0.6000 | 0.3000 | 0.6500 |",
                          "| **Average** | 0.4000 | 0.2333 | 0.4667 |"]
     assert out[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_summary_names_the_lengths_each_model_encoded_each_collection_at(tmp_path, tiny_bert):
+    """Issue 52: a target's texts are encoded at its declared transfer_max_length, else at the model's own
+    max_seq_length, read from its folder as the encoding jobs read it; the summary's JSON and Markdown say which."""
+    from sentence_transformers import SentenceTransformer
+
+    # the length sentence-transformers gives the folder (it records it as the tokenizer's model_max_length)
+    assert max_seq_length(str(tiny_bert)) == SentenceTransformer(str(tiny_bert), device="cpu").max_seq_length == 64
+    assert resolved_length(str(tiny_bert), None, "queries") == 64
+    assert resolved_length(str(tiny_bert), 32, "queries") == 32
+    lengths = used_lengths({"arguana": {"query": None, "passage": None}, "fiqa": {"query": 48, "passage": None}},
+                           {"retriever1": str(tiny_bert)}, reranker_max_length=192)
+    assert lengths == {"arguana": {"retriever1": {"query": 64, "passage": 64}, "reranker": {"pair": 192}},
+                       "fiqa": {"retriever1": {"query": 48, "passage": 64}, "reranker": {"pair": 192}}}
+    paths = {target: {"bm25": write_metrics(tmp_path / f"{target}_bm25.json", {"test": (10, 0.40)}),
+                      "retriever1": write_metrics(tmp_path / f"{target}_r1.json", {"test": (10, 0.30)}),
+                      "reranker": write_metrics(tmp_path / f"{target}_rr.json", {"test": (10, 0.50)})}
+             for target in ("arguana", "fiqa")}
+    out = [tmp_path / "s.json", tmp_path / "s.md", tmp_path / "s.png"]
+    summary = write_transfer_summary("scifact", paths, "nDCG@10", *out, lengths=lengths)
+    assert json.loads(out[0].read_text())["lengths"] == summary["lengths"] == lengths
+    lines = out[1].read_text().splitlines()
+    table = lines[lines.index("| collection | Retriever₁ | Re-ranker |"):]
+    assert table[2:] == ["| arguana | 64 / 64 | 192 |", "| fiqa | 48 / 64 | 192 |"]
+    folder = tmp_path / "no_lengths"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(DataError, match="records no maximum length.*Fix: set the target dataset's transfer_max_length"):
+        max_seq_length(str(folder))
 
 
 def test_transfer_summary_names_a_metrics_file_without_the_metric(tmp_path):

@@ -241,6 +241,12 @@ def test_scifact_models_transfer_to_the_evaluation_only_collection(built):
     assert ("| collection | BM25 | Starting model (untrained) | Retriever₁ | Retriever₂ | Re-ranker | "
             "Retriever_distill |") in table
     assert "| arguana_mini (10 queries) |" in table and "| **Average** |" in table
+    # arguana_mini declares no transfer_max_length: each bi-encoder cut its texts at its folder's max_seq_length (the
+    # tiny BERT's passage_max_length, 128), not at scifact's query_max_length; the re-ranker at its max_length
+    assert summary["lengths"]["arguana_mini"] == {
+        **{stage: {"query": 128, "passage": 128} for stage in ("start", "retriever1", "retriever2", "distill")},
+        "reranker": {"pair": 128}}
+    assert "| arguana_mini | 128 / 128 | 128 / 128 | 128 / 128 | 128 / 128 | 128 |" in table
     assert (built / "transfer_summary.png").stat().st_size > 0
 
 

@@ -163,6 +163,12 @@ def ingest_split(fmt: str, root: str | Path, split: str, corpus: str | Path, que
                                       train_queries=train_queries, allow_overlap=allow_overlap)
     judgements = _split_judgements(fmt, root, split, files)
     queries = _split_queries(fmt, root, split, files, wanted={qid for qid, _ in judgements})
+    if not queries:  # not a matter of unknown ids: `unknown_qrels_ids: warn` would only drop every judgement
+        raise DataError(raw_paths(fmt, root, split, files)["queries"], f"the queries file holds no queries (it is "
+                        f"empty or only blank lines), so none of the {len(judgements)} judgements of split "
+                        f"{split!r} has its query", "write the queries into this file, one per line (check that it "
+                        "is the complete file, not an empty or unfinished copy); `unknown_qrels_ids` does not "
+                        "apply")
     doc_ids = set(read_artifact(corpus, "corpus", columns=["doc_id"])["doc_id"])
 
     judged_before = list(dict.fromkeys(j.query_id for j in judgements.values()))
@@ -209,7 +215,13 @@ def _carve_side(judgements: list, queries: dict, carve: dict, split: str) -> tup
     judged = list(dict.fromkeys(j.query_id for j in judgements))
     dev = DevSplit(name=carve["name"], source=split, fraction=carve["fraction"], count=carve["count"],
                    seed=carve["seed"])
-    carved = carved_query_ids(judged, [queries[q].text for q in judged], dev)
+    try:
+        carved = carved_query_ids(judged, [queries[q].text for q in judged], dev)
+    except ValueError as err:
+        where = judgements[0].where.path if judgements else split
+        raise DataError(where, f"{err} (split {split!r}, {len(judged)} judged queries with their query in the "
+                        "queries file)", "give the train split at least 2 judged queries with distinct texts, or "
+                        "remove the dataset's `dev_split`") from None
     side = [q for q in judged if (q in carved) == (carve["side"] == "dev")]
     log.info("dev split %r: %d of the %d judged queries of split %r carved off (seed %d); this job writes the %s "
              "side, %d queries", dev.name, len(carved), len(judged), split, dev.seed, carve["side"], len(side))

@@ -9,7 +9,8 @@ so a later check can name the file and the line (text files) or row (Parquet, 1-
 Layouts (``path`` is the dataset folder from config.yaml; any text file may also be gzipped, ``.gz``):
 
 * ``beir``: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``, ``text``),
-  ``qrels/<split>.tsv`` (header line, then ``query-id corpus-id score``).
+  ``qrels/<split>.tsv`` (header line, then ``query-id corpus-id score``; or TREC qrels, ``query-id iteration
+  corpus-id score`` without a header, recognised by the first line: :func:`is_trec_qrels`).
 * ``msmarco``: ``collection.tsv`` (``pid<TAB>text``), optional ``titles.tsv`` (``pid<TAB>title``),
   ``queries.<split>.tsv`` (``qid<TAB>text``), ``qrels.<split>.tsv`` (TREC: ``qid 0 pid relevance``; a split's
   files may have other names, ``split_files``: e.g. TREC DL's ``msmarco-test2019-queries.tsv`` and
@@ -54,6 +55,7 @@ from dpr_pipeline.data.records import (
 from dpr_pipeline.data.text_files import (
     ambiguous_files,
     dataset_folder,
+    is_integer,
     iter_json_lines,
     iter_lines,
     iter_tsv,
@@ -134,10 +136,34 @@ class BeirFormat(DatasetFormat):
             yield Query(where, as_text(rec["_id"], where, "_id"), as_text(rec["text"], where, "text"))
 
     def judgements(self, root: Path, split: str, renamed: dict | None = None) -> Iterator[Judgement]:
+        """BEIR's ``query-id<TAB>corpus-id<TAB>score`` after its header line, or, recognised by its first line,
+        the TREC qrels format (``query-id iteration corpus-id score``, 4 whitespace-separated columns, no header;
+        logged), every line of which is a judgement."""
         path = resolve_file(self.split_paths(root, split, renamed)["qrels"], f"BEIR qrels for split {split!r}")
-        for line, (qid, did, score) in iter_tsv(path, ("query-id", "corpus-id", "score"), header=True):
+        if is_trec_qrels(path):
+            log.info("%s: TREC qrels format (query-id iteration corpus-id score, whitespace-separated, no header "
+                     "line): every line is a judgement", path)
+            rows = ((line, (qid, did, score)) for line, (qid, _iteration, did, score)
+                    in iter_tsv(path, TREC_QRELS_COLUMNS, whitespace=True))
+        else:
+            rows = iter_tsv(path, ("query-id", "corpus-id", "score"), header=True)
+        for line, (qid, did, score) in rows:
             where = Location(path, line)
             yield Judgement(where, qid, did, as_relevance(score, where))
+
+
+#: The columns of a TREC qrels line (MS MARCO's qrels, trec_eval's input), whitespace-separated, no header.
+TREC_QRELS_COLUMNS = ("query-id", "iteration", "corpus-id", "score")
+
+
+def is_trec_qrels(path: Path) -> bool:
+    """Whether a qrels file is in the TREC format rather than BEIR's: its first line is 4 whitespace-separated
+    columns ending in an integer grade (BEIR's header and lines are 3 tab-separated columns)."""
+    first = next(iter_lines(path), None)
+    if first is None:
+        return False
+    fields = first[1].split()
+    return len(fields) == len(TREC_QRELS_COLUMNS) and is_integer(fields[-1])
 
 
 # --------------------------------------------------------------------------------------------- msmarco

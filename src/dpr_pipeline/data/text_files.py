@@ -121,7 +121,12 @@ def iter_tsv(path: Path, columns: tuple[str, ...], *, header: bool = False,
     lines = iter_lines(path)
     if header:
         first = next(lines, None)
-        if first is not None and _is_integer(first[1].split("\t")[-1]):
+        if first is not None and len(first[1].split("\t")) != len(columns):
+            raise DataError(path, f"the first line ({first[1]!r}) is not the header line ({', '.join(columns)}: "
+                            f"{len(columns)} tab-separated columns), and dropping it could drop a judgement",
+                            f"start the file with the header line {chr(9).join(columns)!r} and separate every "
+                            "line's columns with tabs", line=first[0])
+        if first is not None and is_integer(first[1].split("\t")[-1]):
             raise DataError(path, f"the first line ({first[1]!r}) is data, not the header line "
                             f"({', '.join(columns)})", f"add the header line {chr(9).join(columns)!r} "
                             "(this file type starts with one; without it the first line would be dropped)",
@@ -274,7 +279,7 @@ class _JsonArrayStream:
         return record
 
 
-def _is_integer(text: str) -> bool:
+def is_integer(text: str) -> bool:
     try:
         int(text.strip())
     except ValueError:

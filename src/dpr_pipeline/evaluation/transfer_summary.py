@@ -5,9 +5,12 @@ Inputs, per target collection B: B's own BM25 ``metrics.json`` (the baseline col
 ``{split: {metric: value, "num_queries": n}}``. Outputs, written together atomically:
 
 * ``transfer_summary.json``: ``{"source", "metric", "columns", "rows": {row: {column: value}},
-  "average": {column: value}, "collections": {B: {split: {column: {metric: value}}}}}`` (every metric kept);
+  "average": {column: value}, "collections": {B: {split: {column: {metric: value}}}}, "lengths": {B: {column:
+  {"query": tokens, "passage": tokens} | {"pair": tokens}}}}`` (every metric kept; ``lengths``: what each model
+  cut B's texts at, :func:`used_lengths`);
 * a Markdown table: one row per collection (``B`` when B has one evaluation split, ``B (split)`` per split
-  otherwise), the ``Average`` row (mean over the rows), one column per stage, cells = ``metric``;
+  otherwise), the ``Average`` row (mean over the rows), one column per stage, cells = ``metric``; then the
+  lengths, one row per collection;
 * a PNG: one group of bars per row (the average last), one bar per column.
 """
 
@@ -25,6 +28,7 @@ from dpr_pipeline.data.records import Location
 from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.summary import MISSING, QUERY_COUNT, read_metrics
+from dpr_pipeline.models.refs import max_seq_length
 from dpr_pipeline.workflow.stages import STAGE_LABELS
 
 log = logging.getLogger(__name__)
@@ -73,13 +77,50 @@ def transfer_table(collections: Collections, columns: list[str], metric: str,
     return rows, average
 
 
+Lengths = dict[str, dict[str, dict[str, int]]]  # {target: {column: {"query": n, "passage": n} or {"pair": n}}}
+
+
+def used_lengths(declared: dict[str, dict], models: dict[str, str], reranker_max_length: int | None = None
+                 ) -> Lengths:
+    """The lengths, in tokens, at which each transferred model encoded each target's texts: a bi-encoder (``models``:
+    ``{column: its model folder}``) B's queries and passages at B's ``transfer_max_length`` (``declared``:
+    ``{target: {"query", "passage"}}``), where None its own max_seq_length (read from the folder as the encoding
+    jobs read it, :func:`~dpr_pipeline.models.refs.max_seq_length`); the re-ranker its query-passage pairs at its
+    ``max_length`` (``reranker_max_length``, None when it does not transfer)."""
+    lengths: Lengths = {}
+    for target, wanted in declared.items():
+        lengths[target] = {
+            column: {side: wanted.get(side) or max_seq_length(folder) for side in ("query", "passage")}
+            for column, folder in models.items()}
+        if reranker_max_length is not None:
+            lengths[target]["reranker"] = {"pair": reranker_max_length}
+    return lengths
+
+
+def render_lengths(lengths: Lengths, labels: dict[str, str]) -> list[str]:
+    """The Markdown lines that say the lengths used: a table, one row per collection, ``query / passage`` tokens
+    per bi-encoder and the re-ranker's pair length."""
+    columns = list(dict.fromkeys(column for by_column in lengths.values() for column in by_column))
+    if not columns:
+        return []
+    lines = ["", "Tokens each model cut the collection's texts at (bi-encoders: query / passage, each collection's "
+             "`transfer_max_length`, else the model's own max_seq_length; the re-ranker: the query-passage pair, "
+             "its `max_length`):", "", "| collection | " + " | ".join(labels.get(c, c) for c in columns) + " |",
+             "| --- |" + " ---: |" * len(columns)]
+    for target, by_column in lengths.items():
+        cells = [MISSING if c not in by_column else " / ".join(str(v) for v in by_column[c].values())
+                 for c in columns]
+        lines.append(f"| {target} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _cell(value: float | None) -> str:
     return MISSING if value is None else f"{value:.4f}"
 
 
 def render_transfer_markdown(source: str, metric: str, columns: list[str], rows: dict[str, dict[str, float | None]],
                              average: dict[str, float | None], collections: Collections,
-                             labels: dict[str, str]) -> str:
+                             labels: dict[str, str], lengths: Lengths | None = None) -> str:
     header = "| collection | " + " | ".join(labels[c] for c in columns) + " |"
     lines = [f"# Zero-shot transfer of {source}'s models ({metric})", "",
              f"BM25 is each collection's own; the other columns are {source}'s models, not trained on the "
@@ -93,6 +134,7 @@ def render_transfer_markdown(source: str, metric: str, columns: list[str], rows:
     for label, row in rows.items():
         lines.append(f"| {label}{counts[label]} | " + " | ".join(_cell(row[c]) for c in columns) + " |")
     lines.append(f"| **{AVERAGE}** | " + " | ".join(_cell(average[c]) for c in columns) + " |")
+    lines += render_lengths(lengths or {}, labels)
     return "\n".join(lines) + "\n"
 
 
@@ -121,9 +163,11 @@ def plot_transfer(metric: str, columns: list[str], rows: dict[str, dict[str, flo
 
 
 def write_transfer_summary(source: str, metrics_paths: dict[str, dict[str, str | Path]], metric: str,
-                           output_json: str | Path, output_markdown: str | Path, output_png: str | Path) -> dict:
+                           output_json: str | Path, output_markdown: str | Path, output_png: str | Path,
+                           lengths: Lengths | None = None) -> dict:
     """Summarise A's (``source``) transfer: ``metrics_paths`` = ``{target: {column: metrics.json}}``, columns in
-    table order (``bm25`` = the target's own BM25 first, then A's stages). Returns the JSON object."""
+    table order (``bm25`` = the target's own BM25 first, then A's stages); ``lengths``: the lengths the models
+    encoded each target at (:func:`used_lengths`). Returns the JSON object."""
     if not metrics_paths:
         raise ValueError("no transfer target: datasets.<A>.transfer_to is empty")
     columns = list(dict.fromkeys(column for by_column in metrics_paths.values() for column in by_column))
@@ -131,11 +175,11 @@ def write_transfer_summary(source: str, metrics_paths: dict[str, dict[str, str |
     collections = collect_transfer(metrics_paths)
     rows, average = transfer_table(collections, columns, metric, metrics_paths)
     summary = {"source": source, "metric": metric, "columns": columns, "rows": rows, "average": average,
-               "collections": collections}
+               "collections": collections, "lengths": lengths or {}}
     with atomic_outputs(output_json, output_markdown, output_png) as (json_tmp, markdown_tmp, png_tmp):
         json_tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         markdown_tmp.write_text(render_transfer_markdown(source, metric, columns, rows, average, collections,
-                                                         labels), encoding="utf-8")
+                                                         labels, lengths), encoding="utf-8")
         plot_transfer(metric, columns, rows, average, labels, png_tmp)
     log.info("transfer of %s to %d collection(s) summarised in %s", source, len(metrics_paths), output_markdown)
     return summary

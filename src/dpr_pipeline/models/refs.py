@@ -102,6 +102,33 @@ def resolve_model_path(reference: str, *, offline_cache: bool = True) -> str:
     return reference
 
 
+#: Where a model folder records the longest text it encodes, in the order sentence-transformers reads them: its
+#: Transformer module's ``max_seq_length`` (older versions write it there), the tokenizer's ``model_max_length``
+#: (where current versions keep it), the model's ``max_position_embeddings``.
+LENGTH_RECORDS = (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length"),
+                  ("config.json", "max_position_embeddings"))
+#: A tokenizer's ``model_max_length`` at or above this is transformers' "no limit" placeholder, not a length.
+_NO_LIMIT = 1_000_000
+
+
+def max_seq_length(reference: str) -> int:
+    """The longest text, in tokens, that the model ``reference`` encodes by its own account: the
+    ``max_seq_length`` sentence-transformers gives its folder (what ``SentenceTransformer.encode`` cuts every text
+    at, in BEIR and MTEB too; a stage's folder records its passage_max_length), read from :data:`LENGTH_RECORDS`.
+    Reads JSON only (no torch)."""
+    folder = Path(resolve_model_path(reference))
+    for name, key in LENGTH_RECORDS:
+        try:
+            value = json.loads((folder / name).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and 1 < value < _NO_LIMIT:
+            return value
+    raise DataError(reference, "the model folder records no maximum length (" + ", ".join(
+        f"{key} in {name}" for name, key in LENGTH_RECORDS) + ")", "set the target dataset's transfer_max_length "
+        "(query and passage) to the lengths to encode at")
+
+
 def _package_folder(reference: str) -> Path:
     module_name = reference[len(PACKAGE_PREFIX):]
     try:

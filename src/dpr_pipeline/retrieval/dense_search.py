@@ -143,10 +143,11 @@ def _set_search_parameters(index: faiss.Index, hnsw_ef_search: int | None, ivf_n
 
 
 def dense_search(model_path: str, index_path: str | Path, ids_path: str | Path, queries_parquet: str | Path,
-                 output_run: str | Path, *, depth: int, query_max_length: int, batch_size: int, tag: str,
+                 output_run: str | Path, *, depth: int, query_max_length: int | None, batch_size: int, tag: str,
                  search_batch_size: int = 1024, hnsw_ef_search: int | None = None,
                  ivf_nprobe: int | None = None, bf16: bool = False) -> None:
-    """Encode the queries (``batch_size`` at a time), search the index and write a TREC run atomically."""
+    """Encode the queries (``batch_size`` at a time, cut at ``query_max_length`` tokens; None: the model's own
+    max_seq_length), search the index and write a TREC run atomically."""
     query_ids, vectors = encode_queries(model_path, queries_parquet, max_length=query_max_length,
                                         batch_size=batch_size, bf16=bf16)
     logger.info("searching %s for %d queries (depth %d)", index_path, len(query_ids), depth)

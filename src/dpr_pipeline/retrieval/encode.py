@@ -38,6 +38,7 @@ from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.models import devices, token_arrays
 from dpr_pipeline.models import loading as models
 from dpr_pipeline.models.embedding import TextEncoder, load_text_encoder
+from dpr_pipeline.models.refs import max_seq_length
 
 logger = logging.getLogger(__name__)
 
@@ -140,9 +141,10 @@ def _token_budget_batches(lengths: np.ndarray, budget: int) -> Iterator[np.ndarr
 
 
 def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vectors: str | Path,
-                        output_ids: str | Path, *, shard: int, num_shards: int, max_length: int,
+                        output_ids: str | Path, *, shard: int, num_shards: int, max_length: int | None,
                         batch_size: int, dtype: str = "float16", bf16: bool = False) -> None:
-    """Encode one shard of ``corpus.parquet`` into ``output_vectors`` (.npy) and ``output_ids`` (.parquet).
+    """Encode one shard of ``corpus.parquet`` into ``output_vectors`` (.npy) and ``output_ids`` (.parquet), each
+    passage cut at ``max_length`` tokens (None: the model's own :func:`~dpr_pipeline.models.refs.max_seq_length`).
 
     Row ``i`` of the vectors is the passage whose ``doc_id`` is row ``i`` of the ids file. Only the shard's
     rows are read; a shard without rows (more shards than passages) writes empty files of the right shape.
@@ -154,6 +156,7 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
     doc_ids, passages = read_corpus_rows(corpus, Path(corpus_parquet), start, stop)
     logger.info("shard %d/%d: encoding rows %d-%d of %s", shard, num_shards, start, stop, corpus_parquet)
     began = time.perf_counter()
+    max_length = resolved_length(model_path, max_length, "passages")
     encoder = load_text_encoder(model_path)
     logger.info("%s: %s", model_path, encoder.prompts.describe())
     vectors = encode_texts(encoder, models.load_tokenizer(model_path), passages, max_length=max_length,
@@ -168,9 +171,20 @@ def encode_corpus_shard(model_path: str, corpus_parquet: str | Path, output_vect
         pq.write_table(pa.table({"doc_id": pa.array(doc_ids, type=pa.string())}), ids_tmp)
 
 
-def encode_queries(model_path: str, queries_parquet: str | Path, *, max_length: int,
+def resolved_length(model_path: str, max_length: int | None, what: str) -> int:
+    """``max_length``, or where it is None the model's own maximum (its folder's ``max_seq_length``, as BEIR and
+    MTEB encode), logged with what it cuts."""
+    if max_length is None:
+        max_length = max_seq_length(model_path)
+        logger.info("%s are cut at %d tokens, the model's own max_seq_length", what, max_length)
+    return max_length
+
+
+def encode_queries(model_path: str, queries_parquet: str | Path, *, max_length: int | None,
                    batch_size: int, bf16: bool = False) -> tuple[list[str], np.ndarray]:
-    """Query ids and their float32 vectors, in the file's order."""
+    """Query ids and their float32 vectors, in the file's order (``max_length`` None: the model's own
+    max_seq_length)."""
+    max_length = resolved_length(model_path, max_length, "queries")
     queries = read_artifact(queries_parquet, "queries")
     encoder = load_text_encoder(model_path)
     logger.info("%s: %s", model_path, encoder.prompts.describe())

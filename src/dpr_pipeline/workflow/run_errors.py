@@ -10,8 +10,9 @@ The same filter replaces Snakemake's rendering of an error raised while it reads
 graph (its class, the Snakefile line and a traceback below the message) with the message of the
 :class:`~dpr_pipeline.errors.PipelineError` behind it (:func:`explain`): a config error at start-up, one
 raised in an input function; and explains a target that names a dataset the config lacks, or a folder no
-rule writes, instead of Snakemake's ``MissingRuleException``. The full traceback stays in Snakemake's
-``--verbose`` output. docs/bad_inputs.md, "Under Snakemake".
+rule writes, instead of Snakemake's ``MissingRuleException``, and a dataset's raw files missing from the working
+directory instead of its ``MissingInputException`` (:mod:`~dpr_pipeline.workflow.run_folders`). The full
+traceback stays in Snakemake's ``--verbose`` output. docs/bad_inputs.md, "Under Snakemake".
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Callable, Iterable
 
 from dpr_pipeline.errors import ConfigError, PipelineError
 from dpr_pipeline.workflow.layout import RESULTS, error_file
+from dpr_pipeline.workflow.run_folders import missing_raw_files
 
 
 def job_error_line(error: BaseException) -> str:
@@ -103,12 +105,15 @@ _NO_RULE = re.compile(r"No rule to produce (\S+)")
 
 
 def explain(error: BaseException | None, *, datasets: Iterable[str] = (),
-            folders: Callable[[], Iterable[str]] = tuple, configfiles: Iterable[str] = ()) -> str | None:
+            folders: Callable[[], Iterable[str]] = tuple, configfiles: Iterable[str] = (),
+            folders_of_run: dict | None = None) -> str | None:
     """The message to show for ``error``, which stopped Snakemake before or while it built the job graph: the
-    :class:`PipelineError` it is or wraps (Snakemake wraps one raised in an input function), or why a target
-    cannot be made (:func:`unknown_target`; ``folders()``: the folders rules write under a dataset's results);
-    None when the error is none of these."""
-    from snakemake.exceptions import MissingRuleException
+    :class:`PipelineError` it is or wraps (Snakemake wraps one raised in an input function), why a target
+    cannot be made (:func:`unknown_target`; ``folders()``: the folders rules write under a dataset's results), or
+    why a dataset's raw files are missing (:func:`~dpr_pipeline.workflow.run_folders.missing_raw_files`, given
+    ``datasets`` as the config's mapping and ``folders_of_run``: ``workdir``, ``rundir`` and ``basedir``); None
+    when the error is none of these."""
+    from snakemake.exceptions import MissingInputException, MissingRuleException
     from snakemake_interface_common.exceptions import WorkflowError
 
     seen = set()
@@ -119,6 +124,10 @@ def explain(error: BaseException | None, *, datasets: Iterable[str] = (),
             return f"Error in the config{f' ({files})' if files else ''}:\n{error}"
         if isinstance(error, PipelineError):
             return job_error_line(error)
+        if isinstance(error, MissingInputException):
+            if folders_of_run is None or not isinstance(datasets, dict):
+                return None
+            return missing_raw_files(str(error), datasets, **folders_of_run)
         if isinstance(error, MissingRuleException):
             target = _NO_RULE.search(str(error))
             return unknown_target(target.group(1), datasets, folders()) if target else None

@@ -160,10 +160,14 @@ def starting_model(config: dict, dataset: str) -> dict:
 
 
 def encode_corpus(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
-    """What a corpus encoding job reads: ``stage``'s passage length and bf16, and the corpus side's shards, batch
-    size and vector dtype (:func:`encoding`; target B's shards in a transfer)."""
-    return {**reads(biencoder(config, dataset, stage), ("passage_max_length", "bf16")),
-            **reads(encoding(config, dataset, target), ("encode_shards", "encode_batch_size", "embedding_dtype"))}
+    """What a corpus encoding job reads: ``stage``'s passage length (a transfer's: target B's, None for the
+    model's own) and bf16, and the corpus side's shards, batch size and vector dtype (:func:`encoding`; target B's
+    shards in a transfer)."""
+    corpus = encoding(config, dataset, target)
+    stage_side = biencoder(config, dataset, stage)
+    length = corpus["transfer_max_length"]["passage"] if target else stage_side["passage_max_length"]
+    return {"passage_max_length": length, **reads(stage_side, ("bf16",)),
+            **reads(corpus, ("encode_shards", "encode_batch_size", "embedding_dtype"))}
 
 
 def dense_index(config: dict, dataset: str, target: str | None = None) -> dict:
@@ -172,10 +176,13 @@ def dense_index(config: dict, dataset: str, target: str | None = None) -> dict:
 
 
 def dense_search(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
-    """What a dense search job reads: ``stage``'s query length and bf16, the encoding batch size and ``index``
-    (its search breadth); its depth: :func:`search_depth`."""
-    return {**reads(biencoder(config, dataset, stage), ("query_max_length", "bf16")),
-            **reads(encoding(config, dataset, target), ("encode_batch_size", "index"))}
+    """What a dense search job reads: ``stage``'s query length (a transfer's: target B's, None for the model's
+    own) and bf16, the encoding batch size and ``index`` (its search breadth); its depth: :func:`search_depth`."""
+    corpus = encoding(config, dataset, target)
+    stage_side = biencoder(config, dataset, stage)
+    length = corpus["transfer_max_length"]["query"] if target else stage_side["query_max_length"]
+    return {"query_max_length": length, **reads(stage_side, ("bf16",)),
+            **reads(corpus, ("encode_batch_size", "index"))}
 
 
 def selection(config: dict, dataset: str, stage: str) -> dict:
@@ -220,18 +227,28 @@ def teacher_check(stage: str, start_stage: str | None, reason: str | None) -> di
     return {"teacher_stage": teacher, "teacher_label": STAGE_LABELS[teacher]}
 
 
-# What a transfer job takes from target B rather than from A: B's corpus decides these.
+# What a transfer job takes from target B rather than from A: B's corpus decides these, and B's
+# `transfer_max_length` the lengths its queries and passages are encoded at (:func:`transfer_max_length`).
 CORPUS_SIDE = ("encode_shards", "index", "search_depth")
 
 
 def encoding(config: dict, dataset: str, target: str | None = None) -> dict:
     """Corpus encoding, index and search settings, shared by every bi-encoder stage (`retriever`). A transfer job
-    (``target`` B) keeps A's model-side settings (batch size, embedding dtype) and takes B's corpus side."""
+    (``target`` B) keeps A's model-side settings (batch size, embedding dtype) and takes B's corpus side and B's
+    lengths (``transfer_max_length``, in place of the stage's query and passage lengths)."""
     params = job_params(config, dataset, "retriever")
     if target is None:
         return params
     theirs = job_params(config, target, "retriever")
-    return {**params, **{key: theirs[key] for key in CORPUS_SIDE}}
+    return {**params, **{key: theirs[key] for key in CORPUS_SIDE},
+            "transfer_max_length": transfer_max_length(config, target)}
+
+
+def transfer_max_length(config: dict, target: str) -> dict:
+    """``{"query", "passage"}``: the lengths target B's queries and passages are encoded at by another dataset's
+    bi-encoders (B's ``transfer_max_length``; None: each model's own max_seq_length, resolved by the job)."""
+    declared = config["datasets"][target].get("transfer_max_length") or {}
+    return {"query": declared.get("query"), "passage": declared.get("passage")}
 
 
 def mining(config: dict, dataset: str, stage: str) -> dict:
