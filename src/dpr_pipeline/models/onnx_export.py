@@ -13,6 +13,7 @@ Optimum (``optimum-onnx``), whose releases require transformers < 4.58, which th
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 import shutil
 import tempfile
@@ -170,6 +171,10 @@ def export_biencoder(model_dir: str | Path, output_dir: str | Path, formats: Seq
     unknown = sorted(f for f in formats if not isinstance(f, ExportFormat) and f not in FORMATS)
     if unknown:
         raise ValueError(f"unknown export format(s) {unknown}; known: {sorted(FORMATS)}")
+    for package in ("onnx", "onnxruntime"):
+        if importlib.util.find_spec(package) is None:
+            raise PipelineError(f"release.export needs the package {package}, which is not installed where this "
+                                "job runs. Fix: pip install -c constraints.txt -e '.[export]'")
     encoder = load_text_encoder(str(model_dir)).eval()
     tokenizer = load_tokenizer(str(model_dir))
     length = max_length or min(tokenizer.model_max_length, 512)
