@@ -3,8 +3,8 @@ two stages tracked to TensorBoard and an MLflow file store, and the default (off
 
 from __future__ import annotations
 
+import copy
 import json
-import pickle
 import sys
 from pathlib import Path
 
@@ -79,13 +79,13 @@ def test_a_backend_the_schema_does_not_know_is_refused_by_name():
         config_with({"backends": ["tensorbored"]})
 
 
-def test_the_jobs_param_is_left_out_of_snakemakes_params_trigger_and_survives_the_script_pickle():
+def test_the_jobs_param_is_left_out_of_snakemakes_params_trigger_and_survives_a_copy():
     """A change of `tracking` reruns no job: Snakemake compares only the params it can represent (builtins)."""
     from snakemake.persistence import UNREPRESENTABLE, PersistenceBase
 
     run = tracking_run(config_with({"backends": ["tensorboard"]}), "tiny", "retriever1")
     assert PersistenceBase._serialize_param_builtin(None, run) is UNREPRESENTABLE
-    assert pickle.loads(pickle.dumps(run)) == run
+    assert copy.deepcopy(run) == run                     # rebuilt from its reduce state, as the script's params are
     assert TrackingRun.from_value(json.loads(json.dumps(run.as_dict()))) == run      # through torchrun's spec
     assert run.name == "tiny/retriever1" and run.folder == Path("results/tiny/retriever1")
 
