@@ -230,6 +230,14 @@ def test_the_old_retriever2_start_names_its_new_place(start, fix):
         validate_config(config)
 
 
+def test_the_gone_pool_depth_says_so():
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["selection"] = {"pool_depth": 10}
+    with pytest.raises(ConfigError, match=re.escape("config key datasets.a.stages.selection.pool_depth is gone: the "
+                                                    "dev selection searches the whole corpus") + ".*Fix: delete it"):
+        validate_config(config)
+
+
 def test_each_retriever_has_its_own_settings_over_the_shared_ones():
     """``stages.retriever1``/``retriever2`` override ``retriever`` at either level; the stage's own setting wins
     wherever each is written, and a typo or a shared-only key in an own block stops with its key."""
