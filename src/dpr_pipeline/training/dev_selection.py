@@ -99,9 +99,10 @@ def corpus_run(encoder, tokenizer, queries: DevQueries, passages: PassageStore, 
         best_scores, best_rows = top_hits(scores, candidates, depth)
         if len(passages) > chunk:
             log.info("dev selection: %d of %d passages searched", rows[-1] + 1, len(passages))
-    doc_ids = np.asarray(passages.doc_ids(np.arange(len(passages))), dtype=object)
+    found, where = np.unique(best_rows, return_inverse=True)   # the ids of the hits only, not of the whole corpus
+    doc_ids = np.asarray(passages.doc_ids(found), dtype=object)
     return pd.DataFrame({"query_id": np.repeat(queries.query_ids, best_rows.shape[1]),
-                         "doc_id": doc_ids[best_rows.ravel()],
+                         "doc_id": doc_ids[where.ravel()],
                          "rank": np.tile(np.arange(1, best_rows.shape[1] + 1), len(queries.query_ids)),
                          "score": best_scores.ravel().astype(float)})
 
