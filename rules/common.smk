@@ -111,9 +111,9 @@ RERANKED = stages.stage("reranker").fed_by
 # stay for failures (workflow/resources.py, training_retries). Set as the run starts (onstart: not in a dry run, not
 # in each cluster job), when --retries is known.
 onstart:
+    retries = training_retries(config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES)
     for rule_name in stages.GPU_TRAINING_RULES:
-        workflow.get_rule(rule_name).restart_times = training_retries(
-            config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES)
+        workflow.get_rule(rule_name).restart_times = retries
 
 
 wildcard_constraints:
