@@ -163,11 +163,8 @@ def encode_corpus(config: dict, dataset: str, stage: str, target: str | None = N
     """What a corpus encoding job reads: ``stage``'s passage length (a transfer's: target B's, None for the
     model's own) and bf16, and the corpus side's shards, batch size and vector dtype (:func:`encoding`; target B's
     shards in a transfer)."""
-    corpus = encoding(config, dataset, target)
-    stage_side = biencoder(config, dataset, stage)
-    length = corpus["transfer_max_length"]["passage"] if target else stage_side["passage_max_length"]
-    return {"passage_max_length": length, **reads(stage_side, ("bf16",)),
-            **reads(corpus, ("encode_shards", "encode_batch_size", "embedding_dtype"))}
+    return _encoding_job(config, dataset, stage, target, "passage",
+                         ("encode_shards", "encode_batch_size", "embedding_dtype"))
 
 
 def dense_index(config: dict, dataset: str, target: str | None = None) -> dict:
@@ -178,11 +175,17 @@ def dense_index(config: dict, dataset: str, target: str | None = None) -> dict:
 def dense_search(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
     """What a dense search job reads: ``stage``'s query length (a transfer's: target B's, None for the model's
     own) and bf16, the encoding batch size and ``index`` (its search breadth); its depth: :func:`search_depth`."""
+    return _encoding_job(config, dataset, stage, target, "query", ("encode_batch_size", "index"))
+
+
+def _encoding_job(config: dict, dataset: str, stage: str, target: str | None, side: str,
+                  corpus_keys: tuple[str, ...]) -> dict:
+    """``stage``'s ``<side>_max_length`` (target B's ``transfer_max_length[side]`` in a transfer) and bf16, and
+    ``corpus_keys`` of the corpus side (:func:`encoding`)."""
     corpus = encoding(config, dataset, target)
     stage_side = biencoder(config, dataset, stage)
-    length = corpus["transfer_max_length"]["query"] if target else stage_side["query_max_length"]
-    return {"query_max_length": length, **reads(stage_side, ("bf16",)),
-            **reads(corpus, ("encode_batch_size", "index"))}
+    length = corpus["transfer_max_length"][side] if target else stage_side[f"{side}_max_length"]
+    return {f"{side}_max_length": length, **reads(stage_side, ("bf16",)), **reads(corpus, corpus_keys)}
 
 
 def selection(config: dict, dataset: str, stage: str) -> dict:
