@@ -178,7 +178,7 @@ def test_snakemake_fetches_a_hub_plm_then_its_jobs_load_it_offline(tmp_path, tin
     folder = tmp_path / "data" / "models" / "tiny-org--tiny-bert"
     assert json.loads((folder / MANIFEST).read_text())["commit"] == hub.repos[REPO_ID]["commit"]
     job = json.loads((tmp_path / target).read_text())
-    assert job["parameters"]["retriever"]["plm"] == "data/models/tiny-org--tiny-bert"
+    assert job["parameters"]["start"]["plm"] == "data/models/tiny-org--tiny-bert"
     card = (tmp_path / "results" / "scifact" / "start" / "model" / "README.md").read_text()
     assert f"base_model: {REPO_ID}" in card
     again = run_snakemake(tmp_path, target, "--forcerun", "starting_model", "--printshellcmds",
