@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: install example test test-fast lint docs gpu-check clean
+.PHONY: install example test test-fast lint docs gpu-check cluster-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ lint: $(STAMP)
 # docs/configuration.md from schemas/config.schema.yaml (tests/test_config_reference.py fails while it is stale)
 docs: $(STAMP)
 	$(VENV)/bin/python scripts/config_reference.py
+
+# Before a cluster run, on the login node: every job of TARGET's plan against the config's `cluster` block and
+# what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: your config file(s) with that block
+TARGET ?= results/msmarco/distill/metrics.json
+CONFIG ?=
+cluster-check: $(STAMP)
+	$(VENV)/bin/python scripts/cluster_check.py $(TARGET) $(foreach file,$(CONFIG),--configfile $(file))
 
 # On a new GPU node, before a long run: the `gpu` tests and the encode, pre-training and fine-tuning benchmarks,
 # with the device name, throughput and MFU, in gpu_check/report.md (scripts/gpu_check.py)

@@ -35,8 +35,10 @@ if WORKING_DIRECTORY_CONFIG := working_directory_config(workflow.basedir, os.get
 
 import dpr_pipeline.workflow.stage_settings as settings
 import dpr_pipeline.workflow.stages as stages
-from dpr_pipeline.workflow.resources import (continuations, failed_attempts, job_resources, job_runtime, scaled,
-                                             training_retries)
+from dpr_pipeline.workflow.preflight import check_plan, planned_requests
+from dpr_pipeline.workflow.resources import (cluster_resources, continuations, failed_attempts, gpu_request,
+                                             job_resources, job_runtime, scaled, training_retries)
+from dpr_pipeline.workflow.cluster_facts import read_cluster_facts
 from dpr_pipeline.workflow.config import train_split_of, validate_config
 from dpr_pipeline.workflow.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.workflow.hub_models import check_offline_fetches
@@ -110,10 +112,15 @@ RERANKED = stages.stage("reranker").fed_by
 # from the checkpoint the one before saved: the training rules get those continuations on top of --retries, which
 # stay for failures (workflow/resources.py, training_retries). Set as the run starts (onstart: not in a dry run, not
 # in each cluster job), when --retries is known.
+# Under a cluster executor, the preflight then checks every job of the plan against the cluster's limits (config
+# cluster, sinfo, sacctmgr) and stops the run before its first submission when one cannot run (workflow/preflight.py).
 onstart:
     retries = training_retries(config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES)
     for rule_name in stages.GPU_TRAINING_RULES:
         workflow.get_rule(rule_name).restart_times = retries
+    if not workflow.local_exec:
+        check_plan(planned_requests(workflow.dag.needrun_jobs(), workflow._localrules), config,
+                   read_cluster_facts())
 
 
 wildcard_constraints:
@@ -157,9 +164,9 @@ def threads_of(rule_name):
 def resources_of(rule_name):
     """A rule's portable resources (docs/cluster.md): mem_mb and runtime (minutes) from config `resources`, times
     the failed attempts so far on a retry (runtime at most cluster.max_runtime; a training's attempt that stopped
-    at its time limit is no failure); gpu: the stage's `processes` for a
-    trainer (torchrun starts one process per GPU), 1 for the other GPU rules, 0 for CPU rules; nodes: 1 for
-    GPU rules (torchrun --standalone: one node)."""
+    at its time limit is no failure); GPUs (`gpu` or `gres`, config cluster.gpu_request): the stage's `processes`
+    for a trainer (torchrun starts one process per GPU), 1 for the other GPU rules, none for CPU rules; nodes: 1
+    for GPU rules (torchrun --standalone: one node); partition, account, QoS and constraint from config cluster."""
     first = lambda wildcards: job_resources(config, wildcards.dataset, rule_name)
     failed = lambda wildcards, attempt: attempt  # every earlier attempt of a job failed, but for a training's:
     if rule_name in stages.GPU_TRAINING_RULES:   # one stopped at its time limit continues at the same size
@@ -169,13 +176,17 @@ def resources_of(rule_name):
         "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], failed(wildcards, attempt)),
         "runtime": lambda wildcards, attempt: job_runtime(config, first(wildcards)["runtime"],
                                                           failed(wildcards, attempt)),
-        "gpu": 0,
+        **cluster_resources(config, rule_name in stages.GPU_RULES),
     }
     if rule_name in stages.GPU_TRAINING_RULES:
         block = stages.GPU_TRAINING_RULES[rule_name]
-        resources["gpu"] = lambda wildcards: settings.training_processes(config, wildcards.dataset, block)
+        gpus = lambda wildcards: settings.training_processes(config, wildcards.dataset, block)
+        resources.update({key: (lambda wildcards, key=key: gpu_request(config, gpus(wildcards))[key])
+                          for key in gpu_request(config, 1)})
     elif rule_name in stages.GPU_INFERENCE_RULES:
-        resources["gpu"] = 1
+        resources.update(gpu_request(config, 1))
+    else:
+        resources["gpu"] = 0
     if rule_name in stages.GPU_RULES:
         resources["nodes"] = 1
     return resources

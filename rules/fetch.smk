@@ -27,6 +27,7 @@ def fetch_resources(dataset):
         "mem_mb": lambda wildcards, attempt: scaled(first["mem_mb"], attempt),
         "runtime": lambda wildcards, attempt: job_runtime(config, first["runtime"], attempt),
         "gpu": 0,
+        **cluster_resources(config, gpu_rule=False),
     }
 
 

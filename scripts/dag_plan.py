@@ -6,12 +6,11 @@ leaves a plan unchanged:
     (change the code)
     .venv/bin/python scripts/dag_plan.py results/msmarco/distill/metrics.json > after.json && diff before.json after.json
 
-Every job is planned (``--forceall``), whatever exists under results/. ``--configfile`` as in snakemake. The Slurm
-profile's per-rule partitions are not part of the plan (they live in profiles/slurm/config.yaml).
+Every job is planned (``--forceall``), whatever exists under results/. ``--configfile`` as in snakemake.
 
 ``--rules`` prints each rule of the parsed workflow instead (no DAG): the GPUs it asks for (a number, or
-"per job" where a function of the job's wildcards sets them) and its conda env; tests/test_stages.py checks
-them against the stages' declaration and the Slurm profile.
+"per job" where a function of the job's wildcards sets them), its partition (config cluster) and its conda env;
+tests/test_stages.py checks them against the stages' declaration.
 """
 import argparse
 import json
@@ -79,19 +78,29 @@ def rule_declarations(configfiles: list[str]) -> dict[str, dict]:
         rules = workflow_api._workflow.rules
         declared = {}
         for rule in rules:
-            gpu = rule.resources.get("gpu")
-            gpu = getattr(gpu, "_value", gpu)  # a Resource holds the declared value, a number or a function
-            declared[rule.name] = {"gpu": "per job" if callable(gpu) else gpu, "conda_env": _plain(rule.conda_env)}
+            values = {}
+            for name in ("gpu", "slurm_partition"):
+                value = rule.resources.get(name)
+                value = getattr(value, "_value", value)  # a Resource holds the declared value, or a function
+                values[name] = "per job" if callable(value) else value
+            declared[rule.name] = {**values, "conda_env": _plain(rule.conda_env)}
     return declared
 
 
-def plan(targets: list[str], configfiles: list[str]) -> list[dict]:
+@contextmanager
+def built_dag(targets: list[str], configfiles: list[str], forceall: bool = True):
+    """The parsed workflow with its DAG for ``targets`` built (every job with ``forceall``, else those to run)."""
     with parsed_workflow(configfiles) as workflow_api:
-        dag_api = workflow_api.dag(DAGSettings(targets=set(targets), forceall=True))
+        dag_api = workflow_api.dag(DAGSettings(targets=set(targets), forceall=forceall))
         workflow = dag_api.workflow_api._workflow
         workflow.dag_settings = dag_api.dag_settings
-        workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
+        workflow._prepare_dag(forceall=forceall, ignore_incomplete=True, lock_warn_only=True)
         workflow._build_dag()
+        yield workflow
+
+
+def plan(targets: list[str], configfiles: list[str]) -> list[dict]:
+    with built_dag(targets, configfiles) as workflow:
         jobs = [job_plan(job) for job in workflow.dag.jobs]
     return sorted(jobs, key=lambda j: (j["rule"], json.dumps(j["wildcards"], sort_keys=True), j["output"]))
 

@@ -28,7 +28,8 @@ def test_resources_merge_default_rule_and_dataset():
 
 def test_retries_scale_memory_and_runtime_and_gpus_give_processes():
     assert [scaled(2000, attempt) for attempt in (1, 2, 3)] == [2000, 4000, 6000]
-    assert [processes_for(gpus) for gpus in (None, 0, 1, 4)] == [1, 1, 1, 4]
+    assert [processes_for({"gpu": gpus}) for gpus in (None, 0, 1, 4)] == [1, 1, 1, 4]
+    assert [processes_for({"gres": gres}) for gres in ("gpu:4", "gpu:a100:2", "gpu", "shard:3")] == [4, 2, 1, 1]
 
 
 def test_max_runtime_caps_every_attempt_and_the_continuations_come_on_top_of_the_retries():

@@ -51,17 +51,20 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     """`snakemake --profile slurm -n results/msmarco/distill/metrics.json` with the stand-in for the data: the
     whole DAG, each job with the resources sbatch gets. No conda here and no environment variable set: the
     profile runs jobs in this environment. Every GPU job asks for one node (torchrun --standalone), and with
-    cluster.max_runtime no job asks for more than it, on any attempt."""
+    cluster.max_runtime (24 h by default) no job asks for more than it, on any attempt. Partitions, account and
+    the GPU request style come from the config's cluster block."""
     root = copy_repo(tmp_path / "repo")
-    done = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile", "tests/data/msmarco/standin.yaml")
+    (root / "my_cluster.yaml").write_text("cluster: {gpu_partition: gpu, cpu_partition: cpu}\n")
+    done = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile", "tests/data/msmarco/standin.yaml",
+                         "my_cluster.yaml")
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
     jobs = planned_jobs(out)
     assert jobs["encode_corpus"] == 3 * 32 and jobs["teacher_scores_shard"] == 64   # sharded (config msmarco)
     assert jobs["ingest_split"] == 4 and jobs["train_retriever"] == 2 and jobs["train_distill"] == 1
 
-    def resources(rule):
-        block = out[out.index(f"rule {rule}:"):]
+    def resources(rule, text=out):
+        block = text[text.index(f"rule {rule}:"):]
         return dict(re.findall(r"(\w+)=([^,\s]+)", block[block.index("resources:"):].splitlines()[0]))
 
     train = resources("train_retriever")
@@ -77,14 +80,19 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     assert all(re.search(r"\bnodes=1\b", block) for block in gpu_jobs)
     assert not any("nodes=" in block for block in blocks if block not in gpu_jobs)
     assert all("slurm_extra=--signal=TERM@120" in block for block in blocks)         # time to save a checkpoint
-    assert resources("pretrain")["runtime"] == "4320"                                # 72 h: no cap by default
+    runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", out)]
+    assert len(runtimes) == len(blocks) and max(runtimes) == 1440 and 60 in runtimes  # the default 24 h cap
 
-    (root / "my_cluster.yaml").write_text("cluster: {max_runtime: 1440}\n")     # a 24 h partition
-    capped = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile",
-                           "tests/data/msmarco/standin.yaml", "my_cluster.yaml")
-    assert capped.returncode == 0, capped.stderr[-4000:]
-    runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", capped.stdout)]
-    assert len(runtimes) == len(blocks) and max(runtimes) == 1440 and 60 in runtimes
+    # no cap: pre-training asks its 72 h; GPUs as GRES of a type, under an account
+    (root / "my_cluster.yaml").write_text("cluster: {max_runtime: null, gpu_request: gres, gpu_model: a100, "
+                                          "account: ir-lab}\n")
+    other = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile",
+                          "tests/data/msmarco/standin.yaml", "my_cluster.yaml")
+    assert other.returncode == 0, other.stderr[-4000:]
+    assert resources("pretrain", other.stdout)["runtime"] == "4320"
+    reranker = resources("train_reranker", other.stdout)
+    assert reranker["gres"] == "gpu:a100:8" and "gpu" not in reranker and reranker["slurm_account"] == "ir-lab"
+    assert "slurm_partition" not in reranker                                        # the cluster's default
 
 
 @pytest.mark.slow

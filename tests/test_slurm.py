@@ -47,6 +47,10 @@ if len(_marker.read_text().split()) == 1:
 LOG = REPO / "logs" / "slurm_test.log"
 
 
+#: The test cluster's partitions (scripts/slurm/start), as a user sets them in the config's cluster block.
+CLUSTER = {"cpu_partition": "cpu", "gpu_partition": "gpu"}
+
+
 @pytest.fixture(scope="module")
 def slurm():
     start = REPO / "scripts" / "slurm" / "start"
@@ -69,6 +73,7 @@ def checkout(tmp_path_factory):
     script.write_text(FAULT + script.read_text())
     config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
     config["run_datasets"] = ["scifact"]
+    config["cluster"] = CLUSTER
     stages = config["datasets"]["scifact"]["stages"]
     stages["reranker"].update(teacher_shards=2, score_batch_size=256)
     stages["retriever"].update(processes=2)        # 2-GPU training jobs: torchrun --nproc_per_node 2
@@ -144,7 +149,7 @@ def test_gpu_rules_request_gpus_and_training_uses_one_process_per_gpu(run):
     with_gpus = [(alloc, partition) for _, _, _, _, alloc, partition in rows if "gres/gpu=" in alloc]
     assert any("gres/gpu=2" in alloc for alloc, _ in with_gpus)   # train_retriever: processes 2
     assert any("gres/gpu=1" in alloc for alloc, _ in with_gpus)   # encoding, search
-    assert {partition for _, partition in with_gpus} == {"gpu"}   # profiles/slurm: GPU rules' partition
+    assert {partition for _, partition in with_gpus} == {"gpu"}   # config cluster.gpu_partition
     cpu_jobs = [partition for _, _, _, _, alloc, partition in rows if "gres/gpu=" not in alloc]
     assert cpu_jobs and set(cpu_jobs) == {"cpu"}                  # CPU rules: no GPUs, the cpu partition
     # torchrun's processes log to the job's Slurm log (logs/slurm/, kept by the profile)
@@ -180,6 +185,7 @@ def time_limit_run(slurm, tmp_path_factory):
     trainer.write_text(trainer.read_text() + SLOW_STEPS)
     config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
     config["run_datasets"] = ["scifact"]
+    config["cluster"] = CLUSTER
     retriever = config["datasets"]["scifact"]["stages"]["retriever"]
     retriever.update(processes=2, train_steps=TRAIN_STEPS, save_steps=10 * TRAIN_STEPS)
     config["datasets"]["scifact"]["resources"] = {"default": {"threads": 1, "mem_mb": 2000, "runtime": 30},
@@ -189,7 +195,7 @@ def time_limit_run(slurm, tmp_path_factory):
                "tiny.yaml", "--slurm-init-seconds-before-status-checks", "2", "--retries", "3",
                # the profile's SIGTERM 2 minutes early would come at once in a one-minute job: Slurm's own at the
                # time limit instead (the harder case: KillWait seconds to save)
-               "--set-resources", "train_retriever:slurm_extra=''", "train_retriever:slurm_partition='gpu'"]
+               "--set-resources", "train_retriever:slurm_extra=''"]
     # the copy's package (with the slow steps) first on the path of Snakemake and of the Slurm jobs, which inherit
     # its environment: as where the copy is the installed checkout
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DPR_PIPELINE_ALLOW_CPU": "1",  # fake GPUs

@@ -1,7 +1,7 @@
 """Each stage declared once (src/dpr_pipeline/workflow/stages.py): the lists the workflow uses follow from it, and the
 parsed
-workflow and the Slurm profile agree with it (a rule that asks for a GPU runs in the CUDA environment and on the
-GPU partition; a CPU rule in neither)."""
+workflow agrees with it (a rule that asks for a GPU runs in the CUDA environment and on the GPU partition; a CPU
+rule in neither)."""
 
 import json
 import subprocess
@@ -148,12 +148,20 @@ def test_the_rules_that_ask_for_gpus_are_the_declared_ones_and_their_copies(pars
     assert trainers == set(stages.GPU_TRAINING_RULES)
 
 
-def test_the_slurm_profile_puts_exactly_the_gpu_rules_on_the_gpu_partition(parsed_rules):
-    assert PROFILE["default-resources"]["slurm_partition"] == "cpu"
-    on_gpu = {rule for rule, resources in PROFILE["set-resources"].items() if resources.get("slurm_partition") == "gpu"}
-    with_gpus = {name for name, rule in parsed_rules.items() if asks_for_gpus(rule)}
-    assert on_gpu == with_gpus, f"GPU rules not on the gpu partition: {sorted(with_gpus - on_gpu)}; CPU rules " \
-                                f"on it: {sorted(on_gpu - with_gpus)} (profiles/slurm/config.yaml set-resources)"
+def test_the_config_puts_exactly_the_gpu_rules_on_the_gpu_partition(tmp_path):
+    """config cluster.gpu_partition / cpu_partition: every rule that asks for GPUs on the one, every other rule on
+    the other; the Slurm profile names no partition (nothing in it is specific to one cluster)."""
+    (tmp_path / "cluster.yaml").write_text("cluster: {gpu_partition: gpu-a100, cpu_partition: cpu}\n")
+    done = subprocess.run([sys.executable, "scripts/dag_plan.py", "--rules", "--configfile",
+                           str(tmp_path / "cluster.yaml")], cwd=REPO, capture_output=True, text=True, check=True)
+    rules = json.loads(done.stdout)
+    on_gpu = {name for name, rule in rules.items() if rule["slurm_partition"] == "gpu-a100"}
+    with_gpus = {name for name, rule in rules.items() if asks_for_gpus(rule)}
+    assert on_gpu == with_gpus
+    cluster_rules = {name for name, rule in rules.items() if rule["slurm_partition"] is not None}
+    assert all(rules[name]["slurm_partition"] == "cpu" for name in cluster_rules - with_gpus)
+    assert {"ingest_corpus", "evaluate", "bm25_search"} <= cluster_rules - with_gpus
+    assert "slurm_partition" not in json.dumps(PROFILE)
 
 
 def test_the_architecture_docs_table_is_the_declaration():

@@ -9,7 +9,7 @@ from dpr_pipeline.workflow.manifests import write_job_manifest
 
 with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.pretrain
-    processes = processes_for(snakemake.resources.gpu)
+    processes = processes_for(dict(snakemake.resources.items()))
     stage = member(PRETRAINING, params["method"])
     run_training(pretrain, processes, stage=stage, token_shards=list(snakemake.input.tokens),
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,

@@ -1,7 +1,9 @@
 """Portable job resources of the workflow's rules: CPU threads, memory, runtime and GPUs.
 
-Rules declare only these (the Snakemake names ``threads``, ``mem_mb``, ``runtime`` in minutes, ``gpu``);
-partitions, accounts and anything else cluster-specific live in a profile (``profiles/slurm``).
+Rules declare these (the Snakemake names ``threads``, ``mem_mb``, ``runtime`` in minutes, ``gpu``) and, from the
+config's ``cluster`` block, the Slurm executor plugin's: partition, account, QoS, GPU constraint and model, and the
+GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_request`); the profile
+(``profiles/slurm``) holds only how Snakemake submits.
 
 * ``threads``, ``mem_mb``, ``runtime`` of a rule's first attempt come from the config's ``resources`` section
   (``resources.<rule>``, falling back to ``resources.default``), overridden per dataset under
@@ -94,7 +96,37 @@ def training_retries(config: Mapping[str, Any], retries: int, training_rules) ->
     return int(retries) + max(needed, default=1) - 1 + UNPLANNED_CONTINUATIONS
 
 
-def processes_for(gpus: int | None) -> int:
-    """Training processes of a job that was given ``gpus`` GPUs (``resources.gpu``): one per GPU, at least one
-    (a job without GPUs trains in one process on the CPU)."""
-    return max(1, int(gpus or 0))
+def processes_for(resources: Mapping[str, Any]) -> int:
+    """Training processes of a job with ``resources`` (a job's Snakemake resources): one per GPU it was given
+    (:func:`requested_gpus`), at least one (a job without GPUs trains in one process on the CPU)."""
+    return max(1, requested_gpus(resources))
+
+
+def cluster_resources(config: Mapping[str, Any], gpu_rule: bool) -> dict[str, str]:
+    """The Slurm plugin's resources of a CPU or GPU rule from the config's ``cluster`` block: ``slurm_partition``
+    (``cpu_partition`` or ``gpu_partition``), ``slurm_account``, ``qos`` and, for GPU rules, ``constraint``; a
+    setting left null adds nothing (the cluster's default)."""
+    cluster = config.get("cluster") or {}
+    named = {"slurm_partition": cluster.get("gpu_partition" if gpu_rule else "cpu_partition"),
+             "slurm_account": cluster.get("account"), "qos": cluster.get("qos"),
+             "constraint": cluster.get("gpu_constraint") if gpu_rule else None}
+    return {key: value for key, value in named.items() if value is not None}
+
+
+def gpu_request(config: Mapping[str, Any], gpus: int) -> dict[str, Any]:
+    """The resources that ask for ``gpus`` GPUs the way the cluster wants (``cluster.gpu_request``): ``gpu`` (and
+    ``gpu_model``), rendered ``--gpus=[model:]N``, or ``gres``, rendered ``--gres=gpu:[model:]N``."""
+    cluster = config.get("cluster") or {}
+    model = cluster.get("gpu_model")
+    if cluster.get("gpu_request", "gpus") == "gres":
+        return {"gres": f"gpu:{model}:{gpus}" if model else f"gpu:{gpus}"}
+    return {"gpu": gpus, **({"gpu_model": model} if model else {})}
+
+
+def requested_gpus(resources: Mapping[str, Any]) -> int:
+    """The GPUs a job's resources ask for: ``gpu``, or the count of a ``gres`` of ``gpu[:model]:N``."""
+    if resources.get("gpu"):
+        return int(resources["gpu"])
+    gres = str(resources.get("gres") or "")
+    parts = gres.split(":")
+    return int(parts[-1]) if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit() else 0

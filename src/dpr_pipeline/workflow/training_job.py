@@ -54,7 +54,7 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
     the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its ``report``); with
     `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
-    processes = processes_for(snakemake.resources.gpu)
+    processes = processes_for(dict(snakemake.resources.items()))
     tracking = snakemake.params.tracking        # the stage's tracked run (training/tracking.py); off by default
     selection = options.get("selection")
     untrained = teacher_verdict(selection, params) if selection else None

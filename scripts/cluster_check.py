@@ -1,0 +1,43 @@
+"""The preflight before a cluster run (`make cluster-check TARGET=... CONFIG=...`): every job the target's plan
+would submit checked against the config's `cluster` block and what the cluster says (sinfo, sacctmgr, scontrol),
+without submitting anything. Prints one line per refusal, each naming the rule, what it asks, what the cluster
+allows and the setting that fixes it, and exits 1; or says how many jobs it checked, against what, and exits 0.
+
+    .venv/bin/python scripts/cluster_check.py results/msmarco/distill/metrics.json --configfile my_cluster.yaml
+
+Off the cluster (no sinfo), only the config's own limits (cluster.gpus_per_node) are checked, and it says so.
+A `--profile slurm` run does the same check before its first sbatch (rules/common.smk, onstart).
+"""
+import argparse
+import sys
+
+from dag_plan import built_dag
+
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.workflow.cluster_facts import read_cluster_facts
+from dpr_pipeline.workflow.preflight import check_plan, planned_requests
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("targets", nargs="*", help="files or rules (none: the default target)")
+    parser.add_argument("--configfile", action="append", default=[], help="as snakemake's, repeatable")
+    parser.add_argument("--forceall", action="store_true", help="check every job, also those already done")
+    args = parser.parse_args(argv)
+    with built_dag(args.targets, args.configfile, forceall=args.forceall) as workflow:
+        jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules)
+        config = workflow.config
+    facts = read_cluster_facts()
+    against = (f"partitions {', '.join(sorted(facts.partitions))} (sinfo)" if facts is not None else
+               "the config's cluster block only (no sinfo here: partitions, time limits and nodes unchecked)")
+    try:
+        check_plan(jobs, config, facts)
+    except ConfigError as error:
+        print(f"cluster check: {len(jobs)} jobs against {against}: {error}", file=sys.stderr)
+        return 1
+    print(f"cluster check: {len(jobs)} jobs against {against}: every job can run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The preflight: every job of a plan checked against the cluster's limits before anything is submitted.
+
+A job that asks more GPUs than one node of its partition has, more time than its partition allows, more memory
+or CPUs than its partition's largest node, a partition that does not exist or has no GPUs, or an account that is
+not the user's would be rejected by sbatch or pend forever. :func:`refusals` finds every such job of a plan (its
+rule, dataset and resources: :class:`JobRequest`) from the config's ``cluster`` block and what the cluster says
+(:mod:`dpr_pipeline.workflow.cluster_facts`), one message per kind of job naming the rule, what it asks, what the
+cluster allows and the setting that fixes it. :func:`check_plan` raises them together (``make cluster-check``;
+every run under a cluster executor, before its first submission: rules/common.smk's ``onstart``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.workflow import stages
+from dpr_pipeline.workflow.cluster_facts import ClusterFacts, Partition
+from dpr_pipeline.workflow.resources import requested_gpus
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What one job of the plan asks the scheduler for."""
+    rule: str
+    dataset: str | None
+    gpus: int
+    threads: int
+    mem_mb: int
+    runtime: int                 # minutes
+    partition: str | None        # None: the cluster's default
+    account: str | None
+
+
+def job_request(rule: str, wildcards: Mapping[str, str], resources: Mapping[str, Any], threads: int) -> JobRequest:
+    """A job's request from its rule name, wildcards and Snakemake resources (first attempt)."""
+    return JobRequest(rule, wildcards.get("dataset"), requested_gpus(resources), int(threads),
+                      int(resources.get("mem_mb") or 0), int(resources.get("runtime") or 0),
+                      resources.get("slurm_partition"), resources.get("slurm_account"))
+
+
+def planned_requests(jobs, local_rules) -> list[JobRequest]:
+    """The requests of Snakemake jobs (a DAG's) that are submitted: not those of ``local_rules`` (run on the host
+    Snakemake runs on: the fetch jobs, for example) nor those that run nothing."""
+    return [job_request(job.rule.name, dict(job.wildcards_dict), dict(job.resources.items()), job.threads)
+            for job in jobs if job.rule.name not in local_rules and not job.rule.norun]
+
+
+def _where(job: JobRequest) -> str:
+    return f"rule {job.rule}" + (f" (dataset {job.dataset})" if job.dataset else "")
+
+
+def _resources_key(job: JobRequest, key: str) -> str:
+    return f"datasets.{job.dataset}.resources.{job.rule}.{key}" if job.dataset else f"resources.{job.rule}.{key}"
+
+
+def _partition_key(job: JobRequest) -> str:
+    return "cluster.gpu_partition" if job.gpus else "cluster.cpu_partition"
+
+
+def _gpu_fix(job: JobRequest, most: int) -> str:
+    block = stages.GPU_TRAINING_RULES.get(job.rule)
+    if block and job.dataset:
+        return (f"set datasets.{job.dataset}.stages.{block}.processes: {most} (the global batch stays the same: "
+                f"each process takes a larger share), or a partition with larger nodes ({_partition_key(job)})")
+    return f"a partition with {job.gpus}-GPU nodes ({_partition_key(job)})"
+
+
+def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFacts | None) -> list[tuple[str, str]]:
+    """``(kind, message)`` of each limit ``job`` breaks."""
+    cluster = config.get("cluster") or {}
+    found: list[tuple[str, str]] = []
+    partition: Partition | None = None
+    name = job.partition or (facts.default_partition if facts else None)
+    if facts is not None:
+        if name is None:
+            found.append(("partition", f"{_where(job)}: no partition asked and the cluster has no default one; "
+                                       f"fix: set {_partition_key(job)}"))
+        else:
+            missing = [part for part in name.split(",") if part not in facts.partitions]
+            if missing:
+                found.append(("partition", f"{_where(job)}: partition {', '.join(missing)} does not exist here "
+                                           f"(sinfo: {', '.join(sorted(facts.partitions))}); fix: set "
+                                           f"{_partition_key(job)} to one of them"))
+            else:
+                partition = facts.partitions[name.split(",")[0]]
+    most_gpus = cluster.get("gpus_per_node")
+    if partition is not None and job.gpus:
+        on_nodes = partition.most("gpus")
+        if on_nodes == 0:
+            found.append(("no-gpus", f"{_where(job)}: asks {job.gpus} GPU(s) but partition {partition.name} has no "
+                                     f"node with GPUs (sinfo %G); fix: set cluster.gpu_partition to a GPU partition"))
+        elif most_gpus is not None and most_gpus > on_nodes:
+            found.append(("gpus-per-node", f"cluster.gpus_per_node is {most_gpus} but the nodes of partition "
+                                           f"{partition.name} have at most {on_nodes} GPUs (sinfo); fix: set "
+                                           f"cluster.gpus_per_node: {on_nodes}"))
+        most_gpus = on_nodes if most_gpus is None else min(most_gpus, on_nodes)
+    if most_gpus and job.gpus > most_gpus:
+        found.append(("gpus", f"{_where(job)}: asks {job.gpus} GPUs on one node; a node of the GPU partition has "
+                              f"{most_gpus}; fix: {_gpu_fix(job, most_gpus)}"))
+    limit = partition.max_minutes if partition is not None else None
+    if limit is not None and job.runtime > limit:
+        found.append(("runtime", f"{_where(job)}: asks {job.runtime} min; partition {partition.name} allows {limit} "
+                                 f"(sinfo %l); fix: set cluster.max_runtime: {limit} (a training longer than that "
+                                 "continues from its checkpoint in the next attempt)"))
+    if partition is not None and partition.nodes:
+        for attribute, asked, unit, key in (("mem_mb", job.mem_mb, "MB of memory", "mem_mb"),
+                                            ("cpus", job.threads, "CPUs", "threads")):
+            most = partition.most(attribute)
+            if asked > most:
+                found.append((attribute, f"{_where(job)}: asks {asked} {unit}; the largest node of partition "
+                                         f"{partition.name} has {most}; fix: {_resources_key(job, key)} at most "
+                                         f"{most}, or a partition with larger nodes ({_partition_key(job)})"))
+        fits = any(node.gpus >= job.gpus and node.mem_mb >= job.mem_mb and node.cpus >= job.threads
+                   for node in partition.nodes)
+        if not fits and not found:
+            found.append(("node", f"{_where(job)}: asks {job.gpus} GPUs, {job.threads} CPUs and {job.mem_mb} MB "
+                                  f"together, which no single node of partition {partition.name} has; fix: "
+                                  f"{_resources_key(job, 'mem_mb')} or {_resources_key(job, 'threads')}"))
+    if partition is not None and not partition.up:
+        found.append(("down", f"{_where(job)}: partition {partition.name} is not up (sinfo %a); fix: wait, or set "
+                              f"{_partition_key(job)}"))
+    return found
+
+
+def _account_refusals(config: Mapping[str, Any], facts: ClusterFacts | None) -> list[str]:
+    account = (config.get("cluster") or {}).get("account")
+    if facts is None or facts.accounts is None:
+        return []
+    if account is not None and account not in facts.accounts:
+        mine = ", ".join(sorted(facts.accounts)) or "none"
+        return [f"cluster.account is {account!r}, which is not an account of user {facts.user} (sacctmgr: {mine}); "
+                "fix: set cluster.account to one of them"]
+    if account is None and not facts.accounts and facts.accounts_enforced:
+        return [f"user {facts.user} has no Slurm account and this cluster requires one (AccountingStorageEnforce="
+                "associations); fix: ask the cluster's administrators for one, then set cluster.account"]
+    return []
+
+
+def refusals(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None) -> list[str]:
+    """Every limit the plan's ``jobs`` break: one message per rule, dataset and kind of limit (with the number of
+    jobs where more than one), the account's first. ``facts`` None: only the config's own limits
+    (``cluster.gpus_per_node``)."""
+    found = {message: None for message in _account_refusals(config, facts)}
+    counts: dict[tuple, list] = {}
+    for job in jobs:
+        for kind, message in _job_refusals(job, config, facts):
+            counts.setdefault((job.rule, job.dataset, kind), [message, 0])[1] += 1
+    for message, number in counts.values():
+        found[message + (f" [{number} jobs]" if number > 1 else "")] = None
+    return list(found)
+
+
+def check_plan(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None) -> None:
+    """Raise :class:`ConfigError` listing every refusal of :func:`refusals`; nothing is submitted then."""
+    found = refusals(jobs, config, facts)
+    if found:
+        raise ConfigError("the cluster cannot run this plan as configured; nothing was submitted:\n  - "
+                          + "\n  - ".join(found))

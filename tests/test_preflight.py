@@ -1,0 +1,159 @@
+"""The preflight (workflow/preflight.py) on a typical university GPU cluster's own words (sinfo, sacctmgr, scontrol
+output), and the cluster resources the rules ask for (workflow/resources.py)."""
+
+import subprocess
+
+import pytest
+import yaml
+from conftest import REPO
+
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.workflow import stage_settings
+from dpr_pipeline.workflow.cluster_facts import gpus_of, parse_partitions, read_cluster_facts, slurm_minutes
+from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.workflow.preflight import JobRequest, check_plan, refusals
+from dpr_pipeline.workflow.resources import cluster_resources, gpu_request, job_resources, job_runtime
+
+# A typical site: a CPU partition (2 days), a GPU partition of 4-GPU nodes with a 24 h limit, a short debug one.
+SINFO_PARTITIONS = "cpu*|2-00:00:00|up\ngpu|1-00:00:00|up\ndebug|30:00|up\n"
+SINFO_NODES = ("cpu|c001|64|256000|(null)\ncpu|c002|64|256000|(null)\n"
+               "gpu|g001|64|512000|gpu:a100:4(S:0-1)\ngpu|g002|64|512000|gpu:a100:4(S:0-1)\n"
+               "debug|g003|32|128000|gpu:2\n")
+SACCTMGR = "ir-lab\n"
+SCONTROL_CONFIG = "AccountingStorageEnforce = associations,limits,qos\nClusterName = uni\n"
+
+CONFIG = validate_config(yaml.safe_load((REPO / "config.yaml").read_text()))
+
+
+def fake_slurm(outputs):
+    """A subprocess.run answering each command (its first two words) with canned output; others: not found."""
+    def run(command, **_):
+        for prefix, text in outputs.items():
+            if command[:len(prefix.split())] == prefix.split():
+                return subprocess.CompletedProcess(command, 0, text, "")
+        raise FileNotFoundError(command[0])
+    return run
+
+
+TYPICAL = fake_slurm({"sinfo -h -N": SINFO_NODES, "sinfo -h": SINFO_PARTITIONS, "sacctmgr -nP": SACCTMGR,
+                      "scontrol show": SCONTROL_CONFIG})
+
+
+def with_cluster(**cluster):
+    return {**CONFIG, "cluster": {**CONFIG["cluster"], **cluster}}
+
+
+def msmarco_training_jobs(config) -> list[JobRequest]:
+    """The msmarco chain's training jobs as the rules ask for them (rules/common.smk resources_of)."""
+    jobs = []
+    for rule, block in (("pretrain", "pretrain"), ("train_retriever", "retriever"), ("train_reranker", "reranker"),
+                        ("train_distill", "distill")):
+        first = job_resources(config, "msmarco", rule)
+        resources = {**gpu_request(config, stage_settings.training_processes(config, "msmarco", block)),
+                     **cluster_resources(config, gpu_rule=True)}
+        jobs.append(JobRequest(rule, "msmarco", int(resources.get("gpu") or resources["gres"].split(":")[-1]),
+                               first["threads"], first["mem_mb"], job_runtime(config, first["runtime"], 1),
+                               resources.get("slurm_partition"), resources.get("slurm_account")))
+    return jobs
+
+
+@pytest.mark.parametrize("text, minutes", [("infinite", None), ("UNLIMITED", None), ("30", 30), ("30:00", 30),
+                                           ("30:01", 31), ("2:00:00", 120), ("1-00:00:00", 1440), ("2-12", 3600),
+                                           ("1-02:30", 1590), ("7-00:00:00", 10080)])
+def test_slurm_times_in_minutes(text, minutes):
+    assert slurm_minutes(text) == minutes
+
+
+def test_gpus_of_a_nodes_gres():
+    assert gpus_of("(null)") == (0, ())
+    assert gpus_of("gpu:4") == (4, ())
+    assert gpus_of("gpu:a100:4(S:0-1)") == (4, ("a100",))
+    assert gpus_of("gpu:a100:2,gpu:v100:2,shard:8") == (4, ("a100", "v100"))
+
+
+def test_the_typical_clusters_facts():
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    assert facts.default_partition == "cpu" and set(facts.partitions) == {"cpu", "gpu", "debug"}
+    gpu = facts.partitions["gpu"]
+    assert gpu.max_minutes == 1440 and gpu.most("gpus") == 4 and gpu.most("mem_mb") == 512000
+    assert facts.partitions["debug"].max_minutes == 30 and facts.partitions["cpu"].most("gpus") == 0
+    assert facts.accounts == {"ir-lab"} and facts.accounts_enforced is True
+    assert read_cluster_facts(fake_slurm({}), user="alice") is None              # no sinfo: not a Slurm host
+
+
+def test_the_msmarco_plan_on_4_gpu_nodes_is_refused_with_the_settings_that_fix_it():
+    """8-GPU pre-training and re-ranker on 4-GPU nodes, 72 h pre-training with no cap under a 24 h limit: refused
+    before anything is submitted, one message per kind of job, each naming the setting; fixed, nothing is refused."""
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    config = with_cluster(gpu_partition="gpu", max_runtime=None, account="ir-lab")
+    found = refusals(msmarco_training_jobs(config), config, facts)
+    gpus = [message for message in found if "GPUs on one node" in message]
+    assert len(gpus) == 2                                                        # pretrain and train_reranker
+    assert any("rule pretrain (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; "
+               "fix: set datasets.msmarco.stages.pretrain.processes: 4" in message for message in gpus)
+    assert any("datasets.msmarco.stages.reranker.processes: 4" in message for message in gpus)
+    runtime = [message for message in found if "min; partition gpu allows 1440" in message]
+    assert runtime and all("fix: set cluster.max_runtime: 1440" in message for message in runtime)
+    with pytest.raises(ConfigError, match="nothing was submitted"):
+        check_plan(msmarco_training_jobs(config), config, facts)
+
+    msmarco = {**config["datasets"]["msmarco"]}
+    msmarco["stages"] = {**msmarco["stages"], "pretrain": {**msmarco["stages"]["pretrain"], "processes": 4},
+                         "reranker": {**msmarco["stages"]["reranker"], "processes": 4}}
+    fixed = {**with_cluster(gpu_partition="gpu", account="ir-lab"),
+             "datasets": {**config["datasets"], "msmarco": msmarco}}
+    assert refusals(msmarco_training_jobs(fixed), fixed, facts) == []
+
+
+def test_partitions_accounts_and_node_sizes_are_checked():
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    config = with_cluster(account="physics")
+    job = JobRequest("encode_corpus", "msmarco", 1, 8, 64000, 120, "gpu-a100", "physics")
+    found = refusals([job, job], config, facts)
+    assert found[0].startswith("cluster.account is 'physics', which is not an account of user alice "
+                               "(sacctmgr: ir-lab)")
+    assert found[1] == ("rule encode_corpus (dataset msmarco): partition gpu-a100 does not exist here (sinfo: cpu, "
+                        "debug, gpu); fix: set cluster.gpu_partition to one of them [2 jobs]")
+    no_gpus = JobRequest("encode_corpus", "msmarco", 1, 8, 64000, 120, None, None)     # default partition: cpu
+    assert "has no node with GPUs" in refusals([no_gpus], CONFIG, facts)[0]
+    big = JobRequest("passage_store", "msmarco", 0, 128, 1024000, 60, "cpu", None)
+    found = refusals([big], CONFIG, facts)
+    assert any("asks 1024000 MB of memory; the largest node of partition cpu has 256000; fix: "
+               "datasets.msmarco.resources.passage_store.mem_mb at most 256000" in message for message in found)
+    assert any("asks 128 CPUs" in message for message in found)
+    short = JobRequest("evaluate", "scifact", 0, 1, 4000, 60, "debug", None)
+    assert "partition debug allows 30" in refusals([short], CONFIG, facts)[0]
+
+
+def test_without_sinfo_the_configs_own_limits_are_checked():
+    config = with_cluster(gpus_per_node=4)
+    found = refusals(msmarco_training_jobs(config), config, None)
+    assert len(found) == 2 and all("a node of the GPU partition has 4" in message for message in found)
+    assert refusals(msmarco_training_jobs(CONFIG), CONFIG, None) == []              # nothing known: nothing refused
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    wrong = with_cluster(gpus_per_node=8, gpu_partition="gpu")
+    assert any("cluster.gpus_per_node is 8 but the nodes of partition gpu have at most 4" in message
+               for message in refusals(msmarco_training_jobs(wrong), wrong, facts))
+
+
+def test_a_user_without_an_account_where_one_is_required():
+    facts = read_cluster_facts(fake_slurm({"sinfo -h -N": SINFO_NODES, "sinfo -h": SINFO_PARTITIONS,
+                                           "sacctmgr -nP": "", "scontrol show": SCONTROL_CONFIG}), user="bob")
+    assert refusals([], CONFIG, facts) == [
+        "user bob has no Slurm account and this cluster requires one (AccountingStorageEnforce=associations); fix: "
+        "ask the cluster's administrators for one, then set cluster.account"]
+
+
+def test_the_rules_cluster_resources_follow_the_config():
+    assert cluster_resources(CONFIG, gpu_rule=True) == {}                            # defaults: the cluster's own
+    config = with_cluster(cpu_partition="cpu", gpu_partition="gpu", account="ir-lab", qos="normal",
+                          gpu_constraint="a100|h100")
+    assert cluster_resources(config, gpu_rule=False) == {"slurm_partition": "cpu", "slurm_account": "ir-lab",
+                                                         "qos": "normal"}
+    assert cluster_resources(config, gpu_rule=True) == {"slurm_partition": "gpu", "slurm_account": "ir-lab",
+                                                        "qos": "normal", "constraint": "a100|h100"}
+    assert gpu_request(CONFIG, 4) == {"gpu": 4}
+    assert gpu_request(with_cluster(gpu_model="a100"), 4) == {"gpu": 4, "gpu_model": "a100"}
+    assert gpu_request(with_cluster(gpu_request="gres"), 4) == {"gres": "gpu:4"}
+    assert gpu_request(with_cluster(gpu_request="gres", gpu_model="a100"), 2) == {"gres": "gpu:a100:2"}
+    assert CONFIG["cluster"]["max_runtime"] == 1440                                  # a 24 h cap by default
