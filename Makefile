@@ -30,9 +30,11 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/snakemake --lint
 
-# docs/configuration.md from schemas/config.schema.yaml (tests/test_config_reference.py fails while it is stale)
+# docs/configuration.md from schemas/config.schema.yaml, docs/bad_inputs.md from tests/test_bad_inputs.py's cases
+# (tests/test_config_reference.py and test_bad_inputs.py fail while either is stale)
 docs: $(STAMP)
 	$(VENV)/bin/python scripts/config_reference.py
+	$(VENV)/bin/python scripts/bad_inputs_catalogue.py
 
 # Before a cluster run, on the login node: every job of TARGET's plan against the config's `cluster` block and
 # what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: your config file(s) with that block

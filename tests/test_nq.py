@@ -77,33 +77,6 @@ QUESTION = {"question": "who", "answers": ["Ann"], "positive_ctxs": [{"title": "
             "hard_negative_ctxs": []}
 
 
-@pytest.mark.parametrize("files, split, expected", [
-    ({"psgs_w100.tsv": "pid\ttext\ttitle\n1\tx\tA\n"}, None, r"psgs_w100.tsv, line 1: header \['pid'"),
-    ({"psgs_w100.tsv": "id\ttext\ttitle\n1\tx\tA\n2\tno title\n"}, None, "psgs_w100.tsv, line 3: 2 tab-separated"),
-    ({"psgs_w100.tsv": 'id\ttext\ttitle\n1\t"open quote\tA\n'}, None, "psgs_w100.tsv"),
-    ({"train.json": json.dumps([QUESTION])[:-5]}, "train", "train.json, line 1: not valid JSON"),
-    ({"train.json": "[\n" + json.dumps(QUESTION) + ",\n" + json.dumps({"question": "x"}) + "\n]"}, "train",
-     "train.json, line 3: question record 1 lacks 'answers'"),
-    ({"train.json": json.dumps([{**QUESTION, "answers": "Ann"}])}, "train", "answers 'Ann' are not a non-empty list"),
-    ({"train.json": json.dumps([{**QUESTION, "positive_ctxs": [{"title": "A", "text": "t"}]}])}, "train",
-     "context 1 of 'positive_ctxs' has no passage id"),
-    ({"train.json": json.dumps({"question": "x"})}, "train", r"not a JSON array"),
-    ({"test.qa.csv": "who\t['Ann']\nwhere\tParis\n"}, "test", "test.qa.csv, line 2: answers 'Paris' are not a list"),
-    ({"test.qa.csv": "who\t[]\n"}, "test", r"test.qa.csv, line 1: answers \[\] are not a non-empty list"),
-    ({"test.qa.csv": "who\t['Ann']\textra\n"}, "test", "test.qa.csv, line 1: 3 tab-separated columns"),
-])
-def test_malformed_dpr_files_name_file_line_and_fix(tmp_path, files, split, expected):
-    _write(tmp_path / "psgs_w100.tsv", PSGS_OK)
-    for name, text in files.items():
-        _write(tmp_path / name, text)
-    corpus = tmp_path / "corpus.parquet"
-    with pytest.raises(DataError, match=expected) as raised:
-        ingest_corpus("dpr", tmp_path, corpus)
-        ingest_split("dpr", tmp_path, split, corpus, tmp_path / "q.parquet", tmp_path / "r.parquet")
-    assert "Fix:" in str(raised.value)
-    assert not (tmp_path / "q.parquet").exists() and not (tmp_path / "r.parquet").exists()
-
-
 def test_positive_outside_the_passages_is_an_error_or_a_counted_drop(tmp_path):
     _write(tmp_path / "psgs_w100.tsv", PSGS_OK)
     _write(tmp_path / "train.json", json.dumps([QUESTION, {**QUESTION, "positive_ctxs": [{"passage_id": 9}]}]))

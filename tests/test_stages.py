@@ -163,14 +163,3 @@ def test_the_config_puts_exactly_the_gpu_rules_on_the_gpu_partition(tmp_path):
     assert {"ingest_corpus", "evaluate", "bm25_search"} <= cluster_rules - with_gpus
     assert "slurm_partition" not in json.dumps(PROFILE)
 
-
-def test_the_architecture_docs_table_is_the_declaration():
-    """docs/architecture.md, "Stages, declared once": one row per declared stage, as declared."""
-    text = (REPO / "docs" / "architecture.md").read_text()
-    table = text[text.index("| stage | label | kind |"):].split("\n\n", 1)[0].splitlines()[2:]
-    rows = [[cell.strip().strip("`") for cell in line.strip("|").split("|")] for line in table]
-    dash = "–"
-    expected = [[s.name + ("/{method}" if s in stages.FAMILIES else ""), s.label or dash, s.kind.name, s.block,
-                 s.trainer or dash, ", ".join(f"`{r}`" for r in s.kind.gpu_rules).strip("`") or dash]
-                for s in stages.CHAIN + stages.FAMILIES]
-    assert rows == expected
