@@ -19,7 +19,7 @@ SINFO_PARTITIONS = "cpu*|2-00:00:00|up\ngpu|1-00:00:00|up\ndebug|30:00|up\n"
 SINFO_NODES = ("cpu|c001|64|256000|(null)\ncpu|c002|64|256000|(null)\n"
                "gpu|g001|64|512000|gpu:a100:4(S:0-1)\ngpu|g002|64|512000|gpu:a100:4(S:0-1)\n"
                "debug|g003|32|128000|gpu:2\n")
-SACCTMGR = "ir-lab\n"
+SACCTMGR = "ir-lab|80\n"
 SCONTROL_CONFIG = "AccountingStorageEnforce = associations,limits,qos\nClusterName = uni\n"
 
 CONFIG = validate_config(yaml.safe_load((REPO / "config.yaml").read_text()))
@@ -134,6 +134,15 @@ def test_without_sinfo_the_configs_own_limits_are_checked():
     wrong = with_cluster(gpus_per_node=8, gpu_partition="gpu")
     assert any("cluster.gpus_per_node is 8 but the nodes of partition gpu have at most 4" in message
                for message in refusals(msmarco_training_jobs(wrong), wrong, facts))
+
+
+def test_more_jobs_at_once_than_the_user_may_submit():
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    assert facts.max_submit == {"ir-lab": 80}
+    assert refusals([], CONFIG, facts, jobs_at_once=80) == []
+    assert refusals([], CONFIG, facts, jobs_at_once=100) == [
+        "Snakemake may queue 100 jobs at once (--jobs, the profile's `jobs:`) but user alice may submit 80 "
+        "(sacctmgr MaxSubmitJobs); fix: --jobs 80"]
 
 
 def test_a_user_without_an_account_where_one_is_required():
