@@ -62,8 +62,9 @@ def _partition_key(job: JobRequest) -> str:
 def _gpu_fix(job: JobRequest, most: int) -> str:
     block = stages.GPU_TRAINING_RULES.get(job.rule)
     if block and job.dataset:
-        return (f"set datasets.{job.dataset}.stages.{block}.processes: {most} (the global batch stays the same: "
-                f"each process takes a larger share), or a partition with larger nodes ({_partition_key(job)})")
+        return (f"set datasets.{job.dataset}.stages.{block}.processes: {most} (the global batch stays the same; "
+                f"micro_batch_size bounds each GPU's memory), or a partition with larger nodes "
+                f"({_partition_key(job)})")
     return f"a partition with {job.gpus}-GPU nodes ({_partition_key(job)})"
 
 
