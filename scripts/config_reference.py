@@ -6,8 +6,9 @@
 Every setting gets one row: its path (``stages.retriever.batch_size``; ``<name>`` where the key is yours, as in
 ``datasets.<name>``), type, default, allowed values and the schema's description. A block that takes its keys from
 a shared fragment (``allOf``/``$ref``: the training loop, the bi-encoder, a mined stage's negatives) lists them
-merged, with the block's own defaults; a fragment already listed elsewhere (``datasets.<name>.resources.<rule>``)
-points to that listing. The output depends only on the schema and PREAMBLE below: to change a row, change the
+merged, with the block's own defaults; a fragment that several blocks build on (``allOf``: the training loop, the
+bi-encoder, a mined stage's negatives) is listed once, in a section of its own, and each block lists the keys it
+sets itself; a ``$ref`` already listed elsewhere (``datasets.<name>.resources.<rule>``) points to that listing. The output depends only on the schema and PREAMBLE below: to change a row, change the
 schema's description and rerun; tests/test_config_reference.py fails when the committed page is out of date.
 """
 from __future__ import annotations
@@ -219,19 +220,99 @@ def _text(text: str, cell: bool = True) -> str:
     return "`".join(pieces)
 
 
+def _all_of_refs(node) -> list[str]:
+    """Every definition named by a ``$ref`` directly inside an ``allOf``, anywhere under ``node``."""
+    found = []
+    if isinstance(node, dict):
+        for part in node.get("allOf", []):
+            if set(part) == {"$ref"}:
+                found.append(_def_name(part["$ref"]))
+        for value in node.values():
+            found += _all_of_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _all_of_refs(value)
+    return found
+
+
+def _placeholder(paths: list[str]) -> str:
+    """The paths of a shared fragment's users as one: the component they differ in becomes ``<stage>``."""
+    split = [p.split(".") for p in paths]
+    if len({len(p) for p in split}) == 1:
+        differ = [i for i in range(len(split[0])) if len({p[i] for p in split}) > 1]
+        if len(differ) <= 1:
+            return ".".join("<stage>" if i in differ else c for i, c in enumerate(split[0]))
+    return "<block>"
+
+
 class Reference:
     """Walks the schema into sections of rows (path, type, default, allowed, description)."""
 
     def __init__(self, schema: dict):
         self.schema = schema
         self.defs = schema.get("$defs", {})
+        counts: dict[str, int] = {}
+        for name in _all_of_refs(schema):
+            counts[name] = counts.get(name, 0) + 1
+        #: fragments that several blocks build on (allOf): listed once, in a section of their own
+        self.shared = [name for name in self.defs if counts.get(name, 0) > 1]
+        self.users: dict[str, list[str]] = {name: [] for name in self.shared}  # fragment -> paths of its blocks
         self.uses: dict[str, list[str]] = {}   # definition name -> every path that refers to it
         self.home: dict[str, str] = {}         # definition name -> the one path that lists its keys
         self.sections()                         # a first pass finds every use; the shortest path lists the keys
         self.home = {ref: min(paths, key=lambda p: (p.count("."), p)) for ref, paths in self.uses.items()}
 
+    def parts(self, node: dict) -> tuple[list[str], dict[str, str | None]]:
+        """The shared fragments ``node`` builds on (directly or through another) and the keys it sets itself (a key
+        maps to itself where the block only gives a fragment's key its default, else to None)."""
+        shared: list[str] = []
+        own: dict = {}
+        if "$ref" in node:
+            more, keys = self.parts(self.defs[_def_name(node["$ref"])])
+            shared += more
+            own.update(keys)
+        for part in node.get("allOf", []):
+            name = _def_name(part["$ref"]) if set(part) == {"$ref"} else None
+            if name in self.shared:
+                shared.append(name)
+            else:
+                more, keys = self.parts(part)
+                shared += more
+                own.update(keys)
+        fragment_keys = {key for name in shared for key in flatten(self.defs[name], self.defs).get("properties", {})}
+        for key, sub in node.get("properties", {}).items():
+            # the fragment's key this block only gives a default: the block's row leaves the description to it
+            own[key] = key if key in fragment_keys and "description" not in sub else None
+        return shared, own
+
+    def anchor(self, name: str) -> str:
+        return slug(self.title(name))
+
+    def title(self, name: str) -> str:
+        users = self.users[name]
+        return f"{_placeholder(users) if users else name} ({name})"
+
+    def note(self, node: dict, path: str | None) -> tuple[str, dict | None]:
+        """For a block built on shared fragments: the line pointing to them and the keys it lists itself (the
+        block at ``path`` is recorded as their user)."""
+        shared, own = self.parts(node)
+        if not shared:
+            return "", None
+        for name in shared:
+            if path is not None:
+                self.note_user(name, path)
+        links = " and ".join(f"[{name}](#{self.anchor(name)})" for name in shared)
+        return f"Also every setting of {links}; below, the ones this block sets.", own
+
+    def note_user(self, name: str, path: str) -> None:
+        """Record ``path`` as a user of ``name`` and of the fragments ``name`` builds on."""
+        if path not in self.users[name]:
+            self.users[name].append(path)
+        for inner in self.parts(self.defs[name])[0]:
+            self.note_user(inner, path)
+
     def rows(self, node: dict, path: str, required: bool = False) -> list[tuple[str, str, str, str, str]]:
-        node = flatten(node, self.defs)
+        raw, node = node, flatten(node, self.defs)
         ref = node.get("_ref")
         description = node.get("description", "")
         if ref:
@@ -240,17 +321,27 @@ class Reference:
             # a definition listed elsewhere: point to it instead of listing its keys again
             return [(path, type_of(node), default_of(node, required), allowed_of(node),
                      (description + " " if description else "") + f"Same keys as `{self.home[ref]}`.")]
+        note, own = self.note(raw, path)
+        if note:
+            description = f"{description} {note}" if description else note
         row = (path, type_of(node), default_of(node, required), allowed_of(node), description)
-        children = self.children(node, path)
+        children = self.children(node, path, own)
         # a bare container (no description, nothing to allow or default) is said by its children's paths
         bare = children and not description and row[2] in ("—", "required") and not row[3]
         return ([] if bare else [row]) + children
 
-    def children(self, node: dict, path: str) -> list:
+    def children(self, node: dict, path: str, own: dict | None = None) -> list:
+        """Rows of ``node``'s keys (only those in ``own`` when given: the rest are a shared fragment's)."""
         out = []
         required = set(node.get("required", []))
         for name, sub in node.get("properties", {}).items():
-            out += self.rows(sub, f"{path}.{name}" if path else name, name in required)
+            if own is not None and name not in own:
+                continue
+            rows = self.rows(sub, f"{path}.{name}" if path else name, name in required)
+            if own is not None and own[name] is not None:
+                # a shared fragment's key given only this block's default: its description is the fragment's
+                rows[0] = rows[0][:4] + ("",)
+            out += rows
         for key in ("oneOf", "anyOf"):
             for alternative in node.get(key, []):
                 if "properties" in alternative:
@@ -269,8 +360,9 @@ class Reference:
             if name == "stages":
                 for stage, block in sub["properties"].items():
                     node = flatten(block, self.defs)
-                    out.append((f"stages.{stage}", node.get("description", ""),
-                                self.children(node, f"stages.{stage}")))
+                    note, own = self.note(block, f"stages.{stage}")
+                    description = " ".join(t for t in (node.get("description", ""), note) if t)
+                    out.append((f"stages.{stage}", description, self.children(node, f"stages.{stage}", own)))
                 continue
             node = flatten(sub, self.defs)
             if "properties" in node or isinstance(node.get("additionalProperties"), dict):
@@ -279,6 +371,12 @@ class Reference:
                 out.append((title, node.get("description", ""), rows))
             else:
                 loose += self.rows(sub, name)
+        for name in self.shared:
+            node = flatten(self.defs[name], self.defs)
+            note, own = self.note(self.defs[name], None)
+            prefix = _placeholder(self.users[name]) if self.users[name] else name
+            description = " ".join(t for t in (node.get("description", ""), note) if t)
+            out.append((self.title(name), description, self.children(node, prefix, own)))
         return [(TOP, self.schema.get("description", ""), loose)] + out
 
 
@@ -289,7 +387,7 @@ def slug(title: str) -> str:
 
 def render(schema: dict) -> str:
     sections = Reference(schema).sections()
-    heading = {title: title if title == TOP else f"`{title}`" for title, _, _ in sections}
+    heading = {title: title if title == TOP else re.sub(r"^(\S+)", r"`\1`", title) for title, _, _ in sections}
     lines = [PREAMBLE, "Sections: " + ", ".join(f"[{heading[t]}](#{slug(t)})" for t, _, _ in sections) + ".", ""]
     for title, description, rows in sections:
         lines += [f"## {heading[title]}", ""]
