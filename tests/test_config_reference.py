@@ -117,4 +117,4 @@ def test_a_fragment_two_blocks_build_on_is_listed_once():
     assert rows["stages.a.lr"][1] == "`0.5`" and rows["stages.b.lr"][1] == "`0.1`"
     assert rows["stages.a.own"][0] == "integer"
     assert "## `stages.<stage>` (loop)\n\nthe loop\n" in text
-    assert "Also every setting of [loop](#stagesstage-loop)" in text
+    assert "Also the settings of [loop](#stagesstage-loop)" in text
