@@ -916,8 +916,8 @@ def _(tmp, bert):
 
 # -------------------------------------------------------------------------------------------------- models
 @case("model-folder-missing", "model", DataError,
-      "results/none/pretrain/simlm/model: the model folder does not exist (relative to the working directory "
-      "/work/h54d); the working directory has no 'results' (the closest name there: tests)",
+      "results/none/pretrain/simlm/model: the model folder does not exist (relative to the working directory ",
+      "); the working directory has no 'results' (the closest name there: tests)",
       what="`plm` names a folder that does not exist (the config check stops it earlier)",
       fix="point the setting at a folder that exists (a relative path is read from the working directory, where "
           "snakemake runs), or write a Hugging Face Hub name as `name` or `org/name`")
