@@ -58,8 +58,7 @@ More on: file layouts ([datasets.md](datasets.md)); speed and memory ([running.m
 transfer ([running.md](running.md#zero-shot-transfer-and-evaluation-only-collections)); the bundled `scifact`
 entry ([results/scifact.md](results/scifact.md#what-the-bundled-config-does)).
 
-Defaults are the SimLM paper's MS MARCO values and Pyserini's BM25. "—": unset (optional, or given by the block
-the description names).
+"—": unset (optional, or given by the block the description names).
 """
 
 
@@ -137,7 +136,7 @@ def type_of(node: dict) -> str:
     for key in ("oneOf", "anyOf"):
         alternatives = [a for a in node.get(key, []) if set(a) - {"required"}]
         if alternatives:
-            return " or ".join(type_of(a) for a in alternatives)
+            return "/".join(type_of(a) for a in alternatives)
     kind = node.get("type")
     if kind is None:
         kind = "object" if "properties" in node or "additionalProperties" in node else "any"
@@ -145,12 +144,12 @@ def type_of(node: dict) -> str:
     words = []
     for k in kinds:
         if k == "array":
-            words.append(f"list of {type_of(node.get('items', {}))}")
+            words.append(f"list[{type_of(node.get('items', {}))}]")
         elif k == "object" and isinstance(node.get("additionalProperties"), dict) and "properties" not in node:
             words.append("mapping")
         else:
             words.append(k)
-    return " or ".join(words)
+    return "/".join(words)
 
 
 def allowed_of(node: dict) -> str:
@@ -161,15 +160,15 @@ def allowed_of(node: dict) -> str:
         if key in node:
             parts.append(f"{sign} {fmt(node[key])}")
     if "pattern" in node:
-        parts.append(f"matches `{node['pattern']}`")
+        parts.append(f"`{node['pattern']}`")
     if "minLength" in node:
-        parts.append(f"at least {node['minLength']} character(s)")
+        parts.append(f"≥ {node['minLength']} chars")
     if "minItems" in node:
-        parts.append(f"at least {node['minItems']} item(s)")
+        parts.append(f"≥ {node['minItems']} items")
     if node.get("uniqueItems"):
-        parts.append("no repeats")
+        parts.append("unique")
     if "minProperties" in node:
-        parts.append(f"at least {node['minProperties']} entry(ies)")
+        parts.append(f"≥ {node['minProperties']} entries")
     items = node.get("items")
     if isinstance(items, dict) and allowed_of(items):
         parts.append(f"each: {allowed_of(items)}")
@@ -306,8 +305,10 @@ class Reference:
             description = f"{description} {note}" if description else note
         row = (path, type_of(node), default_of(node, required), allowed_of(node), description)
         children = self.children(node, path, own)
-        # a bare container (no description, nothing to allow or default) is said by its children's paths
-        bare = children and not description and row[2] in ("—", "required") and not row[3]
+        # a bare container (no description, nothing to allow or default) is said by its children's paths, and a
+        # bare object without children by its parent's description
+        bare = not description and row[2] in ("—", "required") and not row[3] \
+            and (children or row[1] == "object")
         return ([] if bare else [row]) + children
 
     def children(self, node: dict, path: str, own: dict | None = None) -> list:
