@@ -305,10 +305,8 @@ class Reference:
             description = f"{description} {note}" if description else note
         row = (path, type_of(node), default_of(node, required), allowed_of(node), description)
         children = self.children(node, path, own)
-        # a bare container (no description, nothing to allow or default) is said by its children's paths, and a
-        # bare object without children by its parent's description
-        bare = not description and row[2] in ("—", "required") and not row[3] \
-            and (children or row[1] == "object")
+        # a bare container (no description, nothing to allow or default) is said by its children's paths
+        bare = children and not description and row[2] in ("—", "required") and not row[3]
         return ([] if bare else [row]) + children
 
     def children(self, node: dict, path: str, own: dict | None = None) -> list:
