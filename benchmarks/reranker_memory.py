@@ -68,8 +68,9 @@ def measure(args, device: torch.device, micro_batch_size: int) -> dict:
     amp = devices.autocast(device, args.bf16)
 
     def step():
-        loss = _accumulate_gradients(model, examples, collate, listwise_batch_loss, micro_batch_size, device, amp,
-                                     Distributed())
+        parts = [examples[i:i + micro_batch_size] for i in range(0, len(examples), micro_batch_size)]
+        loss = _accumulate_gradients(model, [collate(part) for part in parts], [len(part) for part in parts],
+                                     listwise_batch_loss, device, amp, Distributed())
         _optimizer_step(loss, model, optimizer, scheduler, 1.0)
 
     if device.type == "cuda":

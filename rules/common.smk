@@ -120,7 +120,7 @@ onstart:
         workflow.get_rule(rule_name).restart_times = retries
     if not workflow.local_exec:
         check_plan(planned_requests(workflow.dag.needrun_jobs(), workflow._localrules), config,
-                   read_cluster_facts())
+                   read_cluster_facts(), jobs_at_once=workflow.resource_settings.nodes)
 
 
 wildcard_constraints:

@@ -11,7 +11,8 @@ A `--profile slurm` run does the same check before its first sbatch (rules/commo
 import argparse
 import sys
 
-from dag_plan import built_dag
+import yaml
+from dag_plan import REPO, built_dag
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.workflow.cluster_facts import read_cluster_facts
@@ -23,6 +24,7 @@ def main(argv=None) -> int:
     parser.add_argument("targets", nargs="*", help="files or rules (none: the default target)")
     parser.add_argument("--configfile", action="append", default=[], help="as snakemake's, repeatable")
     parser.add_argument("--forceall", action="store_true", help="check every job, also those already done")
+    parser.add_argument("--jobs", type=int, help="jobs queued at once (default: the slurm profile's `jobs:`)")
     args = parser.parse_args(argv)
     with built_dag(args.targets, args.configfile, forceall=args.forceall) as workflow:
         jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules)
@@ -31,7 +33,8 @@ def main(argv=None) -> int:
     against = (f"partitions {', '.join(sorted(facts.partitions))} (sinfo)" if facts is not None else
                "the config's cluster block only (no sinfo here: partitions, time limits and nodes unchecked)")
     try:
-        check_plan(jobs, config, facts)
+        jobs_at_once = args.jobs or yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())["jobs"]
+        check_plan(jobs, config, facts, jobs_at_once)
     except ConfigError as error:
         print(f"cluster check: {len(jobs)} jobs against {against}: {error}", file=sys.stderr)
         return 1

@@ -22,7 +22,7 @@ def test_resources_merge_default_rule_and_dataset():
     assert job_resources(CONFIG, "scifact", "train_retriever") == {"threads": 8, "mem_mb": 4000, "runtime": 60}
     assert job_resources(CONFIG, "scifact", "evaluate") == {"threads": 1, "mem_mb": 4000, "runtime": 60}
     msmarco = job_resources(CONFIG, "msmarco", "train_reranker")
-    assert msmarco == {"threads": 32, "mem_mb": 256000, "runtime": 2880}
+    assert msmarco == {"threads": 32, "mem_mb": 256000, "runtime": 720}
     assert job_resources(CONFIG, "msmarco", "plot_metrics") == {"threads": 4, "mem_mb": 16000, "runtime": 120}
 
 

@@ -83,9 +83,10 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", out)]
     assert len(runtimes) == len(blocks) and max(runtimes) == 1440 and 60 in runtimes  # the default 24 h cap
 
-    # no cap: pre-training asks its 72 h; GPUs as GRES of a type, under an account
+    # no cap: a 72 h pre-training asks its 72 h; GPUs as GRES of a type, under an account
     (root / "my_cluster.yaml").write_text("cluster: {max_runtime: null, gpu_request: gres, gpu_model: a100, "
-                                          "account: ir-lab}\n")
+                                          "account: ir-lab}\n"
+                                          "datasets: {msmarco: {resources: {pretrain: {runtime: 4320}}}}\n")
     other = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile",
                           "tests/data/msmarco/standin.yaml", "my_cluster.yaml")
     assert other.returncode == 0, other.stderr[-4000:]

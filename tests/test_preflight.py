@@ -14,12 +14,12 @@ from dpr_pipeline.workflow.config import validate_config
 from dpr_pipeline.workflow.preflight import JobRequest, check_plan, refusals
 from dpr_pipeline.workflow.resources import cluster_resources, gpu_request, job_resources, job_runtime
 
-# A typical site: a CPU partition (2 days), a GPU partition of 4-GPU nodes with a 24 h limit, a short debug one.
-SINFO_PARTITIONS = "cpu*|2-00:00:00|up\ngpu|1-00:00:00|up\ndebug|30:00|up\n"
+# A typical site: a CPU partition (2 days), a GPU partition of 4-GPU nodes with a 12 h limit, a short debug one.
+SINFO_PARTITIONS = "cpu*|2-00:00:00|up\ngpu|12:00:00|up\ndebug|30:00|up\n"
 SINFO_NODES = ("cpu|c001|64|256000|(null)\ncpu|c002|64|256000|(null)\n"
                "gpu|g001|64|512000|gpu:a100:4(S:0-1)\ngpu|g002|64|512000|gpu:a100:4(S:0-1)\n"
                "debug|g003|32|128000|gpu:2\n")
-SACCTMGR = "ir-lab\n"
+SACCTMGR = "ir-lab|80\n"
 SCONTROL_CONFIG = "AccountingStorageEnforce = associations,limits,qos\nClusterName = uni\n"
 
 CONFIG = validate_config(yaml.safe_load((REPO / "config.yaml").read_text()))
@@ -75,14 +75,14 @@ def test_the_typical_clusters_facts():
     facts = read_cluster_facts(TYPICAL, user="alice")
     assert facts.default_partition == "cpu" and set(facts.partitions) == {"cpu", "gpu", "debug"}
     gpu = facts.partitions["gpu"]
-    assert gpu.max_minutes == 1440 and gpu.most("gpus") == 4 and gpu.most("mem_mb") == 512000
+    assert gpu.max_minutes == 720 and gpu.most("gpus") == 4 and gpu.most("mem_mb") == 512000
     assert facts.partitions["debug"].max_minutes == 30 and facts.partitions["cpu"].most("gpus") == 0
     assert facts.accounts == {"ir-lab"} and facts.accounts_enforced is True
     assert read_cluster_facts(fake_slurm({}), user="alice") is None              # no sinfo: not a Slurm host
 
 
 def test_the_msmarco_plan_on_4_gpu_nodes_is_refused_with_the_settings_that_fix_it():
-    """8-GPU pre-training and re-ranker on 4-GPU nodes, 72 h pre-training with no cap under a 24 h limit: refused
+    """8-GPU pre-training and re-ranker on 4-GPU nodes, 24 h pre-training with no cap under a 12 h limit: refused
     before anything is submitted, one message per kind of job, each naming the setting; fixed, nothing is refused."""
     facts = read_cluster_facts(TYPICAL, user="alice")
     config = with_cluster(gpu_partition="gpu", max_runtime=None, account="ir-lab")
@@ -92,15 +92,15 @@ def test_the_msmarco_plan_on_4_gpu_nodes_is_refused_with_the_settings_that_fix_i
     assert any("rule pretrain (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; "
                "fix: set datasets.msmarco.stages.pretrain.processes: 4" in message for message in gpus)
     assert any("datasets.msmarco.stages.reranker.processes: 4" in message for message in gpus)
-    runtime = [message for message in found if "min; partition gpu allows 1440" in message]
-    assert runtime and all("fix: set cluster.max_runtime: 1440" in message for message in runtime)
+    runtime = [message for message in found if "min; partition gpu allows 720" in message]
+    assert runtime and all("fix: set cluster.max_runtime: 720" in message for message in runtime)
     with pytest.raises(ConfigError, match="nothing was submitted"):
         check_plan(msmarco_training_jobs(config), config, facts)
 
     msmarco = {**config["datasets"]["msmarco"]}
     msmarco["stages"] = {**msmarco["stages"], "pretrain": {**msmarco["stages"]["pretrain"], "processes": 4},
                          "reranker": {**msmarco["stages"]["reranker"], "processes": 4}}
-    fixed = {**with_cluster(gpu_partition="gpu", account="ir-lab"),
+    fixed = {**with_cluster(gpu_partition="gpu", account="ir-lab", max_runtime=720),
              "datasets": {**config["datasets"], "msmarco": msmarco}}
     assert refusals(msmarco_training_jobs(fixed), fixed, facts) == []
 
@@ -134,6 +134,15 @@ def test_without_sinfo_the_configs_own_limits_are_checked():
     wrong = with_cluster(gpus_per_node=8, gpu_partition="gpu")
     assert any("cluster.gpus_per_node is 8 but the nodes of partition gpu have at most 4" in message
                for message in refusals(msmarco_training_jobs(wrong), wrong, facts))
+
+
+def test_more_jobs_at_once_than_the_user_may_submit():
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    assert facts.max_submit == {"ir-lab": 80}
+    assert refusals([], CONFIG, facts, jobs_at_once=80) == []
+    assert refusals([], CONFIG, facts, jobs_at_once=100) == [
+        "Snakemake may queue 100 jobs at once (--jobs, the profile's `jobs:`) but user alice may submit 80 "
+        "(sacctmgr MaxSubmitJobs); fix: --jobs 80"]
 
 
 def test_a_user_without_an_account_where_one_is_required():

@@ -373,8 +373,10 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
     whole.backward()
     expected = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad()
-    summed = _accumulate_gradients(model, examples, collate, listwise_batch_loss, 2, torch.device("cpu"),
-                                   autocast(torch.device("cpu"), False), Distributed())
+    parts = [examples[i:i + 2] for i in range(0, len(examples), 2)]      # 2, 2 and 1 queries
+    summed = _accumulate_gradients(model, [collate(part) for part in parts], [len(part) for part in parts],
+                                   listwise_batch_loss, torch.device("cpu"), autocast(torch.device("cpu"), False),
+                                   Distributed())
     assert summed.item() == pytest.approx(whole.item(), rel=1e-6)
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-7, msg=name)

@@ -1,7 +1,8 @@
 """The `slurm` profile against a real Slurm: the bundled SciFact chain through `snakemake --profile slurm`.
 
 scripts/slurm/start brings up a one-node Slurm on this machine (Slurm 22.05, MUNGE, slurmdbd + MariaDB from
-apt; two count-only GPUs so that GPU rules' `--gpus` requests schedule, their jobs then running on the CPU).
+apt; set up as a typical GPU site: a 60-minute GPU partition, 4 count-only GPUs per node (GPU rules' `--gpus`
+requests schedule, their jobs then running on the CPU), an account required, MaxSubmitJobs, no internet in jobs).
 The test runs, in a copy of the repository and from its root, exactly the command users run:
 
     snakemake --profile slurm results/scifact/retriever1/metrics.json
@@ -47,8 +48,9 @@ if len(_marker.read_text().split()) == 1:
 LOG = REPO / "logs" / "slurm_test.log"
 
 
-#: The test cluster's partitions (scripts/slurm/start), as a user sets them in the config's cluster block.
-CLUSTER = {"cpu_partition": "cpu", "gpu_partition": "gpu"}
+#: The test cluster (scripts/slurm/start: a typical site's partitions, 60-minute GPU limit, 4 GPUs per node, an
+#: account required), as a user describes it in the config's cluster block.
+CLUSTER = {"cpu_partition": "cpu", "gpu_partition": "gpu", "account": "dprlab", "max_runtime": 60}
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +157,33 @@ def test_gpu_rules_request_gpus_and_training_uses_one_process_per_gpu(run):
     # torchrun's processes log to the job's Slurm log (logs/slurm/, kept by the profile)
     logs = [p.read_text() for p in (run["root"] / "logs" / "slurm").rglob("*.log") if "train_retriever" in str(p)]
     assert any(re.search(r"\d+ steps of \d+, 2 process\(es\)", text) for text in logs), logs
+
+
+def test_the_preflight_refuses_what_the_cluster_cannot_run_before_submitting_anything(slurm, checkout):
+    """On the typical test cluster, a config asking 8 GPUs on its 4-GPU nodes, more time than the gpu partition's
+    60 minutes (no cap) and another lab's account: the run stops before its first sbatch, each refusal naming
+    the setting that fixes it (the run with the config fixed is the `run` fixture's)."""
+    (checkout / "too_big.yaml").write_text(yaml.safe_dump({
+        "cluster": {**CLUSTER, "max_runtime": None, "account": "physics"},
+        "datasets": {"scifact": {"stages": {"retriever": {"processes": 8}},
+                                 "resources": {"train_retriever": {"runtime": 120}}}}}))
+    command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TARGET, "--configfile", "tiny.yaml",
+               "too_big.yaml"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=env, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "has been submitted with SLURM jobid" not in output
+    assert "the cluster cannot run this plan as configured; nothing was submitted" in output
+    assert "cluster.account is 'physics', which is not an account of user" in output
+    assert ("rule train_retriever (dataset scifact): asks 8 GPUs on one node; a node of the GPU partition has 4; "
+            "fix: set datasets.scifact.stages.retriever.processes: 4") in output
+    assert ("rule train_retriever (dataset scifact): asks 120 min; partition gpu allows 60 (sinfo %l); fix: set "
+            "cluster.max_runtime: 60") in output
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    with LOG.open("a") as log:
+        log.write(f"\n$ {' '.join(command)}   (the preflight on the typical test cluster)\nexit {done.returncode}\n"
+                  + "\n".join(line for line in output.splitlines() if line.strip().startswith("- ")
+                               or "cannot run this plan" in line) + "\n")
 
 
 # --- a training longer than its time limit: SIGTERM -> checkpoint -> the retry resumes -------------------------

@@ -9,6 +9,7 @@ mean), so ``plm:`` can point at it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Sequence
@@ -29,9 +30,10 @@ from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens
 from dpr_pipeline.pretraining.token_importance import NgramCounts, ami_importance
 from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
 from dpr_pipeline.training.distributed import Distributed
-from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.schedule import TrainingSettings, check_micro_batch
 from dpr_pipeline.training.trainer import finish, train
 from dpr_pipeline.workflow.config import RANDOM_GENERATOR
+from dpr_pipeline.workflow.stages import settings_block
 
 log = logging.getLogger(__name__)
 
@@ -186,13 +188,20 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
     if params["compile"]:
         log.info("torch.compile: %d Transformer layers", compile_layers(model))
     data = PassageData(corpus, span_pairs=method.span_pairs, seed=params["seed"])
+    settings = TrainingSettings.from_params(params)
+    if method.step is not None and settings.micro_batch_size:
+        # a method with its own step chunks the batch itself: coCondenser's gradient cache, in spans (two a passage)
+        params = {**params, "gradient_cache_chunk": params.get("gradient_cache_chunk") or 2 * settings.micro_batch_size}
+        check_micro_batch(settings.batch_size, dist.world_size, settings.micro_batch_size,
+                          f"stages.{settings_block(stage) or 'pretrain'}.micro_batch_size")
+        settings = dataclasses.replace(settings, micro_batch_size=None)
     step = training_step(method, params)
     log.info("pre-training %s with %s (bottleneck: %s) on %d passages (%d tokens)", params["plm"], method.name,
              model.settings.bottleneck, len(corpus), corpus.num_tokens)
     with packed_attention_for(model, f"pre-training ({method.name})",
                               None if method.unpadded else f"{method.name}'s loss reads the padded layout") as packed:
         collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"], packed)
-        train(model, data, collate, step, TrainingSettings.from_params(params), checkpoint_dir,
+        train(model, data, collate, step, settings, checkpoint_dir,
               cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})",
               stage=stage, tracking=tracking)
     if dist.is_main:

@@ -21,6 +21,7 @@ from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.models.packing import pack, packed_attention_for, worth_packing
 from dpr_pipeline.training.dev_selection import select
 from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.grad_cache import joined
 from dpr_pipeline.training.groups import read_query_groups
 from dpr_pipeline.training.losses import contrastive_loss, distillation_loss
 from dpr_pipeline.training.schedule import STEP_KEYS, TrainingSettings, epochs_visited
@@ -84,34 +85,47 @@ class BiEncoder(torch.nn.Module):
                 self.encoder(passage_input_ids, passage_attention_mask, passage_prompt))
 
 
-def embed_batch(model: torch.nn.Module, batch: dict, dist: Distributed) -> tuple[torch.Tensor, torch.Tensor]:
-    """Query and passage vectors (float32) of the batch, gathered from every process (rank order)."""
-    queries, passages = model(batch["query_input_ids"], batch["query_attention_mask"],
-                              batch["passage_input_ids"], batch["passage_attention_mask"])
-    return dist.gather(queries), dist.gather(passages)
-
-
 def full_precision(tensor: torch.Tensor):
     """Autocast off: the similarities are divided by τ (0.02), so bf16's 3 significant digits would add
     noise of ~0.2 to every logit."""
     return torch.autocast(tensor.device.type, enabled=False)
 
 
-def contrastive_step(temperature: float):
-    def compute_loss(model, batch: dict, dist: Distributed) -> torch.Tensor:
-        queries, passages = embed_batch(model, batch, dist)
+class BiEncoderLoss:
+    """A bi-encoder stage's loss over the global batch: Eq. 3 (``alpha`` None) or the distillation loss
+    L_kl + α·L_cont (Eq. 5), in two parts for gradient caching (:class:`~dpr_pipeline.training.grad_cache.CachedLoss`):
+    ``represent``, the query and passage vectors of one collated batch; ``loss``, the loss of the chunks' vectors
+    joined (each chunk whole queries with their groups, so the passages stay grouped per query) and gathered from
+    every process, with the chunks' passage keys and teacher scores. Called as ``loss_fn(model, batch, dist)``: the
+    one-pass step."""
+
+    def __init__(self, temperature: float, alpha: float | None = None):
+        self.temperature, self.alpha = temperature, alpha
+
+    def represent(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        return model(batch["query_input_ids"], batch["query_attention_mask"],
+                     batch["passage_input_ids"], batch["passage_attention_mask"])
+
+    def loss(self, representations: tuple[torch.Tensor, torch.Tensor], batches: list[dict],
+             dist: Distributed) -> torch.Tensor:
+        queries, passages = (dist.gather(vectors) for vectors in representations)
+        keys = dist.gather(joined(batches, "passage_keys"))
         with full_precision(queries):
-            return contrastive_loss(queries, passages, temperature, dist.gather(batch["passage_keys"]))
-    return compute_loss
+            if self.alpha is None:
+                return contrastive_loss(queries, passages, self.temperature, keys)
+            return distillation_loss(queries, passages, dist.gather(joined(batches, "teacher_scores")),
+                                     self.temperature, self.alpha, keys)
+
+    def __call__(self, model: torch.nn.Module, batch: dict, dist: Distributed) -> torch.Tensor:
+        return self.loss(self.represent(model, batch), [batch], dist)
 
 
-def distillation_step(temperature: float, alpha: float):
-    def compute_loss(model, batch: dict, dist: Distributed) -> torch.Tensor:
-        queries, passages = embed_batch(model, batch, dist)
-        with full_precision(queries):
-            return distillation_loss(queries, passages, dist.gather(batch["teacher_scores"]), temperature,
-                                     alpha, dist.gather(batch["passage_keys"]))
-    return compute_loss
+def contrastive_step(temperature: float) -> BiEncoderLoss:
+    return BiEncoderLoss(temperature)
+
+
+def distillation_step(temperature: float, alpha: float) -> BiEncoderLoss:
+    return BiEncoderLoss(temperature, alpha)
 
 
 def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,

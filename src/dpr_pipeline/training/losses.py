@@ -62,8 +62,8 @@ def kl_distillation_loss(student_scores: torch.Tensor, teacher_scores: torch.Ten
     ``student_scores`` [B, n] are the retriever's cos/τ, ``teacher_scores`` [B, n] the re-ranker's θ,
     both over the same passages (positive first). Averaged over the B queries.
     """
-    teacher_log_p = F.log_softmax(teacher_scores.float(), dim=-1)
-    student_log_p = F.log_softmax(student_scores.float(), dim=-1)
+    teacher_log_p = F.log_softmax(at_least_float32(teacher_scores), dim=-1)
+    student_log_p = F.log_softmax(at_least_float32(student_scores), dim=-1)
     return (teacher_log_p.exp() * (teacher_log_p - student_log_p)).sum(dim=-1).mean()
 
 

@@ -30,7 +30,7 @@ class TrainingSettings:
     max_grad_norm: float = 1.0
     head_learning_rate: float | None = None  # the task head's (parameters outside the base model), if not learning_rate
     warmup_ratio: float | None = None  # warm-up as a fraction of the run; replaces warmup_steps when set
-    micro_batch_size: int | None = None  # examples per forward/backward pass, gradients summed (per-example losses)
+    micro_batch_size: int | None = None  # examples per process per forward pass (gradient cache or accumulation)
 
     def warmup(self, steps: int) -> int:
         """Warm-up steps of a run of ``steps``: ``warmup_ratio`` of it when set, else ``warmup_steps``."""
@@ -102,3 +102,18 @@ def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, desc
                       f"peak learning rate {settings.learning_rate:g}. Fix: set the dataset's "
                       f"stages.{stage}.warmup_ratio (e.g. 0.1, a tenth of any run) or warmup_steps at most "
                       f"{steps // 2}, or train longer (epochs or train_steps)")
+
+
+def check_micro_batch(batch_size: int, processes: int, micro_batch_size: int | None, setting: str) -> None:
+    """``micro_batch_size`` must divide a process's share of ``batch_size`` (``batch_size / processes``), so that
+    the chunks, like the global batch and its negatives, are the same whatever ``processes`` is: else a ConfigError
+    naming ``setting`` (where it is set) and a value that would do."""
+    if not micro_batch_size or batch_size % processes or (batch_size // processes) % micro_batch_size == 0:
+        return
+    share = batch_size // processes
+    fits = max(d for d in range(1, min(share, micro_batch_size) + 1) if share % d == 0)
+    raise ConfigError(f"{setting}: {micro_batch_size} does not divide a process's share of the batch (batch_size "
+                      f"{batch_size} / {processes} processes = {share} examples), so the chunks would not all be "
+                      f"{micro_batch_size} examples and the step would depend on `processes`. Fix: set "
+                      f"micro_batch_size to a divisor of {share} (e.g. {fits}), or null for the whole share in one "
+                      "pass")

@@ -8,6 +8,14 @@ A stage supplies three things:
 * ``compute_loss(model, batch, dist) -> loss``. A step that back-propagates by itself (gradient caching,
   :mod:`dpr_pipeline.pretraining.objectives`) returns the loss detached; the trainer then skips ``backward``.
 
+``micro_batch_size`` smaller than a process's share of the batch splits the share into chunks of that many examples,
+each collated on its own (so each is packed or padded by itself), with the memory of one chunk: a loss over the
+gathered global batch (cross-device negatives) that is a :class:`~dpr_pipeline.training.grad_cache.CachedLoss` runs
+by gradient caching (the bi-encoders: the same gradient as the whole share in one pass); any other loss is
+accumulated, each chunk's loss weighted by its share of the examples (the re-ranker's Eq. 4, a mean over whole
+query groups: the same gradient; pre-training: the mean of equal chunks' losses, as DDP averages equal processes').
+The chunk must divide the share: then the global batch, its negatives and the chunks do not depend on ``processes``.
+
 The batch order of each epoch is a permutation seeded by (seed, epoch). A step takes ``batch_size`` examples
 (over all processes: rank r gets the r-th contiguous slice). The next step's examples are read and collated in a
 worker thread while the device runs this step, and on a GPU the losses are read from the device every
@@ -46,8 +54,11 @@ from transformers import get_linear_schedule_with_warmup
 from dpr_pipeline.errors import CheckpointError, PipelineError
 from dpr_pipeline.models.devices import autocast, to_device, uses_bf16
 from dpr_pipeline.training.distributed import Distributed
-from dpr_pipeline.training.schedule import TrainingSettings, check_warmup, steps_per_epoch, total_steps
+from dpr_pipeline.training.grad_cache import CachedLoss, cached_step
+from dpr_pipeline.training.schedule import (TrainingSettings, check_micro_batch, check_warmup, steps_per_epoch,
+                                            total_steps)
 from dpr_pipeline.training.tracking import NullTracker, Tracker, TrackingRun, open_tracker
+from dpr_pipeline.workflow.stages import settings_block
 
 log = logging.getLogger(__name__)
 
@@ -277,9 +288,15 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     if settings.batch_size % dist.world_size or min(settings.batch_size, len(data)) < dist.world_size:
         raise ValueError(f"batch_size {settings.batch_size} ({len(data)} examples) does not split evenly over "
                          f"{dist.world_size} processes")
-    if settings.micro_batch_size and cross_device_loss:
+    share = min(settings.batch_size, len(data)) // dist.world_size
+    chunk = settings.micro_batch_size if settings.micro_batch_size and settings.micro_batch_size < share else None
+    check_micro_batch(settings.batch_size, dist.world_size, settings.micro_batch_size,
+                      f"stages.{settings_block(stage) or '<stage>'}.micro_batch_size")
+    cached = isinstance(compute_loss, CachedLoss)
+    if chunk and cross_device_loss and not cached:
         raise ValueError("micro_batch_size: a loss over the gathered global batch (cross-device negatives) cannot be "
-                         "summed over micro-batches; use gradient_checkpointing")
+                         "summed over micro-batches and this one declares no gradient cache (CachedLoss); use "
+                         "gradient_checkpointing")
     steps = total_steps(len(data), settings)
     check_warmup(settings, steps, len(data), description, stage)
     checkpoint_dir = Path(checkpoint_dir)
@@ -296,11 +313,12 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     began = time.monotonic()
     progress = tqdm(total=steps, initial=start, desc=description, disable=not dist.is_main, mininterval=5)
 
-    def make_batch(step: int) -> tuple[int, list, dict | None]:
+    def make_batch(step: int) -> tuple[int, list, dict | list[dict]]:
         epoch, indices = batch_indices(len(data), settings.batch_size, settings.seed, step)
-        share = len(indices) // dist.world_size
         examples = [data.example(i, epoch) for i in indices[dist.rank * share:(dist.rank + 1) * share]]
-        return epoch, examples, None if settings.micro_batch_size else collate(examples)
+        if chunk:
+            return epoch, examples, [collate(examples[i:i + chunk]) for i in range(0, len(examples), chunk)]
+        return epoch, examples, collate(examples)
 
     ahead = _BatchesAhead(make_batch, start, steps)
     tracker = open_tracker(tracking, fresh=start == 0, main=dist.is_main)
@@ -310,9 +328,13 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
                           settings.batch_size)
         for step in range(start, steps):
             epoch, examples, batch = ahead.take(step)
-            if settings.micro_batch_size:
-                loss = _accumulate_gradients(wrapped, examples, collate, compute_loss, settings.micro_batch_size,
-                                             device, amp, dist)
+            if chunk and cached:
+                loss = cached_step(wrapped, [to_device(part, device, non_blocking=True) for part in batch],
+                                   compute_loss, dist, device, amp)
+            elif chunk:
+                loss = _accumulate_gradients(wrapped, batch, [len(examples[i:i + chunk]) for i in
+                                                              range(0, len(examples), chunk)],
+                                             compute_loss, device, amp, dist)
             else:
                 with amp:
                     loss = compute_loss(wrapped, to_device(batch, device, non_blocking=True), dist)
@@ -419,20 +441,17 @@ def _resume(checkpoint_dir: Path, settings: TrainingSettings, model, optimizer, 
     return state["step"]
 
 
-def _accumulate_gradients(model: torch.nn.Module, examples: list, collate: Callable[[list], dict],
-                          compute_loss: Callable, micro_batch_size: int, device: torch.device, amp,
-                          dist: Distributed) -> torch.Tensor:
-    """Backward over ``examples`` in micro-batches, each loss weighted by its share of the examples, so the summed
-    gradient is the whole batch's mean-loss gradient (exact for a loss that is a mean over examples); DDP
-    synchronises once, on the last. Returns the batch's mean loss, detached."""
+def _accumulate_gradients(model: torch.nn.Module, batches: list[dict], sizes: list[int], compute_loss: Callable,
+                          device: torch.device, amp, dist: Distributed) -> torch.Tensor:
+    """Backward over the collated micro-batches ``batches`` of ``sizes`` examples, each loss weighted by its share of
+    the examples, so the summed gradient is the whole batch's mean-loss gradient (exact for a loss that is a mean
+    over examples); DDP synchronises once, on the last. Returns the batch's mean loss, detached."""
     total = torch.zeros((), device=device)
-    starts = range(0, len(examples), micro_batch_size)
-    for start in starts:
-        part = examples[start:start + micro_batch_size]
-        last = start == starts[-1]
+    for index, (batch, size) in enumerate(zip(batches, sizes)):
+        last = index == len(batches) - 1
         with (contextlib.nullcontext() if last or not dist.enabled else model.no_sync()):
             with amp:
-                loss = compute_loss(model, to_device(collate(part), device), dist) * (len(part) / len(examples))
+                loss = compute_loss(model, to_device(batch, device), dist) * (size / sum(sizes))
             loss.backward()
         total += loss.detach()
     return total

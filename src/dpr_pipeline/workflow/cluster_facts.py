@@ -47,6 +47,7 @@ class ClusterFacts:
     partitions: dict[str, Partition]
     default_partition: str | None = None
     accounts: frozenset[str] | None = None       # None: unknown (no sacctmgr)
+    max_submit: dict[str, int] = field(default_factory=dict)   # account -> MaxSubmitJobs of the user's association
     accounts_enforced: bool | None = None        # AccountingStorageEnforce holds "associations"
     user: str = field(default_factory=getpass.getuser)
 
@@ -120,11 +121,13 @@ def read_cluster_facts(run: Callable = subprocess.run, user: str | None = None) 
         return None
     partitions, default = parse_partitions(partition_lines, node_lines)
     user = user or os.environ.get("USER") or getpass.getuser()
-    accounts = _output(run, ["sacctmgr", "-nP", "show", "assoc", f"user={user}", "format=account"])
+    associations = _output(run, ["sacctmgr", "-nP", "show", "assoc", f"user={user}", "format=account,maxsubmit"])
+    rows = [line.strip().split("|") + [""] for line in (associations or "").splitlines() if line.strip()]
     config = _output(run, ["scontrol", "show", "config"])
     enforce = re.search(r"^AccountingStorageEnforce\s*=\s*(.*)$", config or "", re.MULTILINE)
     return ClusterFacts(
         partitions, default,
-        accounts=None if accounts is None else frozenset(filter(None, map(str.strip, accounts.splitlines()))),
+        accounts=None if associations is None else frozenset(row[0] for row in rows),
+        max_submit={row[0]: int(row[1]) for row in rows if row[1].isdigit()},
         accounts_enforced=None if config is None else bool(enforce and "associations" in enforce.group(1)),
         user=user)

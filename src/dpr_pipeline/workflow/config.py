@@ -25,7 +25,8 @@ from dpr_pipeline.models.refs import resolve_model_path
 from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.workflow.layout import model_stage
-from dpr_pipeline.workflow.stages import (BIENCODER, PRETRAINING, blocks, family_member, overriding_blocks, shared_block,
+from dpr_pipeline.training.schedule import check_micro_batch
+from dpr_pipeline.workflow.stages import (BIENCODER, CHAIN, FAMILIES, PRETRAINING, blocks, family_member, overriding_blocks, shared_block,
                                           starts_named_by, trained_with)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
@@ -268,6 +269,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
                               "(train_steps), so most of the run would train below the peak learning rate. Fix: "
                               f"set warmup_ratio (e.g. 0.1) or warmup_steps at most {params['train_steps'] // 2}, "
                               "or raise train_steps")
+    check_micro_batches(config, name)
     check_model_settings(config, name)
     check_fusion(config, name)
     check_selection_metric(config, name)
@@ -278,6 +280,16 @@ def check_dataset_plan(config: dict, name: str) -> None:
                           f"{search} hits per query that Retriever2 searches (retriever.search_depth), so the "
                           f"re-ranker would silently re-rank only {search}. Fix: set reranker.rerank_depth <= "
                           f"{search} or raise retriever.search_depth")
+
+
+def check_micro_batches(config: dict, name: str) -> None:
+    """Each trained stage's ``micro_batch_size`` divides its share of the batch, ``batch_size / processes``
+    (:func:`~dpr_pipeline.training.schedule.check_micro_batch`): the config key and the fix, at start-up."""
+    for stage in dict.fromkeys(s for s in CHAIN + FAMILIES if s.trainer is not None):
+        params = stage_params(config, name, stage.block)
+        processes = stage_params(config, name, stage.shares or stage.block)["processes"]
+        check_micro_batch(params["batch_size"], processes, params.get("micro_batch_size"),
+                          f"config key {setting_name(config, name, stage.block, 'micro_batch_size')}")
 
 
 def check_model_settings(config: dict, name: str) -> None:

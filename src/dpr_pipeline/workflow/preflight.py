@@ -62,8 +62,9 @@ def _partition_key(job: JobRequest) -> str:
 def _gpu_fix(job: JobRequest, most: int) -> str:
     block = stages.GPU_TRAINING_RULES.get(job.rule)
     if block and job.dataset:
-        return (f"set datasets.{job.dataset}.stages.{block}.processes: {most} (the global batch stays the same: "
-                f"each process takes a larger share), or a partition with larger nodes ({_partition_key(job)})")
+        return (f"set datasets.{job.dataset}.stages.{block}.processes: {most} (the global batch stays the same; "
+                f"micro_batch_size bounds each GPU's memory), or a partition with larger nodes "
+                f"({_partition_key(job)})")
     return f"a partition with {job.gpus}-GPU nodes ({_partition_key(job)})"
 
 
@@ -124,10 +125,14 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
     return found
 
 
-def _account_refusals(config: Mapping[str, Any], facts: ClusterFacts | None) -> list[str]:
+def _account_refusals(config: Mapping[str, Any], facts: ClusterFacts | None, jobs_at_once: int | None) -> list[str]:
     account = (config.get("cluster") or {}).get("account")
     if facts is None or facts.accounts is None:
         return []
+    limits = [limit for name, limit in facts.max_submit.items() if account is None or name == account]
+    if jobs_at_once is not None and limits and jobs_at_once > min(limits):
+        return [f"Snakemake may queue {jobs_at_once} jobs at once (--jobs, the profile's `jobs:`) but user "
+                f"{facts.user} may submit {min(limits)} (sacctmgr MaxSubmitJobs); fix: --jobs {min(limits)}"]
     if account is not None and account not in facts.accounts:
         mine = ", ".join(sorted(facts.accounts)) or "none"
         return [f"cluster.account is {account!r}, which is not an account of user {facts.user} (sacctmgr: {mine}); "
@@ -138,11 +143,12 @@ def _account_refusals(config: Mapping[str, Any], facts: ClusterFacts | None) -> 
     return []
 
 
-def refusals(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None) -> list[str]:
+def refusals(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None,
+             jobs_at_once: int | None = None) -> list[str]:
     """Every limit the plan's ``jobs`` break: one message per rule, dataset and kind of limit (with the number of
-    jobs where more than one), the account's first. ``facts`` None: only the config's own limits
-    (``cluster.gpus_per_node``)."""
-    found = {message: None for message in _account_refusals(config, facts)}
+    jobs where more than one), the account's and the submit limit's (``jobs_at_once``: Snakemake's ``--jobs``)
+    first. ``facts`` None: only the config's own limits (``cluster.gpus_per_node``)."""
+    found = {message: None for message in _account_refusals(config, facts, jobs_at_once)}
     counts: dict[tuple, list] = {}
     for job in jobs:
         for kind, message in _job_refusals(job, config, facts):
@@ -152,9 +158,10 @@ def refusals(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: Clust
     return list(found)
 
 
-def check_plan(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None) -> None:
+def check_plan(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None,
+               jobs_at_once: int | None = None) -> None:
     """Raise :class:`ConfigError` listing every refusal of :func:`refusals`; nothing is submitted then."""
-    found = refusals(jobs, config, facts)
+    found = refusals(jobs, config, facts, jobs_at_once)
     if found:
         raise ConfigError("the cluster cannot run this plan as configured; nothing was submitted:\n  - "
                           + "\n  - ".join(found))
