@@ -3,13 +3,14 @@
     python scripts/bad_inputs_catalogue.py            # or: make docs
     python scripts/bad_inputs_catalogue.py --check    # exit 1 when the committed page differs
 
-Each case of ``CASES`` is one row: what is wrong, the error type and the fix the message gives (a fix given
-before points to its first case). To add or change a row, add or change the case in tests/test_bad_inputs.py and
+Each case of ``CASES`` is one row: what is wrong and the fix the message gives (a fix given before points to its
+first case); a section names its usual error type once, a row the other ones. To add or change a row, add or change the case in tests/test_bad_inputs.py and
 rerun; tests/test_bad_inputs.py::test_the_catalogue_page_is_current fails while the committed page is stale.
 """
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import importlib.util
 import sys
 from pathlib import Path
@@ -58,7 +59,9 @@ def render(cases: dict, categories: dict[str, str]) -> str:
         rows = [c for c in cases.values() if c.category == category]
         if not rows:
             continue
-        lines += [f"## {title}", "", "| case | what is wrong | error | the fix |", "| --- | --- | --- | --- |"]
+        usual = Counter(c.error.__name__ for c in rows).most_common(1)[0][0]
+        lines += [f"## {title}", "", f"Each error is a `{usual}` unless its row names another.", "",
+                  "| case | what is wrong | the fix |", "| --- | --- | --- |"]
         for c in rows:
             if not c.fix:
                 fix = "—"
@@ -67,7 +70,8 @@ def render(cases: dict, categories: dict[str, str]) -> str:
             else:
                 first[c.fix] = c.case_id
                 fix = cell(c.fix)
-            lines.append(f"| `{c.case_id}` | {cell(c.what)} | `{c.error.__name__}` | {fix} |")
+            other = f" (`{c.error.__name__}`)" if c.error.__name__ != usual else ""
+            lines.append(f"| `{c.case_id}`{other} | {cell(c.what)} | {fix} |")
         lines.append("")
     return "\n".join(lines)
 
