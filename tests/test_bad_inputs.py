@@ -203,8 +203,7 @@ def _(tmp, bert):
 @case("beir-query-lone-surrogate", "data", DataError,
       "raw/queries.jsonl, line 1: field 'text' holds the unpaired surrogate U+DFFF (character 5), which is not text "
       "and cannot be written as UTF-8",
-      what="a query text with an unpaired `\\udfff` escape (the same check covers every text and id field read from "
-           "JSON or Parquet, and DPR answers)",
+      what="a query text with an unpaired `\\udfff` escape (every text and id field alike)",
       fix="repair or remove that escape (a \\uD800-\\uDFFF escape must come as a high-low pair) and write the file as "
           "valid UTF-8")
 def _(tmp, bert):
@@ -382,8 +381,7 @@ def _(tmp, bert):
 @case("beir-corpus-bom-inside", "data", DataError,
       "raw/corpus.jsonl, line 3: a byte-order mark (BOM, U+FEFF) starts this line, inside the file (files saved with "
       "a BOM and then joined, e.g. with `cat`?)",
-      what="a BOM at the start of line 3 of `corpus.jsonl` (two files, each saved with a BOM, joined with `cat`; a "
-           "BOM at the file's start is accepted)",
+      what="a BOM at the start of line 3 of `corpus.jsonl` (two files joined with `cat`)",
       fix="remove the BOM from the line, e.g. `sed -i '1!s/^\\xEF\\xBB\\xBF//' FILE` (one at the very start of a file "
           "is accepted)")
 def _(tmp, bert):
@@ -757,8 +755,7 @@ def _(tmp, bert):
 # ------------------------------------------------------------------------------------------------- config
 @case("config-eval-split-without-qrels", "config", DataError,
       "raw/qrels/dev.tsv: BEIR qrels for split 'dev' file not found (looked for dev.tsv and dev.tsv.gz)",
-      what="`eval_splits` names a split (`dev`) that has no qrels file (the library error; under Snakemake, "
-           "`snakemake` first reports the missing input file `data/x/qrels/dev.tsv`)",
+      what="`eval_splits` names a split (`dev`) that has no qrels file",
       fix="check the dataset's `path` in config.yaml and that the file is there")
 def _(tmp, bert):
     return split_call("beir", write_beir(tmp / "raw"), tmp, split="dev")
@@ -919,10 +916,9 @@ def _(tmp, bert):
 
 # -------------------------------------------------------------------------------------------------- models
 @case("model-folder-missing", "model", DataError,
-      "results/none/pretrain/simlm/model: the model folder does not exist (relative to the working directory "
-      "/work/h54d); the working directory has no 'results' (the closest name there: tests)",
-      what="`plm` names a folder that does not exist (e.g. a pre-training output not built; in the config, "
-           "`config-plm-path-missing` stops it at start-up)",
+      "results/none/pretrain/simlm/model: the model folder does not exist (relative to the working directory ",
+      "); the working directory has no 'results' (the closest name there: tests)",
+      what="`plm` names a folder that does not exist (the config check stops it earlier)",
       fix="point the setting at a folder that exists (a relative path is read from the working directory, where "
           "snakemake runs), or write a Hugging Face Hub name as `name` or `org/name`")
 def _(tmp, bert):
@@ -1437,8 +1433,7 @@ def _(tmp, bert):
 @case("config-generator-path-missing", "config", ConfigError,
       "config key stages.pretrain.generator: ./generators/electra: the model folder does not exist (relative to the "
       "working directory", "); the nearest folder that exists is the working directory, and it has no 'generators'",
-      what="the top-level `stages.pretrain.generator: ./generators/electra`, a folder that is not there (every model "
-           "setting is checked alike: each stage's `plm`, the generator; the key is the one the value came from)",
+      what="`stages.pretrain.generator: ./generators/electra`, a folder that is not there (every model setting alike)",
       fix="point the setting at a folder that exists (a relative path is read from the working directory, where "
           "snakemake runs), or write a Hugging Face Hub name as `name` or `org/name`")
 def _(tmp, bert):
@@ -1450,10 +1445,8 @@ def _(tmp, bert):
 @case("config-generator-reads-its-own-encoder", "config", ConfigError,
       "config key datasets.scifact.stages.pretrain.generator: the encoder that `simlm` pre-trains cannot be read by "
       "its own pre-training (`simlm` takes a generator, which would be its own output)",
-      what="`pretrain.generator: results/scifact/pretrain/simlm/model`: an encoder this workflow pre-trains, read by "
-           "the job that makes it (SimLM takes a generator; also `pretrain.plm` naming any method's encoder, which "
-           "every method and the tokens start from). The encoder of a method without a generator "
-           "(`results/<dataset>/pretrain/mlm/model`) is taken before it exists: the workflow pre-trains it first",
+      what="`pretrain.generator: results/scifact/pretrain/simlm/model`, the encoder the job itself makes (a method "
+           "without a generator, such as `mlm`, is accepted and built first)",
       fix="name the encoder of a method without a generator (such as results/<dataset>/pretrain/mlm/model), a Hub "
           "name or a folder")
 def _(tmp, bert):
@@ -1463,9 +1456,7 @@ def _(tmp, bert):
 
 @case("pretrain-generator-without-lm-head", "model", DataError,
       "the generator has no masked-LM head: cls.predictions.", "missing from its weights",
-      what="`pretrain.generator` names an encoder without its masked-LM head (a sentence-transformers folder such as "
-           "all-MiniLM-L6-v2, or one saved with `BertModel`): its head would be drawn at random and its replacements "
-           "would be noise, silently",
+      what="`pretrain.generator` names an encoder without its masked-LM head (e.g. all-MiniLM-L6-v2)",
       fix="set pretrain.generator to a masked language model: a Hub masked LM such as google/electra-base-generator, "
           "an encoder pre-trained by this workflow (results/<dataset>/pretrain/<method>/model, saved with its LM "
           "head), or `random`")
@@ -1511,9 +1502,7 @@ def _(tmp, bert):
 @case("config-plm-stage-not-taken", "config", ConfigError,
       "config key datasets.scifact.stages.reranker.plm: 'retriever2' is not a model this setting can start from (it "
       "takes a model: a folder, a Hugging Face Hub name or pkg:<module>)",
-      what="`reranker.plm: retriever2` (a stage's model where the setting takes none: the re-ranker and "
-           "`pretrain.plm` start from a model; `retriever.plm` takes `pretrain`, `distill.plm` also "
-           "`retriever1`/`retriever2`, `pretrain.generator` `random`)", fix="name a model there")
+      what="`reranker.plm: retriever2` (a stage's model where the setting takes none)", fix="name a model there")
 def _(tmp, bert):
     return model_setting_call(tmp, lambda c: scifact_stage(c, "reranker").update(plm="retriever2"))
 
@@ -1531,10 +1520,7 @@ def _(tmp, bert):
       "config key datasets.scifact.stages.reranker.plm: google/electra-base-discriminator: a Hugging Face Hub name, "
       "not fetched yet (no complete folder data/models/google--electra-base-discriminator), and HF_HUB_OFFLINE is "
       "set (offline), so its fetch job cannot download it",
-      what="`HF_HUB_OFFLINE=1` (or `TRANSFORMERS_OFFLINE=1`) on the host that runs snakemake and `reranker.plm: "
-           "google/electra-base-discriminator`, not fetched into `fetch.models` yet (docs/cluster.md, \"Models\"). "
-           "Checked for the models the chain of a dataset of `run_datasets` loads; another model's fetch job fails at "
-           "once. Online a Hub name is only spelt right at start-up (no network call): its fetch job downloads it",
+      what="`HF_HUB_OFFLINE=1` where snakemake runs and a Hub `reranker.plm` not yet fetched into `fetch.models`",
       fix="fetch it where the Hub is reachable, without HF_HUB_OFFLINE and with the same fetch.models (`snakemake "
           "--cores 1 data/models/google--electra-base-discriminator`; `fetch_scifact` fetches all the dataset "
           "needs)")
@@ -1546,9 +1532,7 @@ def _(tmp, bert):
 @case("fetch-model-not-on-the-hub", "model", FetchError,
       "models/tiny-org--no-such-model: the Hub at http://127.0.0.1:",
       "has no model 'tiny-org/no-such-model' (or it is private)",
-      what="a Hub name (`retriever.plm: tiny-org/no-such-model`) the Hub does not have, or a private one without a "
-           "token; its `fetch_model_<name>` job (a wrong `fetch.revisions` entry: \"has no revision …\"; no network: "
-           "\"fetching … failed\" with the `fetch.local` fix)",
+      what="a Hub name the Hub does not have (or private without a token), in its `fetch_model_<name>` job",
       fix="check the Hub name in the config")
 def _(tmp, bert):
     folder = tmp / "models" / "tiny-org--no-such-model"
@@ -1561,8 +1545,7 @@ def _(tmp, bert):
 
 @case("fetched-model-file-changed", "model", DataError, "models/tiny-org--tiny-bert/model.safetensors: sha256 ",
       "differs from", "in its fetch manifest: the file changed after it was fetched", "and fetch it again",
-      what="a file of a fetched model (`data/models/<org>--<name>/model.safetensors`) changed, cut short or deleted "
-           "after the fetch; checked against its `fetch_manifest.json` by every job that loads it",
+      what="a fetched model's file changed or deleted after the fetch (checked against `fetch_manifest.json`)",
       fix="delete the folder")
 def _(tmp, bert):
     folder = tmp / "models" / "tiny-org--tiny-bert"

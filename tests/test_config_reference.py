@@ -56,14 +56,18 @@ def test_every_stage_setting_is_listed_with_the_default_validation_fills_in():
             if isinstance(value, dict):
                 check(path, value)
                 continue
-            assert path in rows, f"{path} is not on the page"
-            assert rows[path][1] == config_reference.code(value), (path, rows[path][1], value)
+            # a key a block only inherits is listed once, in its shared fragment's section (`<stage>` for the block)
+            parts = path.split(".")
+            listed = [path] + [".".join(parts[:i] + ["<stage>"] + parts[i + 1:]) for i in range(1, len(parts) - 1)]
+            found = [p for p in listed if p in rows]
+            assert found, f"{path} is not on the page"
+            assert rows[found[0]][1] == config_reference.code(value), (found[0], rows[found[0]][1], value)
 
     for block in ("stages", "evaluation", "transfer", "fetch"):
         check(block, config[block])
     assert rows["run_datasets"][1] == config_reference.code(config["run_datasets"])
     # settings without a default are listed too, as unset or required
-    assert rows["stages.retriever.train_steps"][1] == "—"
+    assert rows["stages.<stage>.train_steps"][1] == "—"
     assert rows["datasets.<name>.format"][1] == "required"
 
 
@@ -94,3 +98,23 @@ def test_fragments_merge_and_a_definition_used_twice_is_listed_once():
     assert "datasets.<name>.resources.<rule>.mem_mb" not in rows
     assert "Same keys as `resources.<rule>`" in rows["datasets.<name>.resources.<rule>"][3]
     assert "## `stages.a`\n\nblock a\n" in text
+
+
+def test_a_fragment_two_blocks_build_on_is_listed_once():
+    schema = {
+        "type": "object",
+        "properties": {"stages": {"type": "object", "properties": {
+            "a": {"allOf": [{"$ref": "#/$defs/loop"}], "properties": {"lr": {"default": 0.5}, "own": {"type": "integer"}}},
+            "b": {"allOf": [{"$ref": "#/$defs/loop"}], "properties": {"lr": {"default": 0.1}}}}}},
+        "$defs": {"loop": {"type": "object", "description": "the loop", "properties": {
+            "lr": {"type": "number", "description": "shared"},
+            "steps": {"type": "integer", "default": 5, "description": "steps"}}}},
+    }
+    text = config_reference.render(schema)
+    rows = _rows(text)
+    assert rows["stages.<stage>.steps"][1] == "`5`" and rows["stages.<stage>.lr"][3] == "shared"
+    assert "stages.a.steps" not in rows and "stages.b.steps" not in rows
+    assert rows["stages.a.lr"][1] == "`0.5`" and rows["stages.b.lr"][1] == "`0.1`"
+    assert rows["stages.a.own"][0] == "integer"
+    assert "## `stages.<stage>` (loop)\n\nthe loop\n" in text
+    assert "Also the settings of [loop](#stagesstage-loop)" in text
