@@ -36,8 +36,8 @@ from dpr_pipeline.errors import ConfigError
 FILTER_KEYS = ("range_min", "max_score", "absolute_margin", "relative_margin", "denoise")
 #: The thresholds of ``denoise`` (on the cross-encoder's scores), named as the run-score filters.
 DENOISE_THRESHOLDS = ("relative_margin", "absolute_margin", "max_score")
-#: ``denoise``'s keys that are the scoring job's, not the filter's.
-DENOISE_SCORING = ("model", "max_length", "batch_size", "bf16", "sigmoid")
+#: ``denoise``'s keys that are the scoring job's (rule denoise_scores), not the filter's.
+DENOISE_SCORING = ("model", "max_length", "batch_size", "bf16")
 
 
 def _number(value) -> bool:
@@ -92,6 +92,11 @@ class Denoise:
         """The model, the score it is read as and the thresholds that are on."""
         return {"model": self.model, "scores": "sigmoid" if self.sigmoid else "logit",
                 **{key: getattr(self, key) for key in DENOISE_THRESHOLDS if getattr(self, key) is not None}}
+
+    def read(self, logits: np.ndarray) -> np.ndarray:
+        """The scores the thresholds apply to, from the cross-encoder's logits θ: σ(θ) with ``sigmoid``, else θ."""
+        logits = np.asarray(logits, dtype=np.float64)
+        return 1.0 / (1.0 + np.exp(-logits)) if self.sigmoid else logits
 
     def threshold(self, positive: float) -> float:
         """The highest cross-encoder score kept for a query whose best positive scores ``positive`` (NaN: no

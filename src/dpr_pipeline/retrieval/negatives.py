@@ -121,8 +121,10 @@ def _write_sample(candidates: pd.DataFrame, output: str, *, source: str, depth: 
     filters = filters or NegativeFilters()
     if filters.denoise is not None and denoise_scores is None:
         raise ValueError(f"{filters.setting}.denoise is on but no cross-encoder scores of the pool were given")
-    ce_scores, ce_references = (denoise_inputs(candidates, denoise_scores) if filters.denoise is not None
-                                else (None, None))
+    ce_scores, ce_references = None, None
+    if filters.denoise is not None:
+        logits, best = denoise_inputs(candidates, denoise_scores)
+        ce_scores, ce_references = [filters.denoise.read(row) for row in logits], filters.denoise.read(best)
     candidates, counts, sample = filter_pool(candidates, filters, keep, ranks, DROPPED_SAMPLE_SIZE, seed,
                                              ce_scores, ce_references)
     log_filter_counts(counts, source)
