@@ -48,6 +48,7 @@ rule bm25_search:
 rule bm25_negatives:
     input:
         unpack(bm25_negatives_answer_inputs),
+        unpack(denoise_input("bm25")),   # mining.bm25.denoise: the cross-encoder's scores of the pool
         pool=bm25_negatives_pool,
         qrels=train_qrels,
         queries=train_queries,

@@ -44,7 +44,8 @@ from dpr_pipeline.workflow.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.workflow.hub_models import check_offline_fetches
 from dpr_pipeline.training.tracking import check_installed, tracking_run
 from dpr_pipeline.workflow.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
-                                 dataset_file, log_file, model_dir, negatives_filter_files, release_dir,
+                                 dataset_file, denoise_scores_file, log_file, model_dir,
+                                 negatives_filter_files, release_dir,
                                  stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
 import dpr_pipeline.workflow.run_errors as run_errors

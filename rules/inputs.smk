@@ -182,6 +182,35 @@ def bm25_negatives_answer_inputs(wildcards):
     return {} if "official_negatives" in dataset_config(wildcards) else mining_answer_inputs(wildcards)
 
 
+def mining_pool(wildcards):
+    """What a mined stage's candidates come from: BM25's pool (bm25_negatives_pool), else the stage's train run."""
+    if wildcards.stage == "bm25":
+        return bm25_negatives_pool(wildcards)
+    return stage_file(wildcards.stage, f"run_{train_split(wildcards)}.trec", wildcards.dataset)
+
+
+def denoise_scores_inputs(wildcards):
+    """A denoising scores job's inputs beside the pool (mining.<stage>.denoise): the answers and corpus that keep
+    answer-bearing hits out of a run's pool, and the cross-encoder when the workflow makes or fetches it."""
+    answers = (bm25_negatives_answer_inputs if wildcards.stage == "bm25" else mining_answer_inputs)(wildcards)
+    inputs = {**answers, **({"corpus": data_file("corpus.parquet", wildcards.dataset)} if answers else {})}
+    model = settings.denoise_model(config, wildcards.dataset, wildcards.stage)
+    return {**inputs, **({"model": model} if made_here(model) else {})}
+
+
+def denoise_input(stage=None):
+    """A mining job's denoising scores (``stage``'s, else the job's {stage}'s) when mining.<stage>.denoise is on,
+    else nothing."""
+
+    def inputs(wildcards):
+        name = stage or wildcards.stage
+        if settings.denoise_model(config, wildcards.dataset, name) is None:
+            return {}
+        return {"denoise_scores": denoise_scores_file(name, wildcards.dataset)}
+
+    return inputs
+
+
 # Zero-shot transfer (rules/transfer.smk): {dataset} = A, the dataset the models trained on; {target} = B.
 def evaluated_dataset(wildcards):
     """The dataset whose qrels and evaluation settings score a job's runs: the transfer target B when the job

@@ -136,6 +136,7 @@ rule dense_search:
 rule mine_hard_negatives:
     input:
         unpack(mining_answer_inputs),
+        unpack(denoise_input()),   # mining.<stage>.denoise: the cross-encoder's scores of the pool
         run=lambda wc: stage_file(wc.stage, f"run_{train_split(wc)}.trec", wc.dataset),
         qrels=train_qrels,
         # the texts of the dropped-pair sample (and, relevance: answers, of the hits checked for an answer)
@@ -163,3 +164,32 @@ rule mine_hard_negatives:
         "../envs/data.yaml"
     script:
         "../workflow_scripts/mine_hard_negatives.py"
+
+
+# mining.<stage>.denoise: a cross-encoder scores a mined stage's candidate pool (and its positives) on a GPU; the
+# stage's mining job (mine_hard_negatives, bm25_negatives) drops the candidates it scores like positives.
+rule denoise_scores:
+    input:
+        unpack(denoise_scores_inputs),
+        pool=mining_pool,
+        qrels=train_qrels,
+        passages=data_file("passages.arrow"),
+        queries=train_queries,
+    output:
+        denoise_scores_file("{stage}"),
+    wildcard_constraints:
+        stage="|".join(stages.mined()),
+    params:
+        denoise=lambda wc: settings.denoise_scoring(config, wc.dataset, wc.stage),
+        min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+    threads: threads_of("denoise_scores")
+    resources:
+        **resources_of("denoise_scores"),
+    log:
+        log_file("denoise_scores_{stage}"),
+    benchmark:
+        benchmark_file("denoise_scores_{stage}")
+    conda:
+        torch_env("denoise_scores")
+    script:
+        "../workflow_scripts/denoise_scores.py"

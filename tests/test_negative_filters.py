@@ -135,7 +135,8 @@ def test_filter_pool_counts_and_dropped_pairs():
     # q3: its positive was not retrieved -> the margin cannot apply, both kept
     assert list(pool["negative_ids"]) == [["c", "d"], ["f"], ["g", "h"]]
     assert list(pool["negative_scores"]) == [[9.0, 4.0], [0.45], [30.0, 20.0]]
-    assert counts["dropped"] == {"range_min": 0, "max_score": 0, "absolute_margin": 0, "relative_margin": 3}
+    assert counts["dropped"] == {"range_min": 0, "max_score": 0, "absolute_margin": 0, "relative_margin": 3,
+                                 "denoise": 0}
     assert (counts["candidates"], counts["kept"], counts["dropped_total"]) == (8, 5, 3)
     assert counts["queries_without_positive_score"] == 1 and counts["queries_with_drops"] == 2
     assert (counts["queries_fewer_than_keep_before"], counts["queries_fewer_than_keep"]) == (0, 1)

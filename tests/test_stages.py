@@ -78,7 +78,8 @@ def test_every_trained_stage_declares_its_loss_title_and_every_model_its_card_te
 def test_gpu_rules_and_their_env_follow_from_the_declaration():
     assert stages.GPU_TRAINING_RULES == {"train_retriever": "retriever", "train_reranker": "reranker",
                                          "train_distill": "distill", "pretrain": "pretrain"}
-    assert stages.GPU_INFERENCE_RULES == ("encode_corpus", "dense_search", "rerank", "teacher_scores_shard")
+    assert stages.GPU_INFERENCE_RULES == ("encode_corpus", "dense_search", "rerank", "teacher_scores_shard",
+                                          "denoise_scores")
     assert {rule: stages.torch_env(rule) for rule in ("pretrain", "encode_corpus", "build_index")} == {
         "pretrain": "envs/torch-gpu.yaml", "encode_corpus": "envs/torch-gpu.yaml", "build_index": "envs/torch.yaml"}
     assert (REPO / stages.GPU_ENV).is_file() and (REPO / stages.CPU_TORCH_ENV).is_file()

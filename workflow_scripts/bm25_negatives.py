@@ -10,4 +10,5 @@ with logged(snakemake.log[0]):
                          min_relevance=snakemake.params.min_relevance,
                          answers=snakemake.input.get("answers"), corpus=snakemake.input.corpus,
                          filters=NegativeFilters.from_settings(p, "mining.bm25"), queries=snakemake.input.queries,
-                         filter_report=snakemake.output.filter_report, dropped_sample=snakemake.output.dropped_sample)
+                         filter_report=snakemake.output.filter_report, dropped_sample=snakemake.output.dropped_sample,
+                         denoise_scores=snakemake.input.get("denoise_scores"))

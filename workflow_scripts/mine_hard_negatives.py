@@ -11,4 +11,5 @@ with logged(snakemake.log[0]):
                         answers=snakemake.input.get("answers"), corpus=snakemake.input.corpus,
                         filters=NegativeFilters.from_settings(p, f"mining.{snakemake.wildcards.stage}"),
                         queries=snakemake.input.queries, filter_report=snakemake.output.filter_report,
-                        dropped_sample=snakemake.output.dropped_sample)
+                        dropped_sample=snakemake.output.dropped_sample,
+                        denoise_scores=snakemake.input.get("denoise_scores"))

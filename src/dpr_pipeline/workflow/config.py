@@ -21,13 +21,15 @@ from dpr_pipeline.data.readers import FORMATS, reader_of, split_files_problem
 from dpr_pipeline.data.text_files import dataset_folder
 from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.evaluation.metrics import parse_metric
-from dpr_pipeline.models.refs import resolve_model_path
+from dpr_pipeline.models.refs import is_hub_name, resolve_model_path
 from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
 from dpr_pipeline.reranking.score_fusion import weight_setting
+from dpr_pipeline.retrieval.negative_filters import NegativeFilters
 from dpr_pipeline.workflow.layout import model_stage
 from dpr_pipeline.training.schedule import check_micro_batch
-from dpr_pipeline.workflow.stages import (BIENCODER, CHAIN, FAMILIES, PRETRAINING, blocks, family_member, overriding_blocks, shared_block,
-                                          starts_named_by, trained_with)
+from dpr_pipeline.workflow.stages import (BIENCODER, CHAIN, FAMILIES, PRETRAINING, blocks, denoisers, family_member,
+                                          mined, overriding_blocks, reads_mined, shared_block, starts_named_by,
+                                          trained_with)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
 
@@ -271,6 +273,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
                               "or raise train_steps")
     check_micro_batches(config, name)
     check_model_settings(config, name)
+    check_denoise(config, name)
     check_fusion(config, name)
     check_selection_metric(config, name)
     rerank, search = stage_params(config, name, "reranker")["rerank_depth"], \
@@ -329,6 +332,57 @@ def check_model_settings(config: dict, name: str) -> None:
             resolve_model_path(value, offline_cache=False)
         except DataError as err:
             raise ConfigError(f"config key {setting}: {err}") from None
+
+
+def fill_denoise_defaults(config: dict, schema: dict) -> None:
+    """The schema's defaults in every ``mining.<stage>.denoise`` block that is on (top level and per dataset), in
+    place: the validator fills no default inside a block that may be null."""
+    defaults = {key: spec["default"] for key, spec in schema["$defs"]["denoise"]["properties"].items()
+                if "default" in spec}
+    for _, stages in _stage_blocks(config):
+        for block in ((stages or {}).get("mining") or {}).values():
+            if isinstance(block, dict) and isinstance(block.get("denoise"), dict):
+                block["denoise"] = {**defaults, **block["denoise"]}
+
+
+def check_denoise(config: dict, name: str) -> None:
+    """Each mined stage's ``denoise`` (``mining.<stage>.denoise``): a threshold on (the filters' own checks,
+    :class:`dpr_pipeline.retrieval.negative_filters.NegativeFilters`) and a model the mining can read. A chain
+    stage's model (``reranker``, or its folder ``results/<dataset>/reranker/model``) that depends on the stage's
+    mined negatives would make the mining wait for itself (the re-ranker trains on Retriever2's negatives, which
+    Retriever1's train and BM25's before them): refused, naming the key and the fix; so is a Hub name (no fetch
+    job fetches it) and a folder that is no model."""
+    mining = stage_params(config, name, "mining")
+    for stage in mined():
+        denoise = mining.get(stage, {}).get("denoise")
+        if denoise is None:
+            continue
+        own = "denoise" in config["datasets"][name].get("stages", {}).get("mining", {}).get(stage, {})
+        setting = f"{f'datasets.{name}.stages' if own else 'stages'}.mining.{stage}.denoise"
+        NegativeFilters.from_settings(mining[stage], setting.removesuffix(".denoise"))
+        model = denoise["model"]
+        made_by = model if model in denoisers() else model_stage(model, name)
+        if made_by is not None:
+            if made_by in denoisers() and not reads_mined(made_by, stage):
+                continue
+            why = (f"{made_by!r} trains on {stage}'s mined negatives (or on a model that does)"
+                   if made_by in [s.name for s in CHAIN] and reads_mined(made_by, stage) else
+                   f"{model!r} is a model this workflow makes for {name}, not a cross-encoder that can score the pool")
+            raise ConfigError(f"config key {setting}.model: {why}, so mining {stage} would wait for its own output "
+                              f"(a cycle). Fix: name a cross-encoder folder made outside this chain (a re-ranker "
+                              f"an earlier run trained, copied out of results/, or a sentence-transformers "
+                              f"CrossEncoder), or `reranker` only on a stage mined after the re-ranker")
+        if is_hub_name(model):
+            near = difflib.get_close_matches(model, denoisers(), n=1, cutoff=0.75)
+            hint = f"write {near[0]!r} if you mean the chain's {near[0]}, or " if near else ""
+            raise ConfigError(f"config key {setting}.model: {model!r} is neither a folder here nor "
+                              f"{' or '.join(repr(d) for d in denoisers())}, and Hub names are not fetched for "
+                              f"denoising. Fix: {hint}download the model into a folder (`huggingface-cli download "
+                              f"{model} --local-dir models/{model.replace('/', '--')}`) and name that folder")
+        try:
+            resolve_model_path(model, offline_cache=False)
+        except DataError as err:
+            raise ConfigError(f"config key {setting}.model: {err}") from None
 
 
 def check_pretrained_model_setting(setting: str, block: str, key: str, method: str) -> None:
@@ -449,7 +503,9 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
         if not isinstance(cause, jsonschema.ValidationError):
             raise
         raise _schema_error(cause, _path(cause).lstrip(".") or "(the top level)") from None
-    check_stage_overrides(config, yaml.safe_load(Path(schema_path).read_text()))
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    check_stage_overrides(config, schema)
+    fill_denoise_defaults(config, schema)
     check_config_values(config)
     return add_dev_splits(config)
 

@@ -38,6 +38,12 @@ def negatives_filter_files(stage: str, dataset: str = WILDCARD) -> dict[str, str
             "dropped_sample": stage_file(stage, "dropped_negatives_sample.jsonl", dataset)}
 
 
+def denoise_scores_file(stage: str, dataset: str = WILDCARD) -> str:
+    """A mined stage's pool scored by its denoising cross-encoder (``mining.<stage>.denoise``; rule
+    ``denoise_scores``): ``results/<dataset>/<stage>/denoise_scores.parquet``, read by the stage's mining job."""
+    return stage_file(stage, "denoise_scores.parquet", dataset)
+
+
 def data_file(name: str, dataset: str = WILDCARD) -> str:
     """An ingestion artifact: ``results/<dataset>/data/<name>`` (corpus, queries, qrels, answers, manifests)."""
     return stage_file("data", name, dataset)

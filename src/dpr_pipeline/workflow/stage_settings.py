@@ -19,13 +19,14 @@ from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import FILTER_KEYS as NEGATIVE_FILTERS
 from dpr_pipeline.training.schedule import STEP_KEYS
 from dpr_pipeline.workflow.config import RANDOM_GENERATOR, stage_params
-from dpr_pipeline.workflow.layout import PRETRAINING_START, stage_file
+from dpr_pipeline.workflow.layout import PRETRAINING_START, model_dir, stage_file
 from dpr_pipeline.workflow.stages import (
     ABLATION,
     BIENCODER,
     PRETRAINING,
     STAGE_LABELS,
     blocks,
+    denoisers,
     family_member,
     member,
     starting_stage,
@@ -256,9 +257,31 @@ def transfer_max_length(config: dict, target: str) -> dict:
 
 def mining(config: dict, dataset: str, stage: str) -> dict:
     """How negatives are drawn from ``stage``'s train-split run (`mining.<stage>`: depth, keep, seed, and the
-    filters that are on: a filter left at null is not handed on, so a run without filters keeps its params)."""
-    return {key: value for key, value in stage_params(config, dataset, "mining")[stage].items()
-            if not (key in NEGATIVE_FILTERS and value is None)}
+    filters that are on: a filter left at null is not handed on, so a run without filters keeps its params;
+    ``denoise`` with its model as the jobs load it, :func:`denoise_model`)."""
+    params = {key: value for key, value in stage_params(config, dataset, "mining")[stage].items()
+              if not (key in NEGATIVE_FILTERS and value is None)}
+    if "denoise" in params:
+        params["denoise"] = {**params["denoise"], "model": denoise_model(config, dataset, stage)}
+    return params
+
+
+def denoise_model(config: dict, dataset: str, stage: str) -> str | None:
+    """The cross-encoder that denoises ``stage``'s mined pool (`mining.<stage>.denoise.model`) as its job loads
+    it: a chain stage's word (``reranker``) is that stage's model folder, anything else as written; None: off."""
+    denoise = stage_params(config, dataset, "mining")[stage].get("denoise")
+    if denoise is None:
+        return None
+    return model_dir(denoise["model"], dataset) if denoise["model"] in denoisers() else denoise["model"]
+
+
+def denoise_scoring(config: dict, dataset: str, stage: str) -> dict:
+    """What the denoising scores' job of ``stage`` reads: the pool's ``depth``, the cross-encoder (``model``) and
+    its ``max_length``, ``batch_size``, ``bf16`` (not the thresholds: changing one re-runs the mining job only)."""
+    denoise = stage_params(config, dataset, "mining")[stage]["denoise"]
+    return {"depth": stage_params(config, dataset, "mining")[stage]["depth"],
+            "model": denoise_model(config, dataset, stage),
+            **{key: denoise[key] for key in ("max_length", "batch_size", "bf16")}}
 
 
 def search_depth(config: dict, dataset: str, stage: str, split: str, target: str | None = None) -> int:

@@ -33,7 +33,8 @@ class Kind:
 LEXICAL = Kind("lexical")                                                 # BM25: Lucene, on CPUs
 PRETRAINED_ENCODER = Kind("pre-trained encoder")                          # a start for the bi-encoders, not scored
 BIENCODER = Kind("bi-encoder", ("encode_corpus", "dense_search"))
-CROSS_ENCODER = Kind("cross-encoder", ("rerank", "teacher_scores_shard"))
+# denoise_scores: a cross-encoder's scores of a mined stage's pool (mining.<stage>.denoise), on one GPU
+CROSS_ENCODER = Kind("cross-encoder", ("rerank", "teacher_scores_shard", "denoise_scores"))
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,23 @@ def mined(kind: Kind | None = None) -> list[str]:
     ``negatives.parquet`` from its train-split run (config ``mining.<stage>``), as a stage's ``fed_by``."""
     feeding = {s.fed_by for s in CHAIN + FAMILIES}
     return [s.name for s in CHAIN if s.name in feeding and (kind is None or s.kind == kind)]
+
+
+def reads_mined(name: str, mined_stage: str) -> bool:
+    """Whether the model of stage ``name`` depends on ``mined_stage``'s mined negatives: it trains on them (its
+    ``fed_by``), or a stage it trains on, distils or starts from does (``fed_by``, ``teacher``, ``starts_from``,
+    followed back). Such a model cannot denoise that mining (``mining.<stage>.denoise.model``): a cycle."""
+    declared = stage(name)
+    if declared.fed_by == mined_stage:
+        return True
+    return any(reads_mined(earlier, mined_stage)
+               for earlier in (declared.fed_by, declared.teacher, *declared.starts_from) if earlier is not None)
+
+
+def denoisers() -> list[str]:
+    """The chain's trained cross-encoders, which ``mining.<stage>.denoise.model`` may name (for the stages mined
+    without them: :func:`reads_mined`)."""
+    return [s.name for s in CHAIN if s.kind == CROSS_ENCODER and s.trains]
 
 
 def fed_by(name: str) -> list[str]:
