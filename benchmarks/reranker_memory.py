@@ -18,19 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-
-from dpr_pipeline.models import devices  # noqa: E402
-from dpr_pipeline.training.cross_encoder import GROUP_SIZE, listwise_batch_loss  # noqa: E402
-from dpr_pipeline.training.distributed import Distributed  # noqa: E402
-from dpr_pipeline.training.trainer import _accumulate_gradients, _optimizer_step  # noqa: E402
+from dpr_pipeline.models import devices
+from dpr_pipeline.training.cross_encoder import GROUP_SIZE, listwise_batch_loss
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.trainer import _accumulate_gradients, _optimizer_step
 
 
 def parse_args():
