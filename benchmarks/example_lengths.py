@@ -92,14 +92,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--workloads", nargs="+", default=["retriever", "distill", "reranker", "encode"])
     parser.add_argument("--model", default=PLM, help="every step's start (a model reference)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="this fraction of every workload's claims and abstracts (a quick run: figures meaningless)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     if not uses_bf16(DEVICE, True):
         print("note: this CPU has no native bf16; the steps run in float32 (the jobs would too)")
 
-    corpus = read_jsonl(REPO / "data/scifact/corpus.jsonl.gz")[:256]
+    def scaled(count: int) -> int:
+        return max(1, round(count * args.scale))
+
+    corpus = read_jsonl(REPO / "data/scifact/corpus.jsonl.gz")[:scaled(256)]
     docs = [(doc["_id"], passage_text(doc.get("title"), doc["text"])) for doc in corpus]
-    claims = [query["text"] for query in read_jsonl(REPO / "data/scifact/queries.jsonl.gz")[:32]]
+    claims = [query["text"] for query in read_jsonl(REPO / "data/scifact/queries.jsonl.gz")[:scaled(32)]]
     tokenizer = load_tokenizer(args.model)
     results = {}
     for workload in args.workloads:
@@ -109,7 +114,7 @@ def main() -> None:
                              max_length=length, batch_size=64, bf16=True) for length in (256, 128)]
         elif workload in ("retriever", "distill"):
             model = biencoder.BiEncoder(load_text_encoder(args.model, attention_dropout=0.0))
-            queries, size = (32, 2) if workload == "retriever" else (16, 8)
+            queries, size = (scaled(32), 2) if workload == "retriever" else (scaled(16), 8)
             loss_of = (biencoder.contrastive_step(0.05) if workload == "retriever"
                        else biencoder.distillation_step(0.05, 0.2))
             groups = groups_of(claims[:queries], docs, size, scores=workload == "distill")
@@ -118,7 +123,7 @@ def main() -> None:
         else:
             model = load_cross_encoder(args.model, attention_dropout=0.0)
             steps = [training_step(model, listwise_batch_loss, make_collate(tokenizer, length),
-                                   groups_of(claims[:8], docs, size), 5e-5) for size, length in ((8, 256), (4, 192))]
+                                   groups_of(claims[:scaled(8)], docs, size), 5e-5) for size, length in ((8, 256), (4, 192))]
         results[workload] = compare(*steps, args.repeats)
         r = results[workload]
         print(f"{workload}: bundled {r['bundled_s']:.2f} s, shorter {r['shorter_s']:.2f} s, "

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bm25_search_memory import PASSAGE_WORDS, QUERY_WORDS, _texts, _zipf  # beside this script: sys.path[0]
+from bm25_search_memory import PASSAGE_WORDS, QUERY_WORDS, _texts, _zipf  # beside this script (Python puts its folder first)
 
 QUERIES_PER_PASSAGE = 502_939 / 8_841_823   # MS MARCO's train queries per passage
 
