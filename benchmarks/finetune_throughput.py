@@ -33,6 +33,7 @@ from dpr_pipeline.training.biencoder import BiEncoder, contrastive_step
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.trainer import _optimizer_step
 from dpr_pipeline.training.step_counts import count_ops_and_syncs
+from timing import timed  # beside this script
 
 
 def parse_args():
@@ -84,7 +85,7 @@ def main() -> None:
 
     with FlopCounterMode(display=False) as flops:
         step()  # also the warm-up
-    seconds = [devices.timed(step, device) for _ in range(args.steps)]
+    seconds = [timed(step, device) for _ in range(args.steps)]
     median = statistics.median(seconds)
     op_counts = count_ops_and_syncs(step, device)
     result = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"

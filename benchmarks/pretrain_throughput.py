@@ -2,18 +2,19 @@
 ``BertForMaskedLM`` step (30 % masking, loss on masked tokens) on the same batch, as a ratio.
 
 Both start from the same model (``--plm``) and step an AdamW optimizer on the same padded batch of SciFact
-passages; runs alternate (method, baseline, method, ...) after a warm-up step and the ratio is the median of the
-paired ratios (baseline seconds / method seconds), so machine noise largely cancels. On a GPU the steps run
-under bf16 autocast and the script also reports model FLOP utilisation: FLOPs of one step counted by
-``torch.utils.flop_counter`` divided by the step time and the GPU's peak dense bf16 rate (``--peak-tflops``).
+passages (``--corpus``: another BEIR folder's); runs alternate (method, baseline, method, ...) after a warm-up step
+and the ratio is the median of the paired ratios (baseline seconds / method seconds), so machine noise largely
+cancels. On a GPU the steps run under bf16 autocast and the script also reports model FLOP utilisation: FLOPs of one
+step counted by ``torch.utils.flop_counter`` divided by the step time and the GPU's peak dense bf16 rate
+(``--peak-tflops``).
 
     .venv/bin/python benchmarks/pretrain_throughput.py --output benchmarks/runs/pretrain_throughput.json
 
 ``--src`` names the ``src/`` folder the pipeline must be imported from, e.g. another checkout's for a
 before/after comparison (both runs measure against the same plain Hugging Face step, so their ratios compare): run
-it with ``PYTHONPATH=<that src>``; the script stops when the imported package is not from there; ``--device`` and ``--no-bf16`` choose where
-and in which precision; ``--compile`` times the method's step with its Transformer layers compiled
-(``pretrain.compile``; the plain Hugging Face step stays eager).
+it with ``PYTHONPATH=<that src>``; the script stops when the imported package is not from there. ``--device`` and
+``--no-bf16`` choose where and in which precision; ``--compile`` times the method's step with its Transformer layers
+compiled (``pretrain.compile``; the plain Hugging Face step stays eager).
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ import torch
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-REPO = Path(__file__).resolve().parents[1]
-
 from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.models import devices
 from dpr_pipeline.models import loading as models
@@ -41,6 +40,9 @@ from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_s
 from dpr_pipeline.pretraining.train import PassageData, PretrainingCollator, build_model, load_masked_lm, training_step
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.step_counts import count_ops_and_syncs
+from timing import timed  # beside this script
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_args():
@@ -53,6 +55,8 @@ def parse_args():
     parser.add_argument("--generator", default="random", help="'random' (small BERT, joint) or a model reference")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak dense bf16 (H100/H200: 989)")
     parser.add_argument("--workdir", type=Path, default=REPO / "benchmarks" / "runs" / "pretrain_data")
+    parser.add_argument("--corpus", type=Path, default=REPO / "data" / "scifact",
+                        help="the BEIR folder whose passages make the batches (tokenised once under --workdir)")
     parser.add_argument("--output", type=Path)
     parser.add_argument("--src", type=Path, help="the src/ folder the pipeline must come from (run with PYTHONPATH=it)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: the GPU when there is one)")
@@ -68,7 +72,7 @@ def corpus_tokens(args, tokenizer):
     corpus = args.workdir / "corpus.parquet"
     shard = args.workdir / f"tokens_{args.max_length}.parquet"
     if not corpus.exists():
-        ingest_corpus("beir", REPO / "data" / "scifact", corpus)
+        ingest_corpus("beir", args.corpus, corpus)
     if not shard.exists():
         tokenize_corpus_shard(args.plm, corpus, shard, shard=0, num_shards=1, max_length=args.max_length)
     counts = args.workdir / f"ngram_counts_{args.max_length}.npz"
@@ -162,8 +166,8 @@ def main() -> None:
         baseline_step(plain_batch)
         ours, theirs = [], []
         for _ in range(args.repeats):
-            ours.append(devices.timed(method_step, device))
-            theirs.append(devices.timed(lambda: baseline_step(plain_batch), device))
+            ours.append(timed(method_step, device))
+            theirs.append(timed(lambda: baseline_step(plain_batch), device))
         ratios = [(method_tokens / o) / (tokens / t) for o, t in zip(ours, theirs)]
         op_counts = {"method": count_ops_and_syncs(method_step, device),
                   "bert_mlm": count_ops_and_syncs(lambda: baseline_step(plain_batch), device)}

@@ -27,6 +27,7 @@ from dpr_pipeline.models import devices
 from dpr_pipeline.training.cross_encoder import GROUP_SIZE, listwise_batch_loss
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.trainer import _accumulate_gradients, _optimizer_step
+from timing import timed  # beside this script
 
 
 def parse_args():
@@ -71,7 +72,7 @@ def measure(args, device: torch.device, micro_batch_size: int) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     step()  # warm-up: the optimizer's states exist from here on
-    seconds = [devices.timed(step, device) for _ in range(args.steps)]
+    seconds = [timed(step, device) for _ in range(args.steps)]
     result = {"micro_batch_size": micro_batch_size, "step_s": seconds,
               "pairs_per_s": args.queries * args.group / statistics.median(seconds)}
     if device.type == "cuda":

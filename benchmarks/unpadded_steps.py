@@ -37,8 +37,6 @@ import torch
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-REPO = Path(__file__).resolve().parents[1]
-
 from dpr_pipeline.data.corpus_shards import passage_text
 from dpr_pipeline.models import devices
 from dpr_pipeline.models.embedding import load_text_encoder
@@ -52,6 +50,9 @@ from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collat
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group
 from dpr_pipeline.training.step_counts import count_ops_and_syncs
+from timing import timed  # beside this script
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_args():
@@ -175,8 +176,8 @@ def main() -> None:
                 model, loss_of, batch_of, transformer, packed = specs[name == "packed"]
                 run = runs[name]
                 with packed_attention_for(transformer, f"{stage} ({name})", None if packed else "the padded side"):
-                    run["s"].append(devices.timed(run["step"], device))
-                    run["model_s"].append(devices.timed(lambda: run["step"](run["made"]), device))
+                    run["s"].append(timed(run["step"], device))
+                    run["model_s"].append(timed(lambda: run["step"](run["made"]), device))
         entry = {"real_tokens": real, "slots": slots, "padding": 1 - real / slots, "tflop_real": flops / 1e12,
                  "ratio_packed_vs_padded": statistics.median(
                      p / q for p, q in zip(runs["padded"]["s"], runs["packed"]["s"])),

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-
 from dpr_pipeline.evaluation.seed_spread import rerun, seed_workdir, write_ablation_report
 from dpr_pipeline.evaluation.summary import read_metrics
 from dpr_pipeline.workflow.config import load_config, stage_params
 from dpr_pipeline.workflow.layout import stage_file
 from dpr_pipeline.workflow.stages import ABLATION, PRETRAINING, member
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:

@@ -7,6 +7,8 @@ one of the two."""
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import os
 import re
@@ -118,7 +120,8 @@ def test_pooled_vector_geometry(tiny, tmp_path):
     ingest_corpus("beir", write_beir(tmp_path / "raw"), corpus)
     done = run("experiments/pooled_vector_geometry.py", "--pooling", "cls", "--corpus", corpus, "--passages", 4,
                "--max-length", 32, tiny["bert"], tiny["mean"])
-    rows = [line for line in done.stdout.splitlines() if line.startswith((f"| {tiny['bert']} |", f"| {tiny['mean']} |"))]
+    rows = [line for line in done.stdout.splitlines()
+            if line.startswith((f"| {tiny['bert']} |", f"| {tiny['mean']} |"))]
     assert len(rows) == 2
     for row in rows:
         mean, sd = (float(cell) for cell in row.strip("| ").split(" | ")[1:])
@@ -195,10 +198,17 @@ def test_onnx_export_speed(tiny, tmp_path):
     assert result["agreement"]["onnx"]["min_cosine"] > 0.999
 
 
+def scifact_docs(count: int) -> list[tuple[str, str, str]]:
+    """SciFact's first ``count`` abstracts as (id, title, text)."""
+    with gzip.open(REPO / "data" / "scifact" / "corpus.jsonl.gz", "rt", encoding="utf-8") as lines:
+        return [(d["_id"], d.get("title", ""), d["text"]) for d in map(json.loads, itertools.islice(lines, count))]
+
+
 def test_pretrain_throughput(tiny, tmp_path):
     output = tmp_path / "pretrain.json"
+    corpus = write_beir(tmp_path / "raw", docs=scifact_docs(8))
     run("benchmarks/pretrain_throughput.py", "--plm", tiny["bert"], "--methods", "simlm", "mlm", "cocondenser",
-        "--batch-size", 2, "--max-length", 32, "--repeats", 1, "--device", "cpu", "--no-bf16",
+        "--corpus", corpus, "--batch-size", 2, "--max-length", 32, "--repeats", 1, "--device", "cpu", "--no-bf16",
         "--workdir", tmp_path / "data", "--output", output)
     result = json_of(output)
     assert set(result["methods"]) == {"simlm", "mlm", "cocondenser"}
@@ -281,7 +291,8 @@ SMOKED = {name.removeprefix("test_") for name in dir(sys.modules[__name__]) if n
 
 def test_every_script_is_run_by_a_test():
     names = {script: Path(script).stem for script in scripts()}
-    modules = {"scripts/rehearsal_runner.py", "scripts/job_memory.py"}  # imported by scripts/rehearsal.py
+    # modules the scripts beside them import: the rehearsal's, the benchmarks' timing
+    modules = {"scripts/rehearsal_runner.py", "scripts/job_memory.py", "benchmarks/timing.py"}
     unrun = [script for script, stem in names.items()
              if script not in RUN_ELSEWHERE and script not in modules and stem not in SMOKED]
     assert not unrun, f"scripts no test runs (add a case to tests/test_scripts.py): {unrun}"
