@@ -122,7 +122,8 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1, help="search (and indexing) threads")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--src", help="the `src` folder the searches import dpr_pipeline from (default: this one)")
+    parser.add_argument("--src", help="the `src` folder the searches import dpr_pipeline from "
+                                      "(default: the installed package)")
     parser.add_argument("--java-heap", help="bm25.java_heap for the searches, or `none` (default: search's default)")
     parser.add_argument("--label", default="", help="a name for this series in the outputs")
     parser.add_argument("--output", help="write the table as JSON here (and as markdown next to it, .md)")
@@ -132,8 +133,7 @@ def main() -> None:
     if args.child is not None:
         return _child(args)
 
-    src = Path(args.src or Path(__file__).resolve().parent.parent / "src").resolve()
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    src = Path(args.src).resolve() if args.src else None
     cache = Path(args.cache)
     build(cache, args.passages, max(args.queries), args.seed, args.threads)
     run_dir = cache / "runs" / (args.label or "default")
@@ -144,7 +144,7 @@ def main() -> None:
                    str(args.depth), "--threads", str(args.threads), "--run-dir", str(run_dir)]
         if args.java_heap is not None:
             command += ["--java-heap", args.java_heap]
-        env = {**os.environ, "PYTHONPATH": str(src)}
+        env = {**os.environ, **({"PYTHONPATH": str(src)} if src else {})}
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"search of {count} queries failed:\n{done.stderr[-3000:]}")
@@ -158,7 +158,7 @@ def main() -> None:
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         result = {"label": args.label, "passages": args.passages, "depth": args.depth, "threads": args.threads,
-                  "java_heap": args.java_heap, "src": str(src), "rows": rows}
+                  "java_heap": args.java_heap, "src": str(src) if src else None, "rows": rows}
         output.write_text(json.dumps(result, indent=2) + "\n")
         output.with_suffix(".md").write_text("\n".join(lines) + "\n")
 

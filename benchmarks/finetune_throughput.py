@@ -21,22 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import BertConfig, BertModel
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-
-from dpr_pipeline.models import devices  # noqa: E402
-from dpr_pipeline.models.embedding import TextEncoder  # noqa: E402
-from dpr_pipeline.training.biencoder import BiEncoder, contrastive_step  # noqa: E402
-from dpr_pipeline.training.distributed import Distributed  # noqa: E402
-from dpr_pipeline.training.trainer import _optimizer_step  # noqa: E402
-from dpr_pipeline.training.step_counts import count_ops_and_syncs  # noqa: E402
+from dpr_pipeline.models import devices
+from dpr_pipeline.models.embedding import TextEncoder
+from dpr_pipeline.training.biencoder import BiEncoder, contrastive_step
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.trainer import _optimizer_step
+from dpr_pipeline.training.step_counts import count_ops_and_syncs
+from timing import timed  # beside this script
 
 
 def parse_args():
@@ -88,7 +85,7 @@ def main() -> None:
 
     with FlopCounterMode(display=False) as flops:
         step()  # also the warm-up
-    seconds = [devices.timed(step, device) for _ in range(args.steps)]
+    seconds = [timed(step, device) for _ in range(args.steps)]
     median = statistics.median(seconds)
     op_counts = count_ops_and_syncs(step, device)
     result = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"

@@ -2,17 +2,19 @@
 ``BertForMaskedLM`` step (30 % masking, loss on masked tokens) on the same batch, as a ratio.
 
 Both start from the same model (``--plm``) and step an AdamW optimizer on the same padded batch of SciFact
-passages; runs alternate (method, baseline, method, ...) after a warm-up step and the ratio is the median of the
-paired ratios (baseline seconds / method seconds), so machine noise largely cancels. On a GPU the steps run
-under bf16 autocast and the script also reports model FLOP utilisation: FLOPs of one step counted by
-``torch.utils.flop_counter`` divided by the step time and the GPU's peak dense bf16 rate (``--peak-tflops``).
+passages (``--corpus``: another BEIR folder's); runs alternate (method, baseline, method, ...) after a warm-up step
+and the ratio is the median of the paired ratios (baseline seconds / method seconds), so machine noise largely
+cancels. On a GPU the steps run under bf16 autocast and the script also reports model FLOP utilisation: FLOPs of one
+step counted by ``torch.utils.flop_counter`` divided by the step time and the GPU's peak dense bf16 rate
+(``--peak-tflops``).
 
     .venv/bin/python benchmarks/pretrain_throughput.py --output benchmarks/runs/pretrain_throughput.json
 
-``--src`` imports the pipeline from another checkout's ``src/`` (a before/after comparison: both runs measure
-against the same plain Hugging Face step, so their ratios compare); ``--device`` and ``--no-bf16`` choose where
-and in which precision; ``--compile`` times the method's step with its Transformer layers compiled
-(``pretrain.compile``; the plain Hugging Face step stays eager).
+``--src`` names the ``src/`` folder the pipeline must be imported from, e.g. another checkout's for a
+before/after comparison (both runs measure against the same plain Hugging Face step, so their ratios compare): run
+it with ``PYTHONPATH=<that src>``; the script stops when the imported package is not from there. ``--device`` and
+``--no-bf16`` choose where and in which precision; ``--compile`` times the method's step with its Transformer layers
+compiled (``pretrain.compile``; the plain Hugging Face step stays eager).
 """
 
 from __future__ import annotations
@@ -27,21 +29,20 @@ import torch
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-REPO = Path(__file__).resolve().parents[1]
-_SRC = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--src"), str(REPO / "src"))
-sys.path.insert(0, _SRC)
-
-from dpr_pipeline.data.ingest import ingest_corpus  # noqa: E402
+from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.models import devices
-from dpr_pipeline.models import loading as models  # noqa: E402
-from dpr_pipeline.pretraining.masking import bert_corrupt, random_mask  # noqa: E402
-from dpr_pipeline.pretraining.methods import METHODS, pretraining_method  # noqa: E402
-from dpr_pipeline.pretraining.objectives import SpecialTokens  # noqa: E402
-from dpr_pipeline.pretraining.token_importance import NgramCounts, write_corpus_ngram_counts  # noqa: E402
-from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard  # noqa: E402
-from dpr_pipeline.pretraining.train import PassageData, PretrainingCollator, build_model, load_masked_lm, training_step  # noqa: E402
-from dpr_pipeline.training.distributed import Distributed  # noqa: E402
-from dpr_pipeline.training.step_counts import count_ops_and_syncs  # noqa: E402
+from dpr_pipeline.models import loading as models
+from dpr_pipeline.pretraining.masking import bert_corrupt, random_mask
+from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
+from dpr_pipeline.pretraining.objectives import SpecialTokens
+from dpr_pipeline.pretraining.token_importance import NgramCounts, write_corpus_ngram_counts
+from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard
+from dpr_pipeline.pretraining.train import PassageData, PretrainingCollator, build_model, load_masked_lm, training_step
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.step_counts import count_ops_and_syncs
+from timing import timed  # beside this script
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_args():
@@ -54,8 +55,10 @@ def parse_args():
     parser.add_argument("--generator", default="random", help="'random' (small BERT, joint) or a model reference")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak dense bf16 (H100/H200: 989)")
     parser.add_argument("--workdir", type=Path, default=REPO / "benchmarks" / "runs" / "pretrain_data")
+    parser.add_argument("--corpus", type=Path, default=REPO / "data" / "scifact",
+                        help="the BEIR folder whose passages make the batches (tokenised once under --workdir)")
     parser.add_argument("--output", type=Path)
-    parser.add_argument("--src", default=str(REPO / "src"), help="the src/ folder to import the pipeline from")
+    parser.add_argument("--src", type=Path, help="the src/ folder the pipeline must come from (run with PYTHONPATH=it)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: the GPU when there is one)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the method's Transformer layers (pretrain.compile) after the FLOP count")
@@ -69,7 +72,7 @@ def corpus_tokens(args, tokenizer):
     corpus = args.workdir / "corpus.parquet"
     shard = args.workdir / f"tokens_{args.max_length}.parquet"
     if not corpus.exists():
-        ingest_corpus("beir", REPO / "data" / "scifact", corpus)
+        ingest_corpus("beir", args.corpus, corpus)
     if not shard.exists():
         tokenize_corpus_shard(args.plm, corpus, shard, shard=0, num_shards=1, max_length=args.max_length)
     counts = args.workdir / f"ngram_counts_{args.max_length}.npz"
@@ -123,6 +126,9 @@ def pretraining_step(method: str, params: dict, tokenizer, special, corpus, coun
 
 def main() -> None:
     args = parse_args()
+    imported = Path(devices.__file__).resolve().parents[2]
+    if args.src is not None and imported != args.src.resolve():
+        sys.exit(f"--src {args.src}: dpr_pipeline was imported from {imported}; run with PYTHONPATH={args.src}")
     device = torch.device(args.device) if args.device else devices.default_device()
     autocast = devices.autocast(device, bf16=args.bf16)  # bf16 on a GPU or a CPU with AMX/AVX512-BF16 (both methods)
     tokenizer = models.load_tokenizer(args.plm)
@@ -160,8 +166,8 @@ def main() -> None:
         baseline_step(plain_batch)
         ours, theirs = [], []
         for _ in range(args.repeats):
-            ours.append(devices.timed(method_step, device))
-            theirs.append(devices.timed(lambda: baseline_step(plain_batch), device))
+            ours.append(timed(method_step, device))
+            theirs.append(timed(lambda: baseline_step(plain_batch), device))
         ratios = [(method_tokens / o) / (tokens / t) for o, t in zip(ours, theirs)]
         op_counts = {"method": count_ops_and_syncs(method_step, device),
                   "bert_mlm": count_ops_and_syncs(lambda: baseline_step(plain_batch), device)}

@@ -18,19 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-
-from dpr_pipeline.models import devices  # noqa: E402
-from dpr_pipeline.training.cross_encoder import GROUP_SIZE, listwise_batch_loss  # noqa: E402
-from dpr_pipeline.training.distributed import Distributed  # noqa: E402
-from dpr_pipeline.training.trainer import _accumulate_gradients, _optimizer_step  # noqa: E402
+from dpr_pipeline.models import devices
+from dpr_pipeline.training.cross_encoder import GROUP_SIZE, listwise_batch_loss
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.trainer import _accumulate_gradients, _optimizer_step
+from timing import timed  # beside this script
 
 
 def parse_args():
@@ -76,7 +73,7 @@ def measure(args, device: torch.device, micro_batch_size: int) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     step()  # warm-up: the optimizer's states exist from here on
-    seconds = [devices.timed(step, device) for _ in range(args.steps)]
+    seconds = [timed(step, device) for _ in range(args.steps)]
     result = {"micro_batch_size": micro_batch_size, "step_s": seconds,
               "pairs_per_s": args.queries * args.group / statistics.median(seconds)}
     if device.type == "cuda":

@@ -21,15 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+from dpr_pipeline.data.schemas import read_artifact
+from dpr_pipeline.reranking.teacher_scores import score_teacher_shard
+from dpr_pipeline.workflow import stage_settings
+from dpr_pipeline.workflow.config import load_config
+from dpr_pipeline.workflow.layout import data_file, stage_file
+from dpr_pipeline.workflow.stages import stage
 
-from dpr_pipeline.data.schemas import read_artifact  # noqa: E402
-from dpr_pipeline.reranking.teacher_scores import score_teacher_shard  # noqa: E402
-from dpr_pipeline.workflow import stage_settings  # noqa: E402
-from dpr_pipeline.workflow.config import load_config  # noqa: E402
-from dpr_pipeline.workflow.layout import data_file, stage_file  # noqa: E402
-from dpr_pipeline.workflow.stages import stage  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def flat_scores(path: Path) -> np.ndarray:
@@ -44,18 +43,21 @@ def main() -> None:
     parser.add_argument("--shard", type=int, default=0)
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=REPO,
+                        help="the finished run's working directory (its results/; default: this checkout)")
+    parser.add_argument("--configfile", type=Path, default=REPO / "config.yaml")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
-    config = load_config(REPO / "config.yaml")
+    config = load_config(args.configfile)
     params = stage_settings.reranker(config, args.dataset)
     draws = stage_settings.teacher_draws(config, args.dataset)
     if draws is None:
         sys.exit(f"{args.dataset}: stages.reranker.teacher_pairs is all; the comparison needs drawn")
-    inputs = [REPO / stage_file("reranker", "model", args.dataset),
-              REPO / stage_file(stage("reranker").fed_by, "negatives.parquet", args.dataset),
-              REPO / data_file("passages.arrow", args.dataset),
-              REPO / data_file("queries_train.parquet", args.dataset)]
+    inputs = [args.workdir / stage_file("reranker", "model", args.dataset),
+              args.workdir / stage_file(stage("reranker").fed_by, "negatives.parquet", args.dataset),
+              args.workdir / data_file("passages.arrow", args.dataset),
+              args.workdir / data_file("queries_train.parquet", args.dataset)]
     seconds = {"all": [], "drawn": []}
     with tempfile.TemporaryDirectory() as tmp:
         outputs = {name: Path(tmp) / f"{name}.parquet" for name in seconds}

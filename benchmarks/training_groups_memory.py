@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bm25_search_memory import PASSAGE_WORDS, QUERY_WORDS, _texts, _zipf  # noqa: E402
+# beside this script: Python puts a script's folder first on its path
+from bm25_search_memory import PASSAGE_WORDS, QUERY_WORDS, _texts, _zipf
 
 QUERIES_PER_PASSAGE = 502_939 / 8_841_823   # MS MARCO's train queries per passage
 
@@ -109,7 +109,8 @@ def main() -> None:
     parser.add_argument("--negatives-per-query", type=int, default=15, help="drawn per group (Table 13: 15)")
     parser.add_argument("--processes", type=int, default=2, help="ranks started at once")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--src", help="the `src` folder the ranks import dpr_pipeline from (default: this one)")
+    parser.add_argument("--src", help="the `src` folder the ranks import dpr_pipeline from "
+                                      "(default: the installed package)")
     parser.add_argument("--label", default="", help="a name for this series in the outputs")
     parser.add_argument("--output", help="write the table as JSON here (and as markdown next to it, .md)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -118,9 +119,8 @@ def main() -> None:
     if args.child is not None:
         return _child(Path(args.child), args.negatives_per_query, Path(args.barrier), args.processes)
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    src = Path(args.src or Path(__file__).resolve().parent.parent / "src").resolve()
-    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
+    src = {"PYTHONPATH": str(Path(args.src).resolve())} if args.src else {}
+    env = {**os.environ, **src, "OMP_NUM_THREADS": "1"}
     rows = []
     for passages in args.passages:
         folder = Path(args.cache) / str(passages)

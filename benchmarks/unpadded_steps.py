@@ -30,7 +30,6 @@ import argparse
 import gzip
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,22 +37,22 @@ import torch
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+from dpr_pipeline.data.corpus_shards import passage_text
+from dpr_pipeline.models import devices
+from dpr_pipeline.models.embedding import load_text_encoder
+from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
+from dpr_pipeline.models import packing
+from dpr_pipeline.models.packing import packed_attention_for
+from dpr_pipeline.pretraining.objectives import SpecialTokens
+from dpr_pipeline.pretraining.train import PretrainingCollator, build_model, default_step
+from dpr_pipeline.training import biencoder
+from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.groups import Group
+from dpr_pipeline.training.step_counts import count_ops_and_syncs
+from timing import timed  # beside this script
 
-from dpr_pipeline.data.corpus_shards import passage_text  # noqa: E402
-from dpr_pipeline.models import devices  # noqa: E402
-from dpr_pipeline.models.embedding import load_text_encoder  # noqa: E402
-from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer  # noqa: E402
-from dpr_pipeline.models import packing  # noqa: E402
-from dpr_pipeline.models.packing import packed_attention_for  # noqa: E402
-from dpr_pipeline.pretraining.objectives import SpecialTokens  # noqa: E402
-from dpr_pipeline.pretraining.train import PretrainingCollator, build_model, default_step  # noqa: E402
-from dpr_pipeline.training import biencoder  # noqa: E402
-from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate  # noqa: E402
-from dpr_pipeline.training.distributed import Distributed  # noqa: E402
-from dpr_pipeline.training.groups import Group  # noqa: E402
-from dpr_pipeline.training.step_counts import count_ops_and_syncs  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_args():
@@ -177,8 +176,8 @@ def main() -> None:
                 model, loss_of, batch_of, transformer, packed = specs[name == "packed"]
                 run = runs[name]
                 with packed_attention_for(transformer, f"{stage} ({name})", None if packed else "the padded side"):
-                    run["s"].append(devices.timed(run["step"], device))
-                    run["model_s"].append(devices.timed(lambda: run["step"](run["made"]), device))
+                    run["s"].append(timed(run["step"], device))
+                    run["model_s"].append(timed(lambda: run["step"](run["made"]), device))
         entry = {"real_tokens": real, "slots": slots, "padding": 1 - real / slots, "tflop_real": flops / 1e12,
                  "ratio_packed_vs_padded": statistics.median(
                      p / q for p, q in zip(runs["padded"]["s"], runs["packed"]["s"])),

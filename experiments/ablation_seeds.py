@@ -18,14 +18,13 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+from dpr_pipeline.evaluation.seed_spread import rerun, seed_workdir, write_ablation_report
+from dpr_pipeline.evaluation.summary import read_metrics
+from dpr_pipeline.workflow.config import load_config, stage_params
+from dpr_pipeline.workflow.layout import stage_file
+from dpr_pipeline.workflow.stages import ABLATION, PRETRAINING, member
 
-from dpr_pipeline.evaluation.seed_spread import rerun, seed_workdir, write_ablation_report  # noqa: E402
-from dpr_pipeline.evaluation.summary import read_metrics  # noqa: E402
-from dpr_pipeline.workflow.config import load_config, stage_params  # noqa: E402
-from dpr_pipeline.workflow.layout import stage_file  # noqa: E402
-from dpr_pipeline.workflow.stages import ABLATION, PRETRAINING, member  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -35,6 +34,8 @@ def main() -> None:
     parser.add_argument("--dataset", default="scifact")
     parser.add_argument("--configfile", type=Path, default=REPO / "config.yaml")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=REPO,
+                        help="the finished run's working directory (its results/ and data/; default: this checkout)")
     args = parser.parse_args()
 
     raw = load_config(args.configfile)  # validated: the seeds' configs are this one with the seeds changed
@@ -45,15 +46,15 @@ def main() -> None:
         sys.exit(f"pretrain.seed and retriever.seed differ ({sorted(configured)}): set them equal, so the "
                  "finished ablation is one seed's row")
     (seed,) = configured
-    stem = Path(REPO / stage_file(ABLATION.name, "seeds", args.dataset))
+    stem = args.workdir / stage_file(ABLATION.name, "seeds", args.dataset)
     runs = {}
     for method in methods:  # the report is rewritten after each row: a stopped run keeps the rows it finished
         stage = member(ABLATION, method)
-        runs[method] = {seed: read_metrics(REPO / stage_file(stage, "metrics.json", args.dataset))}
+        runs[method] = {seed: read_metrics(args.workdir / stage_file(stage, "metrics.json", args.dataset))}
         for other in args.seeds:
             if other != seed:
-                workdir = seed_workdir(REPO, as_written, args.dataset, stage, other)
-                runs[method][other] = read_metrics(rerun(REPO, workdir, args.dataset, stage, args.cores))
+                rerun_dir = seed_workdir(args.workdir, as_written, args.dataset, stage, other)
+                runs[method][other] = read_metrics(rerun(REPO, rerun_dir, args.dataset, stage, args.cores))
         write_ablation_report(stem, runs)
     print(stem.with_suffix(".md").read_text(encoding="utf-8"))
 

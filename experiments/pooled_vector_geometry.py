@@ -14,18 +14,14 @@ mean pooling), whatever pooling a folder records.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-
-from dpr_pipeline.data.corpus_shards import passage_text  # noqa: E402
-from dpr_pipeline.models.embedding import POOLING_MODES, pool  # noqa: E402
-from dpr_pipeline.models.loading import load_encoder, load_tokenizer  # noqa: E402
+from dpr_pipeline.data.corpus_shards import passage_text
+from dpr_pipeline.models.embedding import POOLING_MODES, pool
+from dpr_pipeline.models.loading import load_encoder, load_tokenizer
 
 
 @torch.no_grad()

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+from dpr_pipeline.workflow.stages import STAGE_BELOW
+from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES, rerun, seed_workdir, write_report
+from dpr_pipeline.evaluation.summary import read_metrics
+from dpr_pipeline.workflow.config import load_config, stage_params
+from dpr_pipeline.workflow.layout import dataset_file, stage_file
 
-from dpr_pipeline.workflow.stages import STAGE_BELOW  # noqa: E402
-from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES, rerun, seed_workdir, write_report  # noqa: E402
-from dpr_pipeline.evaluation.summary import read_metrics  # noqa: E402
-from dpr_pipeline.workflow.config import load_config, stage_params  # noqa: E402
-from dpr_pipeline.workflow.layout import dataset_file, stage_file  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -34,20 +33,22 @@ def main() -> None:
     parser.add_argument("--dataset", default="scifact")
     parser.add_argument("--configfile", type=Path, default=REPO / "config.yaml")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=REPO,
+                        help="the finished run's working directory (its results/ and data/; default: this checkout)")
     args = parser.parse_args()
 
     raw = load_config(args.configfile)  # validated: the seeds' configs are this one with one seed changed
     as_written = yaml.safe_load(args.configfile.read_text(encoding="utf-8"))
     configured = stage_params(raw, args.dataset, SEEDED_STAGES[args.stage])["seed"]
-    runs = {configured: read_metrics(REPO / stage_file(args.stage, "metrics.json", args.dataset))}
+    runs = {configured: read_metrics(args.workdir / stage_file(args.stage, "metrics.json", args.dataset))}
     for seed in args.seeds:
         if seed == configured:
             continue
-        workdir = seed_workdir(REPO, as_written, args.dataset, args.stage, seed)
-        runs[seed] = read_metrics(rerun(REPO, workdir, args.dataset, args.stage, args.cores))
+        rerun_dir = seed_workdir(args.workdir, as_written, args.dataset, args.stage, seed)
+        runs[seed] = read_metrics(rerun(REPO, rerun_dir, args.dataset, args.stage, args.cores))
     below = STAGE_BELOW[args.stage]
-    lower = read_metrics(REPO / stage_file(below, "metrics.json", args.dataset))
-    stem = REPO / dataset_file(f"seed_spread_{args.stage}", args.dataset)
+    lower = read_metrics(args.workdir / stage_file(below, "metrics.json", args.dataset))
+    stem = args.workdir / dataset_file(f"seed_spread_{args.stage}", args.dataset)
     write_report(Path(stem), args.stage, below, runs, lower)
     print(Path(stem).with_suffix(".md").read_text(encoding="utf-8"))
 

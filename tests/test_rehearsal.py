@@ -16,10 +16,12 @@ from conftest import REPO
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_official_negatives, ingest_split
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models.loading import load_tokenizer
-from dpr_pipeline.rehearsal import runner as rehearsal
-from dpr_pipeline.rehearsal.job_memory import JobMemoryMonitor, slurm_job_of, status_memory_mb
-from dpr_pipeline.rehearsal.runner import HEADROOM, extrapolate, parse_sacct, slurm_jobs
-from dpr_pipeline.rehearsal.synthetic_msmarco import Sizes, lognormal_lengths, write_synthetic_msmarco
+
+# scripts/rehearsal.py's own modules, beside it in scripts/ (on the tests' path: pyproject's pythonpath)
+import rehearsal_runner as rehearsal
+from job_memory import JobMemoryMonitor, slurm_job_of, status_memory_mb
+from rehearsal_runner import HEADROOM, extrapolate, parse_sacct, slurm_jobs
+from synthetic_msmarco import Sizes, lognormal_lengths, write_synthetic_msmarco
 
 MEASURED = REPO / "benchmarks" / "rehearsal"
 STANDIN_FILES = yaml.safe_load((REPO / "benchmarks" / "rehearsal" / "config.yaml").read_text())[

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -108,14 +107,3 @@ def autocast(device: torch.device, bf16: bool) -> contextlib.AbstractContextMana
     if uses_bf16(device, bf16):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def timed(step, device: torch.device) -> float:
-    """Seconds ``step()`` takes on ``device``, the GPU's queued work included (synchronised before and after)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    began = time.perf_counter()
-    step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - began

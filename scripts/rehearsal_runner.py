@@ -1,6 +1,6 @@
-"""The scale rehearsal (docs/cluster.md, "Scale rehearsal"): the msmarco chain through ``--profile slurm`` on
-synthetic MS MARCO at a fraction (:mod:`dpr_pipeline.rehearsal.synthetic_msmarco`), every job's peak memory
-(:mod:`dpr_pipeline.rehearsal.job_memory`) and wall time, and the extrapolation to the full collection that is compared
+"""The scale rehearsal's library, beside ``scripts/rehearsal.py`` which imports it (docs/cluster.md, "Scale rehearsal"):
+the msmarco chain through ``--profile slurm`` on synthetic MS MARCO at a fraction (``synthetic_msmarco``), every
+job's peak memory (``job_memory``) and wall time, and the extrapolation to the full collection that is compared
 with the msmarco entry's requests.
 
 ``scripts/rehearsal.py`` runs one fraction and writes ``benchmarks/rehearsal/f<fraction>/jobs.csv`` (one row per
@@ -17,11 +17,11 @@ import pandas as pd
 import yaml
 
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.rehearsal.synthetic_msmarco import FULL
 from dpr_pipeline.workflow.config import stage_params, validate_config
 from dpr_pipeline.workflow.resources import job_resources
 from dpr_pipeline.workflow.stage_settings import training_processes
 from dpr_pipeline.workflow.stages import GPU_TRAINING_RULES
+from synthetic_msmarco import FULL
 
 #: Columns of a run's jobs.csv.
 JOB_COLUMNS = ["rule", "wildcards", "slurm_job", "state", "wall_s", "peak_mb", "sum_rss_mb", "process_hwm_mb",
@@ -91,7 +91,7 @@ def sacct(job_ids) -> dict[str, dict]:
 
 def job_table(jobs: dict[str, tuple[str, str]], accounting: dict[str, dict], peaks: dict) -> pd.DataFrame:
     """One row per Slurm job (:data:`JOB_COLUMNS`): its rule and wildcards, Slurm's state, wall time and MaxRSS,
-    and the monitor's peak (``peaks``: job id -> :class:`dpr_pipeline.rehearsal.job_memory.JobPeak`)."""
+    and the monitor's peak (``peaks``: job id -> :class:`job_memory.JobPeak`)."""
     rows = []
     for job, (rule, wildcards) in jobs.items():
         peak, account = peaks.get(job), accounting.get(job, {})
