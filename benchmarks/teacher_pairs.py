@@ -26,10 +26,10 @@ sys.path.insert(0, str(REPO / "src"))
 
 from dpr_pipeline.data.schemas import read_artifact  # noqa: E402
 from dpr_pipeline.reranking.teacher_scores import score_teacher_shard  # noqa: E402
-from dpr_pipeline.workflow import stage_settings  # noqa: E402
-from dpr_pipeline.workflow.config import load_config  # noqa: E402
-from dpr_pipeline.workflow.layout import data_file, stage_file  # noqa: E402
-from dpr_pipeline.workflow.stages import stage  # noqa: E402
+from dpr_pipeline.orchestration import stage_settings  # noqa: E402
+from dpr_pipeline.orchestration.config import load_config  # noqa: E402
+from dpr_pipeline.layout import data_file, stage_file  # noqa: E402
+from dpr_pipeline.stages import stage  # noqa: E402
 
 
 def flat_scores(path: Path) -> np.ndarray:

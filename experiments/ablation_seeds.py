@@ -23,9 +23,9 @@ sys.path.insert(0, str(REPO / "src"))
 
 from dpr_pipeline.evaluation.seed_spread import rerun, seed_workdir, write_ablation_report  # noqa: E402
 from dpr_pipeline.evaluation.summary import read_metrics  # noqa: E402
-from dpr_pipeline.workflow.config import load_config, stage_params  # noqa: E402
-from dpr_pipeline.workflow.layout import stage_file  # noqa: E402
-from dpr_pipeline.workflow.stages import ABLATION, PRETRAINING, member  # noqa: E402
+from dpr_pipeline.orchestration.config import load_config, stage_params  # noqa: E402
+from dpr_pipeline.layout import stage_file  # noqa: E402
+from dpr_pipeline.stages import ABLATION, PRETRAINING, member  # noqa: E402
 
 
 def main() -> None:

@@ -21,9 +21,9 @@ sys.path.insert(0, str(REPO / "src"))
 from dpr_pipeline.data.dev_split import dev_split_of  # noqa: E402
 from dpr_pipeline.retrieval.negatives import mine_hard_negatives  # noqa: E402
 from dpr_pipeline.training.cross_encoder import listwise_loss_of  # noqa: E402
-from dpr_pipeline.workflow.config import load_config, stage_params  # noqa: E402
-from dpr_pipeline.workflow.layout import data_file, stage_file  # noqa: E402
-from dpr_pipeline.workflow.stages import stage  # noqa: E402
+from dpr_pipeline.orchestration.config import load_config, stage_params  # noqa: E402
+from dpr_pipeline.layout import data_file, stage_file  # noqa: E402
+from dpr_pipeline.stages import stage  # noqa: E402
 
 
 def held_out_reranker_loss(config: dict, dataset: str) -> dict:

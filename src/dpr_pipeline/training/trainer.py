@@ -114,7 +114,7 @@ class _BatchesAhead:
 
 class TrainingStopped(PipelineError, RuntimeError):
     """A training stopped by a signal after saving the checkpoint of the step it reached; a rerun resumes there.
-    Not a bug: the job's report is this message, without a traceback (``workflow.job_log.logged``)."""
+    Not a bug: the job's report is this message, without a traceback (``orchestration.job_log.logged``)."""
 
     def __init__(self, description: str, signal_name: str, step: int, steps: int, checkpoint: Path):
         self.step = step
@@ -354,7 +354,7 @@ def stop_signals():
 
 
 #: Beside a training's checkpoints, one line per stop by a signal (step, signal): the job's next attempts are
-#: continuations, not failures (:func:`dpr_pipeline.workflow.resources.continuations`).
+#: continuations, not failures (:func:`dpr_pipeline.orchestration.resources.continuations`).
 STOPS_FILE = "stops.jsonl"
 
 
