@@ -1,4 +1,4 @@
-"""Model cards (src/dpr_pipeline/models/card.py): the card a training job writes into its model folder (write_job_card,
+"""Model cards (src/dpr_pipeline/orchestration/card.py): the card a training job writes into its model folder (write_job_card,
 before write_job_manifest), and the release folder with the stage's metrics per split, which loads in
 sentence-transformers
 as the model folder does."""
@@ -17,8 +17,8 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.metrics import NOT_SPLITS
-from dpr_pipeline.models import card as model_card
-from dpr_pipeline.models.card import write_job_card
+from dpr_pipeline.orchestration import card as model_card
+from dpr_pipeline.orchestration.card import write_job_card
 from dpr_pipeline.models.embedding import TextEncoder, load_text_encoder, save_text_encoder
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.retrieval.encode import encode_texts

@@ -1,5 +1,5 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
-from dpr_pipeline.models.card import write_job_card
+from dpr_pipeline.orchestration.card import write_job_card
 from dpr_pipeline.models.embedding import save_starting_model
 from dpr_pipeline.orchestration.job_log import logged
 from dpr_pipeline.orchestration.manifests import write_job_manifest

@@ -7,7 +7,7 @@ Everything else asks this module instead of listing stage names: the stage lists
 (``STAGES``, ``BIENCODERS``, ``TRAINED_STAGES``, …), the rules' inputs (which negatives train a stage, which run the
 re-ranker re-ranks, which stages are mined), the summary's labels, a bi-encoder's config block, the loss curves'
 and score distributions' titles (:mod:`dpr_pipeline.report.plots`), the model card's prose
-(:mod:`dpr_pipeline.models.card`),
+(:mod:`dpr_pipeline.orchestration.card`),
 the settings a training error names (:mod:`dpr_pipeline.training.launch`, :mod:`dpr_pipeline.training.trainer`),
 the rules that ask for GPUs (:mod:`dpr_pipeline.orchestration.resources`) and the conda environment of the rules that run
 PyTorch

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dpr_pipeline.atomic_writes import atomic_output
-from dpr_pipeline.models.card import write_job_card
+from dpr_pipeline.orchestration.card import write_job_card
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.selection_record import (START, describe, read_selection, selection_record,
                                                     teacher_below_start, write_selection)
