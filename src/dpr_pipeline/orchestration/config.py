@@ -22,7 +22,7 @@ from dpr_pipeline.data.text_files import dataset_folder
 from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.evaluation.metrics import parse_metric
 from dpr_pipeline.models.refs import resolve_model_path
-from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
+from dpr_pipeline.pretraining.methods import METHODS, RANDOM_GENERATOR, pretraining_method
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.layout import model_stage
 from dpr_pipeline.stages import (BIENCODER, PRETRAINING, blocks, family_member, overriding_blocks, shared_block,
@@ -31,8 +31,6 @@ from dpr_pipeline.stages import (BIENCODER, PRETRAINING, blocks, family_member, 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
 
 
-#: ``pretrain.generator: random``: a small BERT trained jointly instead of a pre-trained generator.
-RANDOM_GENERATOR = "random"
 #: The settings that name a model, (block, key) -> the words it takes instead of a model reference (resolved by
 #: :mod:`dpr_pipeline.orchestration.stage_settings` and the pre-training): ``pretrain``, and the trained stages a block's
 # stages

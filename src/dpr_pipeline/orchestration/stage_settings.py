@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dpr_pipeline.data.dev_split import dev_split_of
 from dpr_pipeline.models.hub_fetch import model_source
+from dpr_pipeline.pretraining.methods import RANDOM_GENERATOR
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import FILTER_KEYS as NEGATIVE_FILTERS
 from dpr_pipeline.training.schedule import STEP_KEYS
-from dpr_pipeline.orchestration.config import RANDOM_GENERATOR, stage_params
+from dpr_pipeline.orchestration.config import stage_params
 from dpr_pipeline.layout import PRETRAINING_START, stage_file
 from dpr_pipeline.stages import (
     ABLATION,
