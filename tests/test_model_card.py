@@ -268,7 +268,7 @@ def test_the_cards_code_gives_the_pipelines_vectors(tmp_path: Path, pooling: str
 def test_the_reranker_cards_code_gives_the_pipelines_scores(tmp_path: Path):
     from transformers import AutoModelForSequenceClassification
 
-    from dpr_pipeline.reranking.scoring import score_pairs
+    from dpr_pipeline.models.pair_scoring import score_pairs
 
     torch.manual_seed(0)
     folder = tmp_path / "model"
