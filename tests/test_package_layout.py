@@ -1,6 +1,7 @@
 """The package's layout (docs/architecture.md, "Which module owns what"): every subpackage and module named in its
-table, no import circle (late imports included), and every import of the package itself at a module's top but where
-a module that Snakemake reads when it plans defers one that loads a heavy dependency (``# heavy: <package>``)."""
+table, no import circle (late imports included), the layers read top to bottom (an import back up only where the
+page lists it with its reason, at most 5), and every import of the package itself at a module's top but where a
+module that Snakemake reads when it plans defers one that loads a heavy dependency (``# heavy: <package>``)."""
 
 import ast
 import re
@@ -77,11 +78,17 @@ def test_snakemake_plans_without_torch():
     assert out.stdout.strip() == "[]"
 
 
-def test_no_import_circle():
+def import_graph() -> dict[str, set[str]]:
+    """Each module's imports of the package's modules, the deferred ones included."""
     graph = {name: package_imports(path)[0] - {name} for name, path in MODULES.items()}
-    for path in MODULES.values():  # the deferred ones count too
+    for path in MODULES.values():
         for line in package_imports(path)[1]:
             graph[line.split(":")[0]] |= set(line.split(" | ")[1].split()[1:]) if " | " in line else set()
+    return graph
+
+
+def test_no_import_circle():
+    graph = import_graph()
     # a package imports its own modules only when one of them imports the package: no edges from __init__ needed
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -116,3 +123,77 @@ def test_the_architecture_page_names_every_subpackage_and_module():
                 f"docs/architecture.md: the {parts[1]}/ row does not name {parts[2]}"
         elif len(parts) == 2 and parts[1] not in subpackages:
             assert f"`{parts[1]}`" in section, f"docs/architecture.md does not name the module {parts[1]}"
+
+
+#: Most imports that may run back up the layers (each listed in docs/architecture.md with its reason).
+MAX_BACK_ARROWS = 5
+
+
+def owned_section() -> str:
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return text[text.index("## Which module owns what"):text.index("## Where to add things")]
+
+
+def declared_layers() -> dict[str, int]:
+    """``{subpackage or "top level": its layer, 0 at the bottom}``, as the page orders them ("in layers from the
+    bottom: top level < `data/` < ...")."""
+    section = owned_section()
+    order = section[section.index("from the bottom:") + len("from the bottom:"):section.index(". A module imports")]
+    names = [re.match(r"\s*(?:`(\w+)/`|(top level))", part) for part in re.split(r"\s+<\s+", order)]
+    assert all(names), f"docs/architecture.md: unreadable layer order {order!r}"
+    return {match.group(1) or match.group(2): layer for layer, match in enumerate(names)}
+
+
+def declared_back_arrows() -> dict[tuple[str, str], str]:
+    """``{(module, module it imports): reason}`` of the page's list ("- `a` → `b`, `c`: reason"), names without
+    the ``dpr_pipeline.`` prefix."""
+    arrows = {}
+    for source, targets, reason in re.findall(r"^- `([\w.]+)` → ((?:`[\w.]+`(?:, )?)+): (.+(?:\n  .+)*)", owned_section(), re.M):
+        for target in re.findall(r"`([\w.]+)`", targets):
+            arrows[(source, target)] = " ".join(reason.split())
+    return arrows
+
+
+def layer_of(module: str, layers: dict[str, int]) -> int:
+    parts = module.split(".")
+    return layers[parts[1]] if len(parts) > 2 or (len(parts) == 2 and parts[1] in layers) else layers["top level"]
+
+
+def back_arrows() -> set[tuple[str, str]]:
+    """The imports from a module to one of a higher layer (package names without ``dpr_pipeline.``)."""
+    layers = declared_layers()
+    short = lambda name: name.removeprefix("dpr_pipeline.")  # noqa: E731
+    return {(short(source), short(target)) for source, targets in import_graph().items() for target in targets
+            if layer_of(target, layers) > layer_of(source, layers)}
+
+
+def test_every_subpackage_sits_in_one_layer():
+    subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert set(declared_layers()) == subpackages | {"top level"}
+
+
+def test_the_layers_read_top_to_bottom():
+    """An import runs down the layers, or up only where docs/architecture.md lists it with its reason: a new one
+    fails here (move the code, or list it and say why), and so does a listed one that is gone."""
+    found, listed = back_arrows(), declared_back_arrows()
+    assert all(listed.values())
+    unlisted = sorted(found - set(listed))
+    assert not unlisted, ("imports that run back up the layers of docs/architecture.md (move the code down, or list "
+                          "the import there with its reason):\n" + "\n".join(f"{a} -> {b}" for a, b in unlisted))
+    assert sorted(set(listed) - found) == [], "docs/architecture.md lists imports back up that are gone"
+    assert len(found) <= MAX_BACK_ARROWS
+
+
+def test_training_and_reranking_do_not_import_each_other():
+    graph = import_graph()
+
+    def imports(package, other):
+        return any(target.startswith(f"dpr_pipeline.{other}") for name, targets in graph.items()
+                   if name.startswith(f"dpr_pipeline.{package}") for target in targets)
+
+    assert not (imports("training", "reranking") and imports("reranking", "training"))
+
+
+def test_no_module_is_named_like_snakemakes_workflow_global():
+    """rules/*.smk use Snakemake's ``workflow`` object; no module of the package shares its name."""
+    assert not [name for name in MODULES if "workflow" in name.split(".")]
