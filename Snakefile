@@ -49,5 +49,5 @@ rule all:
 
 
 # Deleting a file reruns the job that writes it and what is built on it, for any target
-# (src/dpr_pipeline/workflow/deleted_inputs.py); after the last rule
+# (src/dpr_pipeline/orchestration/deleted_inputs.py); after the last rule
 rerun_deleted_inputs(workflow)

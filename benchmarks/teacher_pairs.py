@@ -23,10 +23,10 @@ import numpy as np
 
 from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.reranking.teacher_scores import score_teacher_shard
-from dpr_pipeline.workflow import stage_settings
-from dpr_pipeline.workflow.config import load_config
-from dpr_pipeline.workflow.layout import data_file, stage_file
-from dpr_pipeline.workflow.stages import stage
+from dpr_pipeline.orchestration import stage_settings
+from dpr_pipeline.orchestration.config import load_config
+from dpr_pipeline.layout import data_file, stage_file
+from dpr_pipeline.stages import stage
 
 REPO = Path(__file__).resolve().parents[1]
 

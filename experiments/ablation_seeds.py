@@ -20,9 +20,9 @@ import yaml
 
 from dpr_pipeline.evaluation.seed_spread import rerun, seed_workdir, write_ablation_report
 from dpr_pipeline.evaluation.summary import read_metrics
-from dpr_pipeline.workflow.config import load_config, stage_params
-from dpr_pipeline.workflow.layout import stage_file
-from dpr_pipeline.workflow.stages import ABLATION, PRETRAINING, member
+from dpr_pipeline.orchestration.config import load_config, stage_params
+from dpr_pipeline.layout import stage_file
+from dpr_pipeline.stages import ABLATION, PRETRAINING, member
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import yaml
 
-from dpr_pipeline.workflow.stages import STAGE_BELOW
+from dpr_pipeline.stages import STAGE_BELOW
 from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES, rerun, seed_workdir, write_report
 from dpr_pipeline.evaluation.summary import read_metrics
-from dpr_pipeline.workflow.config import load_config, stage_params
-from dpr_pipeline.workflow.layout import dataset_file, stage_file
+from dpr_pipeline.orchestration.config import load_config, stage_params
+from dpr_pipeline.layout import dataset_file, stage_file
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 # Shared set-up: config validation, the installed library, the stage lists and the lookups every rule uses
 # (splits, threads, resources, the conda env of a PyTorch job). A job's stage parameters:
-# dpr_pipeline.workflow.stage_settings (`settings`); input functions: rules/inputs.smk; the report's and the default
+# dpr_pipeline.orchestration.stage_settings (`settings`); input functions: rules/inputs.smk; the report's and the default
 # target's file lists: rules/report_inputs.smk.
 import os
 import re
@@ -24,7 +24,7 @@ if not Path(dpr_pipeline.__file__).resolve().is_relative_to(CHECKOUT_SRC):
                              f"checkout ({CHECKOUT_SRC}): the jobs run that code. Fix: `make install` (or `pip install "
                              "-e .`) in this checkout, in the environment snakemake runs in")
 
-from dpr_pipeline.workflow.run_folders import working_directory_config
+from dpr_pipeline.orchestration.run_folders import working_directory_config
 
 # After the bundled config (the Snakefile's `configfile:`), a config.yaml of the working directory that differs from
 # it, as Snakemake reads a workflow's `configfile:` there; each --configfile still extends both
@@ -33,22 +33,22 @@ if WORKING_DIRECTORY_CONFIG := working_directory_config(workflow.basedir, os.get
                           f"bundled {Path(workflow.basedir, 'config.yaml')}")
     workflow.configfile(str(WORKING_DIRECTORY_CONFIG))
 
-import dpr_pipeline.workflow.stage_settings as settings
-import dpr_pipeline.workflow.stages as stages
-from dpr_pipeline.workflow.preflight import check_plan, planned_requests
-from dpr_pipeline.workflow.resources import (cluster_resources, continuations, failed_attempts, gpu_request,
+import dpr_pipeline.orchestration.stage_settings as settings
+import dpr_pipeline.stages as stages
+from dpr_pipeline.orchestration.preflight import check_plan, planned_requests
+from dpr_pipeline.orchestration.resources import (cluster_resources, continuations, failed_attempts, gpu_request,
                                              job_resources, job_runtime, scaled, training_retries)
-from dpr_pipeline.workflow.cluster_facts import read_cluster_facts
-from dpr_pipeline.workflow.config import train_split_of, validate_config
-from dpr_pipeline.workflow.deleted_inputs import rerun_deleted_inputs
-from dpr_pipeline.workflow.hub_models import check_offline_fetches
+from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
+from dpr_pipeline.orchestration.config import train_split_of, validate_config
+from dpr_pipeline.orchestration.deleted_inputs import rerun_deleted_inputs
+from dpr_pipeline.orchestration.hub_models import check_offline_fetches
 from dpr_pipeline.training.tracking import check_installed, tracking_run
-from dpr_pipeline.workflow.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
+from dpr_pipeline.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
                                  dataset_file, denoise_scores_file, log_file, model_dir,
                                  negatives_filter_files, release_dir,
                                  stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
-import dpr_pipeline.workflow.run_errors as run_errors
+import dpr_pipeline.orchestration.run_errors as run_errors
 
 
 def result_folders():
@@ -65,7 +65,7 @@ def result_folders():
 
 
 def explain_error(error):
-    """The project's message for an error that stops Snakemake before any job runs (dpr_pipeline.workflow.run_errors)."""
+    """The project's message for an error that stops Snakemake before any job runs (dpr_pipeline.orchestration.run_errors)."""
     datasets = config.get("datasets") if isinstance(config, dict) else None
     return run_errors.explain(error, datasets=datasets if isinstance(datasets, dict) else {},
                               folders=result_folders, configfiles=workflow.configfiles,
@@ -92,7 +92,7 @@ validate_config(config, SCHEMA_FILE)
 check_offline_fetches(config)
 check_installed(config)  # a tracker `tracking.backends` names, installed (the `tracking` extra)
 
-# The stage lists, from their declaration (src/dpr_pipeline/workflow/stages.py). The chain in pipeline order (SimLM
+# The stage lists, from their declaration (src/dpr_pipeline/stages.py). The chain in pipeline order (SimLM
 # Figure 2); each writes results/{dataset}/{stage}/run_{split}.trec.
 STAGES = stages.chain()
 # Pre-training methods (config pretrain.method), each pre-training an encoder under
@@ -111,10 +111,10 @@ RERANKED = stages.stage("reranker").fed_by
 
 # A training longer than the cluster's longest job (cluster.max_runtime) runs as several attempts, each continuing
 # from the checkpoint the one before saved: the training rules get those continuations on top of --retries, which
-# stay for failures (workflow/resources.py, training_retries). Set as the run starts (onstart: not in a dry run, not
+# stay for failures (orchestration/resources.py, training_retries). Set as the run starts (onstart: not in a dry run, not
 # in each cluster job), when --retries is known.
 # Under a cluster executor, the preflight then checks every job of the plan against the cluster's limits (config
-# cluster, sinfo, sacctmgr) and stops the run before its first submission when one cannot run (workflow/preflight.py).
+# cluster, sinfo, sacctmgr) and stops the run before its first submission when one cannot run (orchestration/preflight.py).
 onstart:
     retries = training_retries(config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES)
     for rule_name in stages.GPU_TRAINING_RULES:
@@ -158,7 +158,7 @@ def split_files(wildcards):
 
 
 def threads_of(rule_name):
-    """A rule's CPU threads: config `resources` (per dataset overrides), see src/dpr_pipeline/workflow/resources.py."""
+    """A rule's CPU threads: config `resources` (per dataset overrides), see src/dpr_pipeline/orchestration/resources.py."""
     return lambda wildcards: job_resources(config, wildcards.dataset, rule_name)["threads"]
 
 
@@ -195,7 +195,7 @@ def resources_of(rule_name):
 
 def torch_env(rule_name):
     """The conda env, relative to rules/, of a PyTorch job: envs/torch-gpu.yaml where resources_of gives the
-    rule GPUs, else envs/torch.yaml (src/dpr_pipeline/workflow/stages.py)."""
+    rule GPUs, else envs/torch.yaml (src/dpr_pipeline/stages.py)."""
     return f"../{stages.torch_env(rule_name)}"
 
 

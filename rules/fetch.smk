@@ -13,8 +13,8 @@
 #                           the jobs that load it take that folder as an input and run with the Hub offline
 from dpr_pipeline.data.fetch import (check_fetch_config, fetched_files, ir_datasets_ids, missing_downloads, missing_exports,
                                 raw_inputs, raw_layout, rule_suffix, with_downloads)
-from dpr_pipeline.workflow.layout import fetched_model_log
-from dpr_pipeline.workflow.hub_models import chain_models, missing_models
+from dpr_pipeline.layout import fetched_model_log
+from dpr_pipeline.orchestration.hub_models import chain_models, missing_models
 
 check_fetch_config(config)
 FETCH = config["fetch"]

@@ -1,7 +1,6 @@
-# Input functions: which files a job reads, from the config and the wildcards (paths from dpr_pipeline.workflow.layout).
-from dpr_pipeline.workflow.config import RANDOM_GENERATOR
+# Input functions: which files a job reads, from the config and the wildcards (paths from dpr_pipeline.layout).
 from dpr_pipeline.models.hub_fetch import is_fetched
-from dpr_pipeline.pretraining.methods import pretraining_method
+from dpr_pipeline.pretraining.methods import RANDOM_GENERATOR, pretraining_method
 
 
 def leakage_inputs(wildcards):

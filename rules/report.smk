@@ -53,7 +53,7 @@ rule metrics_table:
 
 rule score_distributions:
     input:
-        # every mined stage's negatives (workflow/stages.py), then the teacher's scores of those the student distils
+        # every mined stage's negatives (stages.py), then the teacher's scores of those the student distils
         **{stage: stage_file(stage, "negatives.parquet") for stage in stages.mined()},
         teacher=stage_file(stages.teacher(), "teacher_scores.parquet"),
     output:

@@ -19,7 +19,7 @@ def final_targets():
 
 
 # The report (rules/report.smk): what it plots and which jobs' benchmark files it reads.
-# Training stages with a loss_log.jsonl: the main chain's (declared in src/dpr_pipeline/workflow/stages.py); the report
+# Training stages with a loss_log.jsonl: the main chain's (declared in src/dpr_pipeline/stages.py); the report
 # adds each pre-training method and each ablation Retriever1.
 TRAINED_STAGES = stages.trained()
 

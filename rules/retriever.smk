@@ -28,7 +28,7 @@ rule train_retriever:
     input:
         # the trained model or its start, whichever scores higher on the dev split (stages.selection)
         unpack(selection_inputs()),
-        # the mined negatives of the stage that feeds it (workflow/stages.py): Retriever2 learns from Retriever1's,
+        # the mined negatives of the stage that feeds it (stages.py): Retriever2 learns from Retriever1's,
         # Retriever1 and the ablation from BM25's
         negatives=lambda wc: stage_file(stages.stage(wc.stage).fed_by, "negatives.parquet", wc.dataset),
         passages=data_file("passages.arrow"),
@@ -149,7 +149,7 @@ rule mine_hard_negatives:
     wildcard_constraints:
         stage="|".join(stages.mined(stages.BIENCODER)),
     params:
-        # the mined bi-encoders (workflow/stages.py): Retriever1's negatives train Retriever2; Retriever2's feed the
+        # the mined bi-encoders (stages.py): Retriever1's negatives train Retriever2; Retriever2's feed the
         # re-ranker, the teacher scores and the distilled retriever (mining.retriever1, mining.retriever2).
         mining=lambda wc: settings.mining(config, wc.dataset, wc.stage),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],

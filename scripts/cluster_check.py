@@ -15,8 +15,8 @@ import yaml
 from dag_plan import REPO, built_dag
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow.cluster_facts import read_cluster_facts
-from dpr_pipeline.workflow.preflight import check_plan, planned_requests
+from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
+from dpr_pipeline.orchestration.preflight import check_plan, planned_requests
 
 
 def main(argv=None) -> int:

@@ -17,10 +17,10 @@ import pandas as pd
 import yaml
 
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.workflow.config import stage_params, validate_config
-from dpr_pipeline.workflow.resources import job_resources
-from dpr_pipeline.workflow.stage_settings import training_processes
-from dpr_pipeline.workflow.stages import GPU_TRAINING_RULES
+from dpr_pipeline.orchestration.config import stage_params, validate_config
+from dpr_pipeline.orchestration.resources import job_resources
+from dpr_pipeline.orchestration.stage_settings import training_processes
+from dpr_pipeline.stages import GPU_TRAINING_RULES
 from synthetic_msmarco import FULL
 
 #: Columns of a run's jobs.csv.

@@ -83,7 +83,7 @@ def test_a_new_stage_is_trained_on_what_feeds_it_evaluated_summarised_and_plotte
 def test_a_new_stage_has_its_loss_curve_score_panel_card_text_and_seed_spread(monkeypatch, tmp_path):
     from dpr_pipeline.evaluation.seed_spread import seeded_outputs
     from dpr_pipeline.report.plots import plot_training_loss, score_panels
-    from dpr_pipeline.workflow import stages
+    from dpr_pipeline import stages
 
     additions.add_stage(monkeypatch)
     assert stages.trained_by("train_retriever") == ["retriever1", "retriever2", STAGE]
@@ -100,7 +100,7 @@ def test_a_new_stage_has_its_loss_curve_score_panel_card_text_and_seed_spread(mo
 def test_a_stage_that_declares_no_loss_title_still_gets_a_loss_curve(monkeypatch):
     """On main before issue 37 a trained stage missing from plots.TRAINING_LOSSES stopped the default target with
     a KeyError in its plot_training_loss job."""
-    from dpr_pipeline.workflow import stages
+    from dpr_pipeline import stages
 
     additions.add_stage(monkeypatch)
     bare = stages.Stage("retriever4", "Retriever₄", stages.BIENCODER, "retriever", trainer="train_retriever",
@@ -114,7 +114,7 @@ def test_a_stage_that_declares_no_loss_title_still_gets_a_loss_curve(monkeypatch
 def test_the_checks_that_name_a_new_stages_other_files_fail_until_they_are_written(monkeypatch, tmp_path):
     """The count's other files: the schema's transfer stages (tests/test_stages.py), the pinned lists of
     tests/test_stages.py and the planned jobs of tests/test_workflow.py, its outputs in docs/artifacts.md."""
-    from dpr_pipeline.workflow import stages
+    from dpr_pipeline import stages
 
     additions.add_stage(monkeypatch)
     with_model = [s.name for s in stages.CHAIN if s.kind in (stages.BIENCODER, stages.CROSS_ENCODER)]
@@ -137,8 +137,9 @@ def test_a_new_method_is_pretrained_and_its_ablation_row_fine_tuned_from_it(plan
 
 def test_a_new_method_is_its_registry_entry_and_the_schemas_names(monkeypatch, tmp_path):
     from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
-    from dpr_pipeline.workflow import stage_settings, stages
-    from dpr_pipeline.workflow.config import validate_config
+    from dpr_pipeline import stages
+    from dpr_pipeline.orchestration import stage_settings
+    from dpr_pipeline.orchestration.config import validate_config
 
     additions.add_method(monkeypatch)
     assert pretraining_method(METHOD).name == METHOD
@@ -171,7 +172,7 @@ def test_a_new_format_is_its_registry_entry_and_the_schemas_name(monkeypatch, tm
 
     from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
     from dpr_pipeline.data.readers import FORMATS, raw_files
-    from dpr_pipeline.workflow.config import validate_config
+    from dpr_pipeline.orchestration.config import validate_config
 
     additions.add_format(monkeypatch)
     toy = additions.write_toy_dataset(tmp_path / "toy")

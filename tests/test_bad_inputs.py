@@ -43,8 +43,8 @@ from dpr_pipeline.reranking.score_fusion import write_fused_run
 from dpr_pipeline.retrieval.dense_index import build_index
 from dpr_pipeline.retrieval.dense_search import search_index
 from dpr_pipeline.training.groups import read_query_groups
-from dpr_pipeline.workflow.config import load_config
-from dpr_pipeline.workflow.hub_models import check_offline_fetches
+from dpr_pipeline.orchestration.config import load_config
+from dpr_pipeline.orchestration.hub_models import check_offline_fetches
 
 CATEGORIES = {
     "data": "Raw dataset files",

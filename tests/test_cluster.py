@@ -3,7 +3,7 @@
 import yaml
 from conftest import REPO
 
-from dpr_pipeline.workflow.resources import (
+from dpr_pipeline.orchestration.resources import (
     UNPLANNED_CONTINUATIONS,
     attempts_needed,
     continuations,

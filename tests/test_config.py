@@ -7,9 +7,9 @@ import yaml
 from conftest import REPO, config_block
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow.config import load_config, stage_params, validate_config
-from dpr_pipeline.workflow.hub_models import check_offline_fetches
-from dpr_pipeline.workflow.resources import BUILTIN_DEFAULT
+from dpr_pipeline.orchestration.config import load_config, stage_params, validate_config
+from dpr_pipeline.orchestration.hub_models import check_offline_fetches
+from dpr_pipeline.orchestration.resources import BUILTIN_DEFAULT
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 MINIMAL = {"datasets": {"scifact": {"format": "beir", "path": "p", "train_split": "train", "eval_splits": ["test"]}}}

@@ -45,7 +45,7 @@ def _rows(text: str) -> dict[str, list[str]]:
 def test_every_stage_setting_is_listed_with_the_default_validation_fills_in():
     """The page's defaults are the ones the workflow uses: a minimal config, validated, gets exactly them for every
     stage key (the shared training/bi-encoder fragments merged under each block, each block's own default)."""
-    from dpr_pipeline.workflow.config import validate_config
+    from dpr_pipeline.orchestration.config import validate_config
 
     config = validate_config({"datasets": {"scifact": {"format": "beir", "path": "data/scifact", "eval_splits": ["test"]}}})
     rows = _rows(config_reference.render(config_reference.load_schema()))

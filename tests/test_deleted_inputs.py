@@ -1,5 +1,5 @@
 """Deleting a file reruns the job that writes it and what is built on it, for any target, nothing upstream
-(dpr_pipeline.workflow.deleted_inputs), on a four-rule workflow; tests/test_workflow.py checks the real chain."""
+(dpr_pipeline.orchestration.deleted_inputs), on a four-rule workflow; tests/test_workflow.py checks the real chain."""
 
 import subprocess
 import sys
@@ -7,10 +7,10 @@ import sys
 import pytest
 from conftest import planned_jobs
 
-from dpr_pipeline.workflow.deleted_inputs import deleted_inputs
+from dpr_pipeline.orchestration.deleted_inputs import deleted_inputs
 
 SNAKEFILE = """
-from dpr_pipeline.workflow.deleted_inputs import rerun_deleted_inputs
+from dpr_pipeline.orchestration.deleted_inputs import rerun_deleted_inputs
 
 rule all:
     input: "stage2.txt", "side.txt"

@@ -17,9 +17,9 @@ from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.retrieval.negative_filters import Denoise, NegativeFilters, drop_reason, filter_pool, filter_query
 from dpr_pipeline.retrieval.negatives import candidate_pool, mine_hard_negatives
-from dpr_pipeline.workflow import stage_settings as settings
-from dpr_pipeline.workflow.config import validate_config
-from dpr_pipeline.workflow.stages import mined, reads_mined
+from dpr_pipeline.orchestration import stage_settings as settings
+from dpr_pipeline.orchestration.config import validate_config
+from dpr_pipeline.stages import mined, reads_mined
 
 NAN = math.nan
 REPO = Path(__file__).resolve().parents[1]
@@ -167,7 +167,7 @@ def test_scores_of_another_pool_are_refused_by_name(tmp_path):
 def test_the_scoring_job_scores_every_positive_and_candidate_with_the_cross_encoder(tmp_path, tiny_cross_encoder):
     from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
     from dpr_pipeline.reranking.pool_scores import write_pool_scores
-    from dpr_pipeline.reranking.scoring import score_pairs
+    from dpr_pipeline.models.pair_scoring import score_pairs
 
     files = _job_files(tmp_path)
     write_passage_store(files["corpus"], tmp_path / "passages.arrow")

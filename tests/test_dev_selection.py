@@ -25,8 +25,8 @@ from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.dev_selection import corpus_run, dev_queries, select, top_hits
 from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.selection_record import START, TRAINED, choose, describe
-from dpr_pipeline.workflow import stage_settings as settings
-from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.orchestration import stage_settings as settings
+from dpr_pipeline.orchestration.config import validate_config
 
 PARAMS = {"query_max_length": 16, "passage_max_length": 24, "bf16": False, "seed": 1}
 
@@ -204,7 +204,7 @@ def test_each_trained_bi_encoder_knows_its_start_and_whether_it_can_choose():
 def test_a_student_is_not_trained_from_a_teacher_not_above_its_start(tmp_path, caplog):
     """The distilled retriever's teacher (the re-ranker) scores no higher than the student's start (Retriever2) on
     dev: the job hands the start on untrained, with an empty loss log and a record that says why."""
-    from dpr_pipeline.workflow.training_job import hand_on_start, teacher_verdict
+    from dpr_pipeline.orchestration.training_job import hand_on_start, teacher_verdict
 
     teacher, start = tmp_path / "reranker.json", tmp_path / "retriever2.json"
     start.write_text(json.dumps({"dev": {"nDCG@10": 0.70}, "test": {"nDCG@10": 0.9}}))

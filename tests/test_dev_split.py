@@ -11,7 +11,7 @@ from dpr_pipeline.data.fetch import dataset_splits
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_split, read_ingestion_counts
 from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.orchestration.config import validate_config
 
 IDS = [f"q{i}" for i in range(100)]
 TEXTS = [f"claim number {i}" for i in range(100)]

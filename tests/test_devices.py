@@ -21,7 +21,7 @@ from dpr_pipeline.models import devices
 from dpr_pipeline.models.devices import model_device, to_device
 from dpr_pipeline.models.embedding import TextEncoder
 from dpr_pipeline.models.loading import load_tokenizer
-from dpr_pipeline.reranking.scoring import score_pairs
+from dpr_pipeline.models.pair_scoring import score_pairs
 from dpr_pipeline.retrieval.encode import encode_texts
 from dpr_pipeline.training.cross_encoder import make_collate, mean_listwise_loss
 from dpr_pipeline.training.groups import QueryGroups

@@ -31,7 +31,7 @@ from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.pretraining.tokens import tokenize_corpus_shard
 from dpr_pipeline.training import trainer
 from dpr_pipeline.training.schedule import TrainingSettings
-from dpr_pipeline.workflow.run_errors import FailedJob, failed_jobs_report, write_job_error
+from dpr_pipeline.orchestration.run_errors import FailedJob, failed_jobs_report, write_job_error
 
 STAGE_SCRIPT = REPO / "tests" / "scripts" / "run_training_stage.py"
 TOPICS = ["cats purr", "dogs bark", "birds sing", "fish swim", "cows moo", "bees buzz", "owls hoot", "frogs croak"]

@@ -31,8 +31,8 @@ from dpr_pipeline.training.grad_cache import CachedLoss, cached_step
 from dpr_pipeline.training.groups import Group
 from dpr_pipeline.training.schedule import TrainingSettings
 from dpr_pipeline.training.trainer import train
-from dpr_pipeline.workflow.config import stage_params, validate_config
-from dpr_pipeline.workflow.stages import CHAIN, FAMILIES
+from dpr_pipeline.orchestration.config import stage_params, validate_config
+from dpr_pipeline.stages import CHAIN, FAMILIES
 
 WORDS = "cats purr dogs bark birds sing fish swim cows moo bees buzz owls hoot frogs croak".split()
 LOSSES = {"contrastive": BiEncoderLoss(0.05), "distillation": BiEncoderLoss(0.05, alpha=0.2)}

@@ -22,7 +22,7 @@ sys.path.extend({searchpaths!r})
 before = list(sys.path)
 import _hub_offline
 import dpr_pipeline
-from dpr_pipeline.workflow.manifests import software
+from dpr_pipeline.orchestration.manifests import software
 print(json.dumps({{"path_unchanged": sys.path == before, "file": dpr_pipeline.__file__,
                   "manifest": software()["dpr_pipeline_file"], "offline": os.environ.get("HF_HUB_OFFLINE")}}))
 """

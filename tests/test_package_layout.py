@@ -1,5 +1,7 @@
-"""The package's layout (docs/architecture.md, "Which module owns what"): no import circle (late imports
-included), and every import of the package itself at a module's top but where a module that Snakemake reads when it plans defers one that loads a heavy dependency (``# heavy: <package>``)."""
+"""The package's layout (docs/architecture.md, "Which module owns what"): no import circle (late imports included),
+the layers read top to bottom (an import back up only where BACK_ARROWS below lists it with its reason, at most 5),
+and every import of the package itself at a module's top but where a module that Snakemake reads when it plans
+defers one that loads a heavy dependency (``# heavy: <package>``)."""
 
 import ast
 import re
@@ -76,11 +78,17 @@ def test_snakemake_plans_without_torch():
     assert out.stdout.strip() == "[]"
 
 
-def test_no_import_circle():
+def import_graph() -> dict[str, set[str]]:
+    """Each module's imports of the package's modules, the deferred ones included."""
     graph = {name: package_imports(path)[0] - {name} for name, path in MODULES.items()}
-    for path in MODULES.values():  # the deferred ones count too
+    for path in MODULES.values():
         for line in package_imports(path)[1]:
             graph[line.split(":")[0]] |= set(line.split(" | ")[1].split()[1:]) if " | " in line else set()
+    return graph
+
+
+def test_no_import_circle():
+    graph = import_graph()
     # a package imports its own modules only when one of them imports the package: no edges from __init__ needed
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -101,3 +109,72 @@ def test_no_import_circle():
         if name not in state:
             visit(name)
 
+#: Most imports that may run back up the layers (each listed in docs/architecture.md with its reason).
+MAX_BACK_ARROWS = 5
+
+
+#: The layers from the bottom (docs/architecture.md says the same in words): a module imports its layer and those
+#: below.
+LAYERS = ["top level", "data", "models", "retrieval", "evaluation", "training", "reranking", "pretraining", "report",
+          "orchestration"]
+
+#: The imports that run back up, each with its reason (docs/architecture.md lists them).
+BACK_ARROWS = {
+    ("evaluation.metrics", "orchestration.manifests"): "metrics.json hashes its files as a manifest does",
+    ("evaluation.summary", "training.selection_record"): "the summary words each dev selection as its record does",
+    ("evaluation.summary", "reranking.score_fusion"): "the summary words the fusion choice as its record does",
+    ("training.launch", "orchestration.job_log"): "a torchrun worker quiets third-party logs as `logged` does",
+}
+
+
+def declared_layers() -> dict[str, int]:
+    return {name: layer for layer, name in enumerate(LAYERS)}
+
+
+def declared_back_arrows() -> dict[tuple[str, str], str]:
+    return BACK_ARROWS
+
+
+def layer_of(module: str, layers: dict[str, int]) -> int:
+    parts = module.split(".")
+    return layers[parts[1]] if len(parts) > 2 or (len(parts) == 2 and parts[1] in layers) else layers["top level"]
+
+
+def back_arrows() -> set[tuple[str, str]]:
+    """The imports from a module to one of a higher layer (package names without ``dpr_pipeline.``)."""
+    layers = declared_layers()
+    short = lambda name: name.removeprefix("dpr_pipeline.")  # noqa: E731
+    return {(short(source), short(target)) for source, targets in import_graph().items() for target in targets
+            if layer_of(target, layers) > layer_of(source, layers)}
+
+
+def test_every_subpackage_sits_in_one_layer():
+    subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert set(declared_layers()) == subpackages | {"top level"}
+
+
+def test_the_layers_read_top_to_bottom():
+    """An import runs down the layers, or up only where BACK_ARROWS lists it with its reason: a new one
+    fails here (move the code, or list it and say why), and so does a listed one that is gone."""
+    found, listed = back_arrows(), declared_back_arrows()
+    assert all(listed.values())
+    unlisted = sorted(found - set(listed))
+    assert not unlisted, ("imports that run back up the layers (move the code down, or list it in BACK_ARROWS with "
+                          "its reason and in docs/architecture.md):\n" + "\n".join(f"{a} -> {b}" for a, b in unlisted))
+    assert sorted(set(listed) - found) == [], "BACK_ARROWS lists imports back up that are gone"
+    assert len(found) <= MAX_BACK_ARROWS
+
+
+def test_training_and_reranking_do_not_import_each_other():
+    graph = import_graph()
+
+    def imports(package, other):
+        return any(target.startswith(f"dpr_pipeline.{other}") for name, targets in graph.items()
+                   if name.startswith(f"dpr_pipeline.{package}") for target in targets)
+
+    assert not (imports("training", "reranking") and imports("reranking", "training"))
+
+
+def test_no_module_is_named_like_snakemakes_workflow_global():
+    """rules/*.smk use Snakemake's ``workflow`` object; no module of the package shares its name."""
+    assert not [name for name in MODULES if "workflow" in name.split(".")]

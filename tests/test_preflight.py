@@ -1,5 +1,5 @@
-"""The preflight (workflow/preflight.py) on a typical university GPU cluster's own words (sinfo, sacctmgr, scontrol
-output), and the cluster resources the rules ask for (workflow/resources.py)."""
+"""The preflight (orchestration/preflight.py) on a typical university GPU cluster's own words (sinfo, sacctmgr, scontrol
+output), and the cluster resources the rules ask for (orchestration/resources.py)."""
 
 import subprocess
 
@@ -8,11 +8,11 @@ import yaml
 from conftest import REPO
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow import stage_settings
-from dpr_pipeline.workflow.cluster_facts import gpus_of, parse_partitions, read_cluster_facts, slurm_minutes
-from dpr_pipeline.workflow.config import validate_config
-from dpr_pipeline.workflow.preflight import JobRequest, check_plan, refusals
-from dpr_pipeline.workflow.resources import cluster_resources, gpu_request, job_resources, job_runtime
+from dpr_pipeline.orchestration import stage_settings
+from dpr_pipeline.orchestration.cluster_facts import gpus_of, parse_partitions, read_cluster_facts, slurm_minutes
+from dpr_pipeline.orchestration.config import validate_config
+from dpr_pipeline.orchestration.preflight import JobRequest, check_plan, refusals
+from dpr_pipeline.orchestration.resources import cluster_resources, gpu_request, job_resources, job_runtime
 
 # A typical site: a CPU partition (2 days), a GPU partition of 4-GPU nodes with a 12 h limit, a short debug one.
 SINFO_PARTITIONS = "cpu*|2-00:00:00|up\ngpu|12:00:00|up\ndebug|30:00|up\n"

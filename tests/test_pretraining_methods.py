@@ -14,7 +14,7 @@ from conftest import REPO
 
 from dpr_pipeline.pretraining.methods import METHODS, ObjectiveSettings, pretraining_method
 from dpr_pipeline.pretraining.train import PassageData
-from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.orchestration.config import validate_config
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
 NAMES = list(METHODS)

@@ -229,7 +229,7 @@ def test_a_prompt_file_that_is_not_a_mapping_of_texts_is_an_error(hf_folder, tmp
 def test_the_model_card_states_the_prompts(hf_folder, tmp_path):
     """The card's model table and usage name the prompts the folder records; a model without any gets the card
     it had."""
-    from dpr_pipeline.models.card import model_card
+    from dpr_pipeline.orchestration.card import model_card
 
     user = st_folder(hf_folder, tmp_path / "user", "mean", PROMPTS, include_prompt=False)
     cards = {}

@@ -15,7 +15,7 @@ from dpr_pipeline.errors import DataError
 from dpr_pipeline.report.plots import plot_score_distributions, plot_training_loss, read_loss_log, score_separation
 from dpr_pipeline.report.tables import metrics_frame, write_metrics_table
 from dpr_pipeline.report.throughput import COLUMNS, count_items, read_benchmark, throughput_table, write_throughput
-from dpr_pipeline.workflow.stages import training_loss
+from dpr_pipeline.stages import training_loss
 
 PNG = b"\x89PNG\r\n\x1a\n"
 NAN = float("nan")

@@ -20,7 +20,7 @@ from dpr_pipeline.data.trec_runs import append_tail, read_trec_run, write_trec_r
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
 from dpr_pipeline.reranking.rerank import rerank_run
-from dpr_pipeline.reranking.scoring import score_pairs
+from dpr_pipeline.models.pair_scoring import score_pairs
 from dpr_pipeline.reranking.teacher_scores import merge_teacher_shards, score_teacher_shard, shard_slice
 from dpr_pipeline.training.cross_encoder import listwise_loss_of, train_reranker
 from dpr_pipeline.training.groups import QueryGroups
@@ -349,7 +349,7 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
     """``micro_batch_size``: Eq. 4 is a mean over queries, so the gradient summed over micro-batches (each loss
     weighted by its share) is the whole batch's; and a training run logs the same losses either way."""
     from dpr_pipeline.models.devices import autocast
-    from dpr_pipeline.reranking.scoring import load_scorer
+    from dpr_pipeline.models.pair_scoring import load_scorer
     from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
     from dpr_pipeline.training.distributed import Distributed
     from dpr_pipeline.training.groups import read_query_groups

@@ -2,7 +2,7 @@
 (then a config.yaml of the working directory, as Snakemake reads one, and each --configfile), and a dataset's
 raw files missing from the working directory (``--directory`` moved it away from them) get one message naming
 the file, where it is and the fix instead of Snakemake's ``MissingInputException`` (docs/datasets.md, "Running
-from another folder"; src/dpr_pipeline/workflow/run_folders.py)."""
+from another folder"; src/dpr_pipeline/orchestration/run_folders.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import REPO, write_beir
 
-from dpr_pipeline.workflow.run_folders import missing_raw_files, working_directory_config
+from dpr_pipeline.orchestration.run_folders import missing_raw_files, working_directory_config
 
 MISSING = """Missing input files for rule ingest_corpus:
     output: results/mine/data/corpus.parquet

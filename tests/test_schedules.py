@@ -9,7 +9,7 @@ import yaml
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.training.schedule import FEW_STEPS, TrainingSettings, check_warmup, total_steps
-from dpr_pipeline.workflow.config import stage_params, validate_config
+from dpr_pipeline.orchestration.config import stage_params, validate_config
 
 
 def settings(**changes):

@@ -24,8 +24,8 @@ from dpr_pipeline.reranking.score_fusion import (
     write_fused_run,
     write_fusion_choice,
 )
-from dpr_pipeline.workflow import stage_settings
-from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.orchestration import stage_settings
+from dpr_pipeline.orchestration.config import validate_config
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 

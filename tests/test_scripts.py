@@ -25,9 +25,9 @@ from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES
-from dpr_pipeline.workflow.config import load_config, stage_params
-from dpr_pipeline.workflow.layout import data_file, stage_file
-from dpr_pipeline.workflow.stages import ABLATION, PRETRAINING, STAGE_BELOW, member, stage
+from dpr_pipeline.orchestration.config import load_config, stage_params
+from dpr_pipeline.layout import data_file, stage_file
+from dpr_pipeline.stages import ABLATION, PRETRAINING, STAGE_BELOW, member, stage
 
 FOLDERS = ("experiments", "benchmarks", "scripts")
 

@@ -254,7 +254,7 @@ def test_a_training_stopped_at_its_time_limit_saves_a_checkpoint_and_the_retry_r
     states = [row[1] for row in time_limit_run["sacct"]]
     assert len(states) >= 2 and states[0] == "TIMEOUT" and states[-1] == "COMPLETED", time_limit_run["sacct"]
     assert time_limit_run["sacct"][0][3] == "00:01:00" and all("gres/gpu=2" in row[5] for row in time_limit_run["sacct"])
-    # each continuation asks what the first attempt asked: a time limit is no failure (workflow/resources.py)
+    # each continuation asks what the first attempt asked: a time limit is no failure (orchestration/resources.py)
     assert {row[3] for row in time_limit_run["sacct"]} == {"00:01:00"}, time_limit_run["sacct"]
     assert len({re.search(r"mem=[^,]+", row[5]).group() for row in time_limit_run["sacct"]}) == 1
     assert all(row[6] == "gpu" for row in time_limit_run["sacct"])

@@ -1,4 +1,4 @@
-"""The parameters each job gets (dpr_pipeline.workflow.stage_settings), from a validated config without Snakemake."""
+"""The parameters each job gets (dpr_pipeline.orchestration.stage_settings), from a validated config without Snakemake."""
 
 import copy
 import re
@@ -7,8 +7,8 @@ import re
 import pytest
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow import stage_settings as settings
-from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.orchestration import stage_settings as settings
+from dpr_pipeline.orchestration.config import validate_config
 
 BASE = {
     "datasets": {
@@ -185,7 +185,7 @@ def test_no_setting_has_its_default_in_two_places():
     """Snakemake fills the first default it meets: a block and a fragment it uses must not both give one."""
     import yaml
 
-    from dpr_pipeline.workflow.config import SCHEMA_PATH
+    from dpr_pipeline.orchestration.config import SCHEMA_PATH
 
     defs = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
 

@@ -1,4 +1,4 @@
-"""Each stage declared once (src/dpr_pipeline/workflow/stages.py): the lists the workflow uses follow from it, and the
+"""Each stage declared once (src/dpr_pipeline/stages.py): the lists the workflow uses follow from it, and the
 parsed
 workflow agrees with it (a rule that asks for a GPU runs in the CUDA environment and on the GPU partition; a CPU
 rule in neither)."""
@@ -12,9 +12,9 @@ import yaml
 from conftest import REPO
 
 from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES
-from dpr_pipeline.workflow import stages
-from dpr_pipeline.workflow.config import validate_config
-from dpr_pipeline.workflow.stage_settings import biencoder
+from dpr_pipeline import stages
+from dpr_pipeline.orchestration.config import validate_config
+from dpr_pipeline.orchestration.stage_settings import biencoder
 
 PROFILE = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())

@@ -10,7 +10,7 @@ import torch
 
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.models.token_arrays import tokenize
-from dpr_pipeline.reranking.scoring import TRUNCATION
+from dpr_pipeline.models.pair_scoring import TRUNCATION
 
 TEXTS = ["short", "", "a somewhat longer text about cats and dogs and birds", "word " * 100,
          "medium length text here", "x", "the quick brown fox jumps over the lazy dog " * 2]

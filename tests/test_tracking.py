@@ -28,7 +28,7 @@ from dpr_pipeline.training.tracking import (
     open_tracker,
     tracking_run,
 )
-from dpr_pipeline.workflow.config import validate_config
+from dpr_pipeline.orchestration.config import validate_config
 
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
 

@@ -18,7 +18,7 @@ from dpr_pipeline.evaluation.metrics import drop_identical_ids, evaluate_splits
 from dpr_pipeline.evaluation.transfer_summary import check_transfer_leakage, used_lengths, write_transfer_summary
 from dpr_pipeline.models.refs import max_seq_length
 from dpr_pipeline.retrieval.encode import resolved_length
-from dpr_pipeline.workflow.config import train_split_of, validate_config
+from dpr_pipeline.orchestration.config import train_split_of, validate_config
 
 ARGUANA_MINI = REPO / "tests" / "data" / "arguana_mini"
 BUNDLED = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, tiny_scifact_config
 
-import dpr_pipeline.workflow.stages as stages
+import dpr_pipeline.stages as stages
 
 pytestmark = pytest.mark.slow
 
@@ -158,7 +158,7 @@ def test_every_stage_is_evaluated_and_summarised(built):
 
 
 def test_each_stage_has_a_manifest_that_its_metrics_name(built):
-    from dpr_pipeline.workflow.manifests import file_sha256
+    from dpr_pipeline.orchestration.manifests import file_sha256
 
     config = yaml.safe_load((built.parents[1] / "config.yaml").read_text())
     for stage in ("bm25", "start", "retriever1", "retriever2", "reranker", "distill"):
@@ -284,7 +284,7 @@ DATA_RULES = {"ingest_corpus", "ingest_split", "passage_store", "bm25_index"}
 def test_deleting_a_stage_or_part_of_it_reruns_it_and_what_depends_on_it(built, workdir, tmp_path, deleted,
                                                                           target, rerun):
     """Whatever is deleted, the next run of a target that needs it redoes the job that wrote it and the jobs
-    built on it: no stage before it, no data job (dpr_pipeline.workflow.deleted_inputs)."""
+    built on it: no stage before it, no data job (dpr_pipeline.orchestration.deleted_inputs)."""
     chain = stages.chain()
     stage = deleted.split("/")[0]
     finished = planned_stage_jobs(snakemake(workdir, "-n", f"results/scifact/{target}"))   # none on a finished run

@@ -1,4 +1,4 @@
-"""workflow.logged and run_errors: a job that stops on bad input shows its message alone (the traceback in its log,
+"""orchestration.job_log.logged and run_errors: a job that stops on bad input shows its message alone (the traceback in its log,
 the message in its error file), a bug keeps its traceback; what the run's last lines read (docs/bad_inputs.md)."""
 
 import json
@@ -14,8 +14,8 @@ from snakemake.exceptions import InputFunctionException, MissingRuleException
 from snakemake_interface_common.exceptions import WorkflowError
 
 from dpr_pipeline.errors import CheckpointError, ConfigError, DataError, OutputWriteError, PipelineError
-from dpr_pipeline.workflow.layout import error_file
-from dpr_pipeline.workflow.run_errors import (
+from dpr_pipeline.layout import error_file
+from dpr_pipeline.orchestration.run_errors import (
     FailedJob,
     LastLines,
     explain,
@@ -33,7 +33,7 @@ def run_job(tmp_path, raise_line: str) -> subprocess.CompletedProcess:
         import sys
         sys.path.insert(0, {str(REPO / "src")!r})
         from dpr_pipeline.errors import DataError
-        from dpr_pipeline.workflow.job_log import logged
+        from dpr_pipeline.orchestration.job_log import logged
 
         with logged({str(tmp_path / "logs" / "job.log")!r}) as log:
             log.info("started")
@@ -192,7 +192,7 @@ def test_a_model_load_leaves_transformers_notes_out_and_the_rest_in(tmp_path, ci
         from transformers.utils import logging as hf_logging
         from dpr_pipeline.models.embedding import load_text_encoder
         from dpr_pipeline.training.cross_encoder import load_cross_encoder
-        from dpr_pipeline.workflow.job_log import logged
+        from dpr_pipeline.orchestration.job_log import logged
 
         with logged({str(tmp_path / "job.log")!r}) as log:
             log.info("started")

@@ -1,7 +1,7 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.report.plots import plot_loss_curves
 from dpr_pipeline.evaluation.summary import write_summary
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0]):
     methods = snakemake.params.methods

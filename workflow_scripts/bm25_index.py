@@ -1,7 +1,7 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.retrieval.bm25 import build_index
-from dpr_pipeline.workflow.job_log import logged
-from dpr_pipeline.workflow.manifests import write_job_manifest
+from dpr_pipeline.orchestration.job_log import logged
+from dpr_pipeline.orchestration.manifests import write_job_manifest
 
 with logged(snakemake.log[0]):
     build_index(snakemake.input.corpus, snakemake.output.index, fields=snakemake.params.bm25["fields"],

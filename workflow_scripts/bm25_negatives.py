@@ -1,7 +1,7 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.retrieval.negative_filters import NegativeFilters
 from dpr_pipeline.retrieval.negatives import write_bm25_negatives
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0]):
     p = snakemake.params.mining

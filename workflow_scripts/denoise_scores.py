@@ -1,6 +1,6 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.reranking.pool_scores import write_pool_scores
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0], snakemake.threads):
     p = snakemake.params.denoise

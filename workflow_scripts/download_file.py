@@ -1,6 +1,6 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.data.download import download_file
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 spec = snakemake.params.spec
 with logged(snakemake.log[0]):

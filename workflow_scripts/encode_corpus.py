@@ -1,6 +1,6 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.retrieval.encode import encode_corpus_shard
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0], snakemake.threads):
     p = snakemake.params.encoding

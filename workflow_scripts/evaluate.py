@@ -1,7 +1,7 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.evaluation.metrics import evaluate_answer_splits, evaluate_splits
 from dpr_pipeline.training.tracking import evaluation_scalars, log_once
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0]) as log:
     if snakemake.params.relevance == "answers":

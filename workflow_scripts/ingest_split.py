@@ -1,7 +1,7 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.data.ingest import ingest_split, read_ingestion_counts
-from dpr_pipeline.workflow.job_log import logged
-from dpr_pipeline.workflow.manifests import write_job_manifest
+from dpr_pipeline.orchestration.job_log import logged
+from dpr_pipeline.orchestration.manifests import write_job_manifest
 
 with logged(snakemake.log[0]):
     ingest_split(snakemake.params.format, snakemake.params.root, snakemake.params.raw_split,

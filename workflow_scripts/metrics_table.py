@@ -1,7 +1,7 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
-from dpr_pipeline.workflow.stages import STAGE_LABELS
+from dpr_pipeline.stages import STAGE_LABELS
 from dpr_pipeline.report.tables import write_metrics_table
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0]):
     stage = snakemake.wildcards.stage

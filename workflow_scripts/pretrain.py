@@ -1,11 +1,11 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.pretraining.methods import pretraining_method
 from dpr_pipeline.pretraining.train import pretrain
-from dpr_pipeline.workflow.resources import processes_for
-from dpr_pipeline.workflow.stages import PRETRAINING, member
+from dpr_pipeline.orchestration.resources import processes_for
+from dpr_pipeline.stages import PRETRAINING, member
 from dpr_pipeline.training.launch import run_training
-from dpr_pipeline.workflow.job_log import logged
-from dpr_pipeline.workflow.manifests import write_job_manifest
+from dpr_pipeline.orchestration.job_log import logged
+from dpr_pipeline.orchestration.manifests import write_job_manifest
 
 with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.pretrain

@@ -1,8 +1,8 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
-from dpr_pipeline.models.card import write_release
+from dpr_pipeline.orchestration.card import write_release
 from dpr_pipeline.models.onnx_export import sample_texts
 from dpr_pipeline.reranking.score_fusion import mixing_weight
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0], snakemake.threads):
     fusion_weight = snakemake.params.fusion_weight  # stage_settings.fusion's weight; None: a bi-encoder

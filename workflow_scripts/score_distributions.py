@@ -1,6 +1,6 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.report.plots import plot_score_distributions, score_panels
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0]):
     mined = {name: path for name, path in snakemake.input.items() if name != "teacher"}

@@ -1,8 +1,8 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
-from dpr_pipeline.models.card import write_job_card
+from dpr_pipeline.orchestration.card import write_job_card
 from dpr_pipeline.models.embedding import save_starting_model
-from dpr_pipeline.workflow.job_log import logged
-from dpr_pipeline.workflow.manifests import write_job_manifest
+from dpr_pipeline.orchestration.job_log import logged
+from dpr_pipeline.orchestration.manifests import write_job_manifest
 
 with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.start

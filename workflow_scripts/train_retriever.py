@@ -1,7 +1,7 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.training.biencoder import train_biencoder
-from dpr_pipeline.workflow.job_log import logged
-from dpr_pipeline.workflow.training_job import run_training_job, selection_options
+from dpr_pipeline.orchestration.job_log import logged
+from dpr_pipeline.orchestration.training_job import run_training_job, selection_options
 
 with logged(snakemake.log[0], snakemake.threads):
     run_training_job(snakemake, train_biencoder, snakemake.wildcards.stage, snakemake.params.retriever,

@@ -1,6 +1,6 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.evaluation.transfer_summary import used_lengths, write_transfer_summary
-from dpr_pipeline.workflow.job_log import logged
+from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0]):
     # the input lists, per target in transfer_to order, its BM25 metrics then each transferred stage's

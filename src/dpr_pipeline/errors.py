@@ -1,6 +1,6 @@
 """The error types: bad input data (DataError), unusable checkpoints, outputs that cannot be written; each names
 the file, the problem and the fix. Each is a :class:`PipelineError`, as is :class:`ConfigError`: what a job or
-the workflow reports as the message alone, its traceback kept in the job's log (``workflow.job_log.logged``,
+the workflow reports as the message alone, its traceback kept in the job's log (``orchestration.job_log.logged``,
 ``run_errors``)."""
 
 from __future__ import annotations

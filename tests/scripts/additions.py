@@ -39,7 +39,7 @@ def add_stage(patch) -> None:
     """``retriever3`` in ``stages.CHAIN`` after ``retriever2``, as its one line in stages.py would put it (and in the
     tables computed from the chain when stages.py is imported)."""
     from dpr_pipeline.evaluation import seed_spread
-    from dpr_pipeline.workflow import stages
+    from dpr_pipeline import stages
 
     declared = stages.Stage(STAGE, "Retriever₃", stages.BIENCODER, STAGE, "retriever", trainer="train_retriever",
                             below="retriever2", fed_by="retriever2", starts_from=("retriever2",),

@@ -350,7 +350,7 @@ def split_files_problem(fmt: str, split_files: dict | None) -> str | None:
     """What is wrong with a dataset's ``split_files`` (``{split: {role: file name}}``) for its format ``fmt``, or
     None: only a format with :attr:`~DatasetFormat.renamable` roles renames files, and only those roles. A format
     without a reader of its own (``ir_datasets``: the workflow writes the exported layout's names) renames none.
-    The one check of ``split_files`` (workflow/config.py calls it at start-up)."""
+    The one check of ``split_files`` (orchestration/config.py calls it at start-up)."""
     if not split_files:
         return None
     renamable = FORMATS[fmt].renamable if fmt in FORMATS else ()

@@ -32,7 +32,7 @@ from dpr_pipeline.data.ingest import read_ingestion_counts
 from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.data.trec_runs import read_trec_run
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.workflow.manifests import describe_files
+from dpr_pipeline.orchestration.manifests import describe_files
 
 
 def parse_metric(name: str):

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from dpr_pipeline.workflow.layout import checkpoint_dir, dataset_dir, stage_file
-from dpr_pipeline.workflow.stages import ABLATION, CHAIN, PRETRAINING, family_member, member
+from dpr_pipeline.layout import checkpoint_dir, dataset_dir, stage_file
+from dpr_pipeline.stages import ABLATION, CHAIN, PRETRAINING, family_member, member
 
 #: Stages a seed can be varied for (the chain's trained stages), and the config block holding their seed.
 SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}

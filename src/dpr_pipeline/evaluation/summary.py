@@ -35,7 +35,7 @@ from dpr_pipeline.evaluation.paired_difference import CONFIDENCE, paired_differe
 from dpr_pipeline.reranking.score_fusion import describe_fusion_choice
 from dpr_pipeline.training.selection_record import START as START_HANDED_ON
 from dpr_pipeline.training.selection_record import describe, read_selection
-from dpr_pipeline.workflow.stages import BIENCODER, CROSS_ENCODER, STAGE_BELOW, STAGE_LABELS, chain, starting_stage
+from dpr_pipeline.stages import BIENCODER, CROSS_ENCODER, STAGE_BELOW, STAGE_LABELS, chain, starting_stage
 
 log = logging.getLogger(__name__)
 

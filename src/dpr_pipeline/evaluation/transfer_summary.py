@@ -29,7 +29,7 @@ from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.summary import MISSING, QUERY_COUNT, read_metrics
 from dpr_pipeline.models.refs import max_seq_length
-from dpr_pipeline.workflow.stages import STAGE_LABELS
+from dpr_pipeline.stages import STAGE_LABELS
 
 log = logging.getLogger(__name__)
 

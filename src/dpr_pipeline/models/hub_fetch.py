@@ -4,7 +4,7 @@
 A model setting given as a Hub name (``bert-base-uncased``, ``google/electra-base-generator``: any ``plm``,
 ``pretrain.generator``; :func:`dpr_pipeline.models.refs.is_hub_name`) is fetched by a fetch job (rules/fetch.smk,
 ``fetch_model_<name>``, a local rule: on the host Snakemake runs on, never a compute node) into its own folder,
-:func:`dpr_pipeline.workflow.layout.fetched_model_dir` (``<fetch.models>/<org>--<name>``), shared by every dataset that
+:func:`dpr_pipeline.layout.fetched_model_dir` (``<fetch.models>/<org>--<name>``), shared by every dataset that
 names it. :func:`fetch_model` downloads only the files a model needs (config, weights in safetensors where the
 repository has them, tokenizer and sentence-transformers files) with huggingface_hub's ``snapshot_download``,
 checks each weight file's sha256 against the Hub's record, and writes :data:`MANIFEST` last: the repository,
@@ -13,7 +13,7 @@ theirs). The folder appears under its name only when complete (it is downloaded 
 killed job's rerun continues); a folder already there is used as it is (no job, no network).
 
 The jobs get the folder instead of the Hub name (:func:`model_source`, through
-:mod:`dpr_pipeline.workflow.stage_settings`), take it as an input (so the fetch runs first), and load it with
+:mod:`dpr_pipeline.orchestration.stage_settings`), take it as an input (so the fetch runs first), and load it with
 ``HF_HUB_OFFLINE=1`` (workflow_scripts/_hub_offline.py). Loading a fetched folder checks it against its manifest
 (:func:`verify_fetched_model`, called by :func:`dpr_pipeline.models.refs.resolve_model_path`): a missing or
 changed file is one DataError naming it.
@@ -32,7 +32,7 @@ from dpr_pipeline.data.download import file_hash
 from dpr_pipeline.errors import FetchError
 from dpr_pipeline.models.refs import FETCH_MANIFEST as MANIFEST
 from dpr_pipeline.models.refs import is_hub_name, verify_fetched_model
-from dpr_pipeline.workflow.layout import fetched_model_dir
+from dpr_pipeline.layout import fetched_model_dir
 
 log = logging.getLogger(__name__)
 

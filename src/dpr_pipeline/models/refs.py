@@ -16,7 +16,7 @@ A reference (a ``plm``, ``pretrain.generator``) is, in this order:
 
 Each failure is one :class:`~dpr_pipeline.errors.DataError` naming the reference, the problem and the fix. The
 stage references (``pretrain``, ``retriever1``, ...) are the config's
-(:func:`dpr_pipeline.workflow.config.check_model_settings`).
+(:func:`dpr_pipeline.orchestration.config.check_model_settings`).
 This module imports neither torch nor transformers: Snakemake reads it when it parses the workflow.
 """
 

@@ -1,6 +1,6 @@
 """Texts (or text pairs) tokenised once into flat int32 arrays, and model batches cut from them.
 
-Corpus and query encoding (:mod:`.encode`) and the re-ranker's pair scoring (:mod:`.cross_encoder_scoring`) tokenise
+Corpus and query encoding (:mod:`.encode`) and the re-ranker's pair scoring (:mod:`.pair_scoring`) tokenise
 all their inputs in one pass (chunked tokenizer calls, token ids kept as one int32 array per key rather than Python
 lists: millions of texts), sort them by token length and cut each batch from the arrays, padded only to its own
 longest row. Cutting a batch is a few vectorised numpy steps: ``tokenizer.pad`` loops over rows in Python and

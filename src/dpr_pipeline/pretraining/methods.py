@@ -45,6 +45,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Callable
 
+#: ``pretrain.generator: random``: a small BERT trained jointly instead of a pre-trained generator.
+RANDOM_GENERATOR = "random"
+
 # loss(model: PretrainingModel, input_ids, attention_mask, content, importance, content_rows) -> named tensors
 Loss = Callable[..., dict]
 # step(model, batch, dist) -> the batch's loss, as the trainer calls it (training/trainer.py)

@@ -24,7 +24,8 @@ from dpr_pipeline.models import loading as models
 from dpr_pipeline.models.embedding import TextEncoder, resolve_pooling, resolve_prompts, save_text_encoder
 from dpr_pipeline.models.packing import pack, packed_attention_for, worth_packing
 from dpr_pipeline.pretraining.masking import content_positions
-from dpr_pipeline.pretraining.methods import ObjectiveSettings, PretrainingMethod, pretraining_method
+from dpr_pipeline.pretraining.methods import (RANDOM_GENERATOR, ObjectiveSettings, PretrainingMethod,
+                                              pretraining_method)
 from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, compile_layers,
                                                  mask_rows)
 from dpr_pipeline.pretraining.token_importance import NgramCounts, ami_importance
@@ -32,8 +33,7 @@ from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.schedule import TrainingSettings, check_micro_batch
 from dpr_pipeline.training.trainer import finish, train
-from dpr_pipeline.workflow.config import RANDOM_GENERATOR
-from dpr_pipeline.workflow.stages import settings_block
+from dpr_pipeline.stages import settings_block
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.data.text_files import iter_json_lines
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.summary import read_metrics
-from dpr_pipeline.workflow import stages
+from dpr_pipeline import stages
 
 
 def plot_stage_metrics(metrics_json: str | Path, output: str | Path, title: str) -> None:
@@ -69,7 +69,7 @@ def plot_loss_curves(loss_logs: dict[str, str | Path], output: str | Path, title
 def score_panels(mined: dict[str, str | Path], teacher_scores: str | Path) -> dict[str, tuple[str | Path, str]]:
     """The score distributions' panels, ``{title: (negatives file, what its scores are)}``: each mined stage's
     negatives (``mined``: stage -> its negatives.parquet, in pipeline order), with the stages they train
-    (:mod:`dpr_pipeline.workflow.stages`), then the teacher's scores of the negatives its student distils."""
+    (:mod:`dpr_pipeline.stages`), then the teacher's scores of the negatives its student distils."""
     panels = {}
     for name, path in mined.items():
         declared = stages.stage(name)

@@ -4,7 +4,7 @@ denoising of hard negatives; sentence-transformers' ``mine_hard_negatives(cross_
 The GPU job of rule ``denoise_scores`` builds the same pool as the stage's mining job
 (:func:`dpr_pipeline.retrieval.negatives.candidate_pool`: the run's top ``depth`` minus the positives, or the official
 negatives), scores every (query, positive) and (query, candidate) pair with θ(q, d)
-(:func:`dpr_pipeline.reranking.scoring.score_pairs`, as re-ranking and the teacher scores do) and writes them in the
+(:func:`dpr_pipeline.models.pair_scoring.score_pairs`, as re-ranking and the teacher scores do) and writes them in the
 negatives schema. The mining job, a CPU job, reads them back
 (:func:`dpr_pipeline.retrieval.negatives.denoise_inputs`) and drops the candidates the cross-encoder scores like
 positives (:class:`dpr_pipeline.retrieval.negative_filters.Denoise`). Scores are the raw logit θ; ``denoise.sigmoid``
@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from dpr_pipeline.data.passage_store import PassageStore
 from dpr_pipeline.data.schemas import write_artifact
-from dpr_pipeline.reranking.scoring import load_scorer, score_pairs
+from dpr_pipeline.models.pair_scoring import load_scorer, score_pairs
 from dpr_pipeline.retrieval.negatives import candidate_pool
 from dpr_pipeline.training.groups import known_id_lists, read_queries
 

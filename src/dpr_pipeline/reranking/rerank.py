@@ -1,4 +1,4 @@
-"""Re-ranking a first-stage TREC run with the re-ranker (:mod:`.cross_encoder_scoring`).
+"""Re-ranking a first-stage TREC run with the re-ranker (:mod:`dpr_pipeline.models.pair_scoring`).
 
 A re-ranked run keeps its tail, as re-ranking toolkits report it: the re-ranked top ``depth`` hits, then the
 first stage's remaining hits in their order, scored below every re-ranked hit, so recall at depths beyond the
@@ -15,7 +15,7 @@ import numpy as np
 from dpr_pipeline.data.passage_store import PassageStore
 from dpr_pipeline.data.trec_runs import append_tail, read_trec_run, write_trec_run
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.reranking.scoring import load_scorer, score_pairs
+from dpr_pipeline.models.pair_scoring import load_scorer, score_pairs
 from dpr_pipeline.training.groups import read_queries
 
 log = logging.getLogger(__name__)

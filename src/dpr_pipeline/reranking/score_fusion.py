@@ -14,7 +14,7 @@ re-ranker's side). The hits below the re-ranked depth follow in the first stage'
 (:func:`.runs.append_tail`).
 
 :func:`weight_setting` is the one reader of the setting's value: the config's check, the jobs' parameters
-(:func:`dpr_pipeline.workflow.stage_settings.fusion`), the rules' inputs and the jobs (:func:`mixing_weight`) ask it.
+(:func:`dpr_pipeline.orchestration.stage_settings.fusion`), the rules' inputs and the jobs (:func:`mixing_weight`) ask it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.data.trec_runs import append_tail, rank_order, read_trec_run, write_trec_run
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.metrics import evaluate_run
-from dpr_pipeline.workflow.layout import stage_file
+from dpr_pipeline.layout import stage_file
 
 #: The weights ``fusion_weight: dev`` chooses from: 0, 0.1, …, 1.
 FUSION_GRID = tuple(i / 10 for i in range(11))

@@ -1,4 +1,4 @@
-"""Teacher scores for distillation (Eq. 5): the re-ranker's θ(q, d) (:mod:`.cross_encoder_scoring`) of the
+"""Teacher scores for distillation (Eq. 5): the re-ranker's θ(q, d) (:mod:`dpr_pipeline.models.pair_scoring`) of the
 (query, positive) and (query, negative) pairs of the negatives artifact that the distilled retriever draws
 (``stages.reranker.teacher_pairs: drawn``; ``all``: every pair). The student samples its negatives from a
 pool by (seed, query, epoch) alone (:mod:`dpr_pipeline.training.groups`), so the pairs it will read are known
@@ -23,7 +23,7 @@ from dpr_pipeline.data.corpus_shards import corpus_shard_bounds
 from dpr_pipeline.data.passage_store import PassageStore
 from dpr_pipeline.data.schemas import read_artifact, read_negatives_table, write_artifact
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.reranking.scoring import load_scorer, score_pairs
+from dpr_pipeline.models.pair_scoring import load_scorer, score_pairs
 from dpr_pipeline.training.groups import QueryGroups, known_id_lists, read_queries
 from dpr_pipeline.training.schedule import STEP_KEYS, epochs_visited
 

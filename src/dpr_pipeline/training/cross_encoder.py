@@ -24,7 +24,7 @@ from dpr_pipeline.models.devices import autocast, model_device, to_device
 from dpr_pipeline.models.embedding import declared_prompts
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
 from dpr_pipeline.models.packing import PackedBatch, pack, packed_attention_for, worth_packing
-from dpr_pipeline.reranking.scoring import encode_pairs, load_scorer
+from dpr_pipeline.models.pair_scoring import encode_pairs, load_scorer
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group, QueryGroups, read_query_groups
 from dpr_pipeline.training.losses import listwise_loss

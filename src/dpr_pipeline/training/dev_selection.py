@@ -121,7 +121,7 @@ def select(trained_encoder, load_start: Callable[[], object], tokenizer, passage
            selection: dict, *, device=None) -> tuple[object, dict]:
     """The encoder a bi-encoder stage hands on, and its dev_selection.json record.
 
-    ``selection``: :func:`dpr_pipeline.workflow.stage_settings.selection` with ``files``, the dev split's ``queries``
+    ``selection``: :func:`dpr_pipeline.orchestration.stage_settings.selection` with ``files``, the dev split's ``queries``
     and ``qrels`` and, where the start is a chain stage's model, that stage's dev run (``start_run``);
     ``load_start``: the model the stage started from, loaded as training loaded it (only where it is searched, or
     handed on); ``params``: the stage's (``plm``, the max lengths, ``bf16``); ``passages``: the whole corpus."""

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow.stages import settings_block, shared_block
+from dpr_pipeline.stages import settings_block, shared_block
 
 #: The training job's stage, which ``run_training`` passes to its torchrun processes (for error messages).
 STAGE_VARIABLE = "DPR_PIPELINE_STAGE"
@@ -32,7 +32,7 @@ def check_processes(processes: int, gpus: int, stage: str) -> None:
     Without a visible GPU any number of processes trains on the CPU (gloo), as the tests do with two."""
     if processes <= 1 or gpus == 0 or processes <= gpus:
         return
-    # where the stage's ``processes`` setting lives (workflow/stages.py): the block its own block overrides, if any
+    # where the stage's ``processes`` setting lives (stages.py): the block its own block overrides, if any
     block = settings_block(stage)
     if block is not None:
         block = shared_block(block) or block

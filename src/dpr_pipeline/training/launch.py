@@ -20,7 +20,7 @@ from typing import Callable
 from dpr_pipeline.models.devices import require_cuda_where_allocated
 from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, visible_gpus
 from dpr_pipeline.training.trainer import stop_signals
-from dpr_pipeline.workflow.job_log import quiet_third_party
+from dpr_pipeline.orchestration.job_log import quiet_third_party
 
 
 def run_training(function: Callable, processes: int, **kwargs) -> None:

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, fields
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow.stages import settings_block
+from dpr_pipeline.stages import settings_block
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, desc
     of a 150-query collection in batches of 16: 9 steps, all inside it): a ConfigError naming the stage's
     setting, the step count and what made it, before any training. A run of fewer than :data:`FEW_STEPS`
     steps is logged as a warning, and one that ``min_steps`` lengthened as what lengthened it. ``stage``: the
-    job's stage, whose declared block (:func:`dpr_pipeline.workflow.stages.settings_block`) the messages name."""
+    job's stage, whose declared block (:func:`dpr_pipeline.stages.settings_block`) the messages name."""
     stage = settings_block(stage) or "<stage>"
     made_of = (f"train_steps {settings.train_steps}" if settings.train_steps is not None else
                f"{num_examples} training examples in batches of {settings.batch_size}, {settings.epochs:g} epoch(s)")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow.layout import RESULTS, stage_file
+from dpr_pipeline.layout import RESULTS, stage_file
 
 #: The extra that installs every tracker's package.
 EXTRA = "pip install -e '.[tracking]'"

@@ -58,7 +58,7 @@ from dpr_pipeline.training.grad_cache import CachedLoss, cached_step
 from dpr_pipeline.training.schedule import (TrainingSettings, check_micro_batch, check_warmup, steps_per_epoch,
                                             total_steps)
 from dpr_pipeline.training.tracking import NullTracker, Tracker, TrackingRun, open_tracker
-from dpr_pipeline.workflow.stages import settings_block
+from dpr_pipeline.stages import settings_block
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class _BatchesAhead:
 
 class TrainingStopped(PipelineError, RuntimeError):
     """A training stopped by a signal after saving the checkpoint of the step it reached; a rerun resumes there.
-    Not a bug: the job's report is this message, without a traceback (``workflow.job_log.logged``)."""
+    Not a bug: the job's report is this message, without a traceback (``orchestration.job_log.logged``)."""
 
     def __init__(self, description: str, signal_name: str, step: int, steps: int, checkpoint: Path):
         self.step = step
@@ -376,7 +376,7 @@ def stop_signals():
 
 
 #: Beside a training's checkpoints, one line per stop by a signal (step, signal): the job's next attempts are
-#: continuations, not failures (:func:`dpr_pipeline.workflow.resources.continuations`).
+#: continuations, not failures (:func:`dpr_pipeline.orchestration.resources.continuations`).
 STOPS_FILE = "stops.jsonl"
 
 

@@ -178,7 +178,7 @@ def write_job_manifest(snakemake, stage: str, *, seed: int | None, world_size: i
                        negatives: dict | None = None, report: dict | None = None) -> None:
     """Write the job's ``manifest`` output: its inputs and outputs with their hashes, its resolved parameters and
     the whole resolved config, seed, world size, negatives and software. A job whose ``model`` output gets a card
-    writes it first (:func:`dpr_pipeline.models.card.write_job_card`), so that the folder's hash includes it."""
+    writes it first (:func:`dpr_pipeline.orchestration.card.write_job_card`), so that the folder's hash includes it."""
     inputs, outputs, parameters = job_files(snakemake)
     manifest = build_manifest(stage=stage, dataset=snakemake.wildcards.dataset, rule=snakemake.rule,
                               inputs=inputs, outputs=outputs, parameters=parameters,

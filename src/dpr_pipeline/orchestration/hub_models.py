@@ -11,14 +11,14 @@ from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.models.hub_fetch import MANIFEST, fetched_folder, is_fetched
 from dpr_pipeline.models.refs import offline_variable
 from dpr_pipeline.pretraining.methods import pretraining_method
-from dpr_pipeline.workflow import stage_settings as settings
-from dpr_pipeline.workflow.config import MODEL_SETTINGS, setting_name, stage_params
-from dpr_pipeline.workflow.stages import BIENCODER, chain, family_member
+from dpr_pipeline.orchestration import stage_settings as settings
+from dpr_pipeline.orchestration.config import MODEL_SETTINGS, setting_name, stage_params
+from dpr_pipeline.stages import BIENCODER, chain, family_member
 
 
 def named_models(config: dict, dataset: str) -> dict[str, dict]:
     """``{folder: {repo_id, revision}}`` of the Hub names among a dataset's model settings
-    (:data:`dpr_pipeline.workflow.config.MODEL_SETTINGS`, the words they take aside): each has a fetch rule, whose job
+    (:data:`dpr_pipeline.orchestration.config.MODEL_SETTINGS`, the words they take aside): each has a fetch rule, whose job
     runs when a target needs the model."""
     models = {}
     for (block, key), words in MODEL_SETTINGS.items():

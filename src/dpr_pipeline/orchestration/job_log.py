@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Iterator
 
 from dpr_pipeline.errors import PipelineError
-from dpr_pipeline.workflow.layout import error_file
-from dpr_pipeline.workflow.run_errors import job_error_line, write_job_error
+from dpr_pipeline.layout import error_file
+from dpr_pipeline.orchestration.run_errors import job_error_line, write_job_error
 
 #: Third-party log messages that tell the user nothing, by the logger that emits them and how they begin:
 #: transformers' tensor-parallel plan report (printed for every model load, although no model here is loaded
@@ -48,9 +48,9 @@ def quiet_third_party() -> None:
 @contextlib.contextmanager
 def logged(log_file: str | Path, threads: int | None = None) -> Iterator[logging.Logger]:
     """Log INFO and above to ``log_file`` and stderr; an exception's traceback goes to ``log_file``, and its
-    message to the job's error file (:func:`~dpr_pipeline.workflow.layout.error_file`), which the Snakefile's
+    message to the job's error file (:func:`~dpr_pipeline.layout.error_file`), which the Snakefile's
     ``onerror``
-    shows as the run's last lines (:mod:`dpr_pipeline.workflow.run_errors`).
+    shows as the run's last lines (:mod:`dpr_pipeline.orchestration.run_errors`).
 
     A :class:`~dpr_pipeline.errors.PipelineError` (bad data or config, an unusable checkpoint, an output that
     cannot be written) is the user's to fix: stderr gets its message alone, without the traceback, and the job

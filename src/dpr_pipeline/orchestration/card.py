@@ -13,7 +13,7 @@ rule's output (the model folder is the training rule's):
 
 * the training job (``starting_model``, ``train_retriever``, ``train_distill``, ``train_reranker``) writes the
   card, without metrics, into its model folder (:func:`write_job_card`, before
-  :func:`dpr_pipeline.workflow.manifests.write_job_manifest` hashes the folder);
+  :func:`dpr_pipeline.orchestration.manifests.write_job_manifest` hashes the folder);
 * the rule ``release_model`` writes ``results/{dataset}/{stage}/release/`` (:func:`write_release`): the model
   folder's files hard-linked (copied where a link is impossible, e.g. across file systems) and a ``README.md`` of
   its own, the same card plus the stage's metrics per split (and ``model-index``/``metrics`` in the front
@@ -42,12 +42,12 @@ from dpr_pipeline.models.embedding import recorded_include_prompt, recorded_pool
 from dpr_pipeline.models.onnx_export import export_biencoder, export_section
 from dpr_pipeline.models.refs import PACKAGE_PREFIX, looks_like_path, read_manifest
 from dpr_pipeline.training.selection_record import describe
-from dpr_pipeline.workflow.config import stage_params
-from dpr_pipeline.workflow.layout import PRETRAINING_START, model_stage, stage_file
-from dpr_pipeline.workflow.manifests import SNAKEMAKE_MARKER, file_sha256, job_files
-from dpr_pipeline.workflow.stage_settings import pretraining_start
-from dpr_pipeline.workflow.stages import CROSS_ENCODER, PRETRAINING, card_name, card_negatives, family_member
-from dpr_pipeline.workflow.stages import stage as declared
+from dpr_pipeline.orchestration.config import stage_params
+from dpr_pipeline.layout import PRETRAINING_START, model_stage, stage_file
+from dpr_pipeline.orchestration.manifests import SNAKEMAKE_MARKER, file_sha256, job_files
+from dpr_pipeline.orchestration.stage_settings import pretraining_start
+from dpr_pipeline.stages import CROSS_ENCODER, PRETRAINING, card_name, card_negatives, family_member
+from dpr_pipeline.stages import stage as declared
 
 log = logging.getLogger(__name__)
 

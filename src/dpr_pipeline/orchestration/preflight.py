@@ -4,7 +4,7 @@ A job that asks more GPUs than one node of its partition has, more time than its
 or CPUs than its partition's largest node, a partition that does not exist or has no GPUs, or an account that is
 not the user's would be rejected by sbatch or pend forever. :func:`refusals` finds every such job of a plan (its
 rule, dataset and resources: :class:`JobRequest`) from the config's ``cluster`` block and what the cluster says
-(:mod:`dpr_pipeline.workflow.cluster_facts`), one message per kind of job naming the rule, what it asks, what the
+(:mod:`dpr_pipeline.orchestration.cluster_facts`), one message per kind of job naming the rule, what it asks, what the
 cluster allows and the setting that fixes it. :func:`check_plan` raises them together (``make cluster-check``;
 every run under a cluster executor, before its first submission: rules/common.smk's ``onstart``).
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.workflow import stages
-from dpr_pipeline.workflow.cluster_facts import ClusterFacts, Partition
-from dpr_pipeline.workflow.resources import requested_gpus
+from dpr_pipeline import stages
+from dpr_pipeline.orchestration.cluster_facts import ClusterFacts, Partition
+from dpr_pipeline.orchestration.resources import requested_gpus
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What a failed run shows last: the project's own message (file, line or row, problem, ``Fix:``), not a traceback.
 
-Jobs: ``workflow.job_log.logged`` writes a failing job's traceback to its log and its message to the job's error file
-(:func:`~dpr_pipeline.workflow.layout.error_file`; :func:`write_job_error`). The Snakefile's ``onerror`` gathers the
+Jobs: ``orchestration.job_log.logged`` writes a failing job's traceback to its log and its message to the job's error file
+(:func:`~dpr_pipeline.layout.error_file`; :func:`write_job_error`). The Snakefile's ``onerror`` gathers the
 failed jobs' messages (:func:`failed_jobs_report`). Snakemake prints a few lines of its own after ``onerror``
 and ends with its error (``At least one job did not complete successfully.``); :class:`LastLines`, a filter on
 Snakemake's logger, puts the report in that error's place, so the report is what the terminal ends with.
@@ -11,7 +11,7 @@ graph (its class, the Snakefile line and a traceback below the message) with the
 :class:`~dpr_pipeline.errors.PipelineError` behind it (:func:`explain`): a config error at start-up, one
 raised in an input function; and explains a target that names a dataset the config lacks, or a folder no
 rule writes, instead of Snakemake's ``MissingRuleException``, and a dataset's raw files missing from the working
-directory instead of its ``MissingInputException`` (:mod:`~dpr_pipeline.workflow.run_folders`). The full
+directory instead of its ``MissingInputException`` (:mod:`~dpr_pipeline.orchestration.run_folders`). The full
 traceback stays in Snakemake's ``--verbose`` output. docs/bad_inputs.md, "Under Snakemake".
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from dpr_pipeline.errors import ConfigError, PipelineError
-from dpr_pipeline.workflow.layout import RESULTS, error_file
-from dpr_pipeline.workflow.run_folders import missing_raw_files
+from dpr_pipeline.layout import RESULTS, error_file
+from dpr_pipeline.orchestration.run_folders import missing_raw_files
 
 
 def job_error_line(error: BaseException) -> str:
@@ -110,7 +110,7 @@ def explain(error: BaseException | None, *, datasets: Iterable[str] = (),
     """The message to show for ``error``, which stopped Snakemake before or while it built the job graph: the
     :class:`PipelineError` it is or wraps (Snakemake wraps one raised in an input function), why a target
     cannot be made (:func:`unknown_target`; ``folders()``: the folders rules write under a dataset's results), or
-    why a dataset's raw files are missing (:func:`~dpr_pipeline.workflow.run_folders.missing_raw_files`, given
+    why a dataset's raw files are missing (:func:`~dpr_pipeline.orchestration.run_folders.missing_raw_files`, given
     ``datasets`` as the config's mapping and ``folders_of_run``: ``workdir``, ``rundir`` and ``basedir``); None
     when the error is none of these."""
     from snakemake.exceptions import MissingInputException, MissingRuleException

@@ -1,7 +1,7 @@
 """The parameters each job gets, one function per stage, from the validated config, the dataset and the job's
 wildcards (stage, method, split, target B of a transfer).
 
-Each starts from :func:`dpr_pipeline.workflow.config.stage_params` (the top-level stage values merged with the dataset's
+Each starts from :func:`dpr_pipeline.orchestration.config.stage_params` (the top-level stage values merged with the dataset's
 overrides) and resolves what depends on the job: the model a bi-encoder starts from, the corpus side of a transfer,
 how deep a run is searched. A model named by a Hugging Face Hub name becomes the folder it is fetched into
 (:func:`dpr_pipeline.models.hub_fetch.model_source`): no job gets a Hub name. Rules call them through ``settings`` in
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from dpr_pipeline.data.dev_split import dev_split_of
 from dpr_pipeline.models.hub_fetch import model_source
+from dpr_pipeline.pretraining.methods import RANDOM_GENERATOR
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import FILTER_KEYS as NEGATIVE_FILTERS
 from dpr_pipeline.training.schedule import STEP_KEYS
-from dpr_pipeline.workflow.config import RANDOM_GENERATOR, stage_params
-from dpr_pipeline.workflow.layout import PRETRAINING_START, model_dir, stage_file
-from dpr_pipeline.workflow.stages import (
+from dpr_pipeline.orchestration.config import stage_params
+from dpr_pipeline.layout import PRETRAINING_START, model_dir, stage_file
+from dpr_pipeline.stages import (
     ABLATION,
     BIENCODER,
     PRETRAINING,
@@ -32,7 +33,7 @@ from dpr_pipeline.workflow.stages import (
     starting_stage,
     trained,
 )
-from dpr_pipeline.workflow.stages import stage as declared
+from dpr_pipeline.stages import stage as declared
 
 
 def bm25(config: dict, dataset: str) -> dict:
@@ -62,7 +63,7 @@ ONLY_WHEN_SET = ("query_prompt", "passage_prompt")
 
 
 def job_params(config: dict, dataset: str, block: str) -> dict:
-    """A config block's values (:func:`dpr_pipeline.workflow.config.stage_params`) as its jobs get them: without the
+    """A config block's values (:func:`dpr_pipeline.orchestration.config.stage_params`) as its jobs get them: without the
     keys
     resolved here (``RESOLVED_HERE``), nor those of ``ONLY_WHEN_SET`` left at null."""
     return {key: value for key, value in stage_params(config, dataset, block).items()
@@ -118,7 +119,7 @@ def pretrained_model(dataset: str, method: str) -> str:
 
 def initialisation(config: dict, dataset: str, stage: str) -> str:
     """The model a bi-encoder stage starts from: its declared block's ``plm`` (``retriever`` for the starting
-    model, ``retriever1``/``retriever2`` over it, ``distill``: :mod:`dpr_pipeline.workflow.stages`), where
+    model, ``retriever1``/``retriever2`` over it, ``distill``: :mod:`dpr_pipeline.stages`), where
     ``pretrain`` means this dataset's ``pretrain.method`` output and a trained stage the stage declares in
     ``starts_from`` (``retriever2.plm: retriever1``, ``distill.plm: retriever2``) that stage's model on this
     dataset; ``ablation/{method}`` starts from that method's output (``none``: the plm that pre-training starts

@@ -1,7 +1,7 @@
 """What a Slurm cluster says about itself, read where the workflow is submitted from: each partition's time limit
 and nodes (CPUs, memory, GPUs), the default partition, and the user's accounts (:func:`read_cluster_facts`).
 
-The preflight (:mod:`dpr_pipeline.workflow.preflight`) checks a plan's jobs against these facts before the first
+The preflight (:mod:`dpr_pipeline.orchestration.preflight`) checks a plan's jobs against these facts before the first
 sbatch. Everything here is parsed from ``sinfo``, ``sacctmgr`` and ``scontrol`` output (the parsers are plain
 functions of that text); a command that is missing or fails leaves its fact unknown (None), never guessed.
 """

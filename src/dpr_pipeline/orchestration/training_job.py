@@ -11,13 +11,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dpr_pipeline.atomic_writes import atomic_output
-from dpr_pipeline.models.card import write_job_card
+from dpr_pipeline.orchestration.card import write_job_card
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.selection_record import (START, describe, read_selection, selection_record,
                                                     teacher_below_start, write_selection)
 from dpr_pipeline.training.tracking import dev_scores, log_once
-from dpr_pipeline.workflow.manifests import negatives_per_query, write_job_manifest
-from dpr_pipeline.workflow.resources import processes_for
+from dpr_pipeline.orchestration.manifests import negatives_per_query, write_job_manifest
+from dpr_pipeline.orchestration.resources import processes_for
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def negative_counts(negatives_path) -> list[int]:
 
 
 def group_negatives(snakemake, params: dict, *, in_batch: bool) -> dict:
-    """The negatives a training query of a fine-tuning job sees (:func:`dpr_pipeline.workflow.manifests.negatives_per_query`)."""
+    """The negatives a training query of a fine-tuning job sees (:func:`dpr_pipeline.orchestration.manifests.negatives_per_query`)."""
     return negatives_per_query(negative_counts(snakemake.input.negatives), params["negatives_per_query"],
                                batch_size=params["batch_size"], in_batch=in_batch)
 

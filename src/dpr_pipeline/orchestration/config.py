@@ -22,24 +22,21 @@ from dpr_pipeline.data.text_files import dataset_folder
 from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.evaluation.metrics import parse_metric
 from dpr_pipeline.models.refs import is_hub_name, resolve_model_path
-from dpr_pipeline.pretraining.methods import METHODS, pretraining_method
+from dpr_pipeline.pretraining.methods import METHODS, RANDOM_GENERATOR, pretraining_method
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import NegativeFilters
-from dpr_pipeline.workflow.layout import model_stage
+from dpr_pipeline.layout import model_stage
 from dpr_pipeline.training.schedule import check_micro_batch
-from dpr_pipeline.workflow.stages import (BIENCODER, CHAIN, FAMILIES, PRETRAINING, blocks, denoisers, family_member,
-                                          mined, overriding_blocks, reads_mined, shared_block, starts_named_by,
-                                          trained_with)
+from dpr_pipeline.stages import (BIENCODER, CHAIN, FAMILIES, PRETRAINING, blocks, denoisers, family_member, mined,
+                                 overriding_blocks, reads_mined, shared_block, starts_named_by, trained_with)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
 
 
-#: ``pretrain.generator: random``: a small BERT trained jointly instead of a pre-trained generator.
-RANDOM_GENERATOR = "random"
 #: The settings that name a model, (block, key) -> the words it takes instead of a model reference (resolved by
-#: :mod:`dpr_pipeline.workflow.stage_settings` and the pre-training): ``pretrain``, and the trained stages a block's
+#: :mod:`dpr_pipeline.orchestration.stage_settings` and the pre-training): ``pretrain``, and the trained stages a block's
 # stages
-#: may start from (their ``starts_from`` in :mod:`dpr_pipeline.workflow.stages`: ``distill.plm: retriever2``); any other
+#: may start from (their ``starts_from`` in :mod:`dpr_pipeline.stages`: ``distill.plm: retriever2``); any other
 #: value is a model reference, checked by :func:`dpr_pipeline.models.refs.resolve_model_path` when the config is
 #: loaded.
 MODEL_SETTINGS = {("pretrain", "plm"): (), ("pretrain", "generator"): (RANDOM_GENERATOR,), ("reranker", "plm"): (),
@@ -302,7 +299,7 @@ def check_model_settings(config: dict, name: str) -> None:
     folder; a path that does not exist, an invalid Hub name or a missing ``pkg:`` package stops here). No network
     call: online a Hub name is only spelt right (its fetch job downloads it); offline (``HF_HUB_OFFLINE``) it must
     be fetched already for the datasets of ``run_datasets``, which
-    :func:`dpr_pipeline.workflow.hub_models.check_offline_fetches` checks once the settings resolve."""
+    :func:`dpr_pipeline.orchestration.hub_models.check_offline_fetches` checks once the settings resolve."""
     for (block, key), words in MODEL_SETTINGS.items():
         value = stage_params(config, name, block)[key]
         setting = setting_name(config, name, block, key)

@@ -7,9 +7,9 @@ Everything else asks this module instead of listing stage names: the stage lists
 (``STAGES``, ``BIENCODERS``, ``TRAINED_STAGES``, …), the rules' inputs (which negatives train a stage, which run the
 re-ranker re-ranks, which stages are mined), the summary's labels, a bi-encoder's config block, the loss curves'
 and score distributions' titles (:mod:`dpr_pipeline.report.plots`), the model card's prose
-(:mod:`dpr_pipeline.models.card`),
+(:mod:`dpr_pipeline.orchestration.card`),
 the settings a training error names (:mod:`dpr_pipeline.training.launch`, :mod:`dpr_pipeline.training.trainer`),
-the rules that ask for GPUs (:mod:`dpr_pipeline.workflow.resources`) and the conda environment of the rules that run
+the rules that ask for GPUs (:mod:`dpr_pipeline.orchestration.resources`) and the conda environment of the rules that run
 PyTorch
 (``envs/torch-gpu.yaml`` for a GPU rule, ``envs/torch.yaml`` otherwise). A family member's name
 (``ablation/simlm``) is built and read here only (:func:`member`, :func:`family_member`). ``tests/test_stages.py``
@@ -155,7 +155,7 @@ def stage(name: str) -> Stage:
     if found is not None:
         return found[0]
     raise KeyError(f"stage {name!r} is not declared: one of {[s.name for s in CHAIN]} or "
-                   f"{[f.name + '/<method>' for f in FAMILIES]} (src/dpr_pipeline/workflow/stages.py)")
+                   f"{[f.name + '/<method>' for f in FAMILIES]} (src/dpr_pipeline/stages.py)")
 
 
 def chain(kind: Kind | None = None) -> list[str]:

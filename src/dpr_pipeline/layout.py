@@ -56,7 +56,7 @@ def log_file(job: str, dataset: str = WILDCARD) -> str:
 
 def error_file(log: str) -> str:
     """The message of a job that failed, beside its log ``log`` (``….log`` -> ``….error``): written by
-    ``workflow.job_log.logged``, read by the Snakefile's ``onerror`` (``run_errors``)."""
+    ``orchestration.job_log.logged``, read by the Snakefile's ``onerror`` (``run_errors``)."""
     return log[:-len(".log")] + ".error" if log.endswith(".log") else log + ".error"
 
 

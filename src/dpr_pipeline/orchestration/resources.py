@@ -18,7 +18,7 @@ GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_r
 * ``nodes``: 1 for the GPU rules, whose multi-GPU trainers run ``torchrun --standalone`` (one node), so that
   Slurm never spreads a job's GPUs over several nodes (``sbatch --nodes=1``).
 * ``gpu``: GPU rules ask for GPUs, CPU rules for none; which rules are GPU rules follows from the stages'
-  declaration (:mod:`dpr_pipeline.workflow.stages`: ``GPU_TRAINING_RULES``, ``GPU_INFERENCE_RULES``). Training rules ask
+  declaration (:mod:`dpr_pipeline.stages`: ``GPU_TRAINING_RULES``, ``GPU_INFERENCE_RULES``). Training rules ask
   for the stage's ``processes`` GPUs and launch ``torchrun --nproc_per_node={resources.gpu}`` (one process per
   GPU, :func:`processes_for`); encoding, search, re-ranking and teacher scoring ask for one GPU per job (more
   parallelism = more shards).

@@ -1,5 +1,7 @@
 """Inference with the re-ranker's θ(q, d): loading it and scoring (query, passage) pairs. Its two uses:
-:mod:`.reranking` (re-ranking a TREC run) and :mod:`.teacher_scores` (teacher scores for distillation).
+:mod:`dpr_pipeline.reranking.rerank` (re-ranking a TREC run) and :mod:`dpr_pipeline.reranking.teacher_scores`
+(teacher scores for distillation); the re-ranker's trainer (:mod:`dpr_pipeline.training.cross_encoder`) scores its
+dev pairs with it too.
 
 Pairs are tokenized once, sorted by token length (longest first, so that an out-of-memory batch shows at the
 start) and padded per batch, which wastes little compute on padding. With ``bf16`` the forward pass runs under
