@@ -268,3 +268,57 @@ def test_a_training_stopped_at_its_time_limit_saves_a_checkpoint_and_the_retry_r
     steps = [json.loads(line)["step"] for line in loss_log.read_text().splitlines()]
     assert steps == list(range(1, TRAIN_STEPS + 1))
     assert "2 process(es)" in last
+
+
+@pytest.fixture(scope="module")
+def requeued_run(slurm, tmp_path_factory):
+    """As the time-limit run, with a 30-minute limit: once Retriever 1's training has run 20 s, its job is requeued
+    (`scontrol requeue`, as a preemption with PreemptMode=REQUEUE does): Slurm stops it with SIGTERM and queues it
+    again under the same job id, Snakemake keeps waiting for it, and the training resumes from the checkpoint it
+    saved on the SIGTERM."""
+    root = copy_repo(tmp_path_factory.mktemp("slurm_requeue") / "repo")
+    trainer = root / "src" / "dpr_pipeline" / "training" / "trainer.py"
+    trainer.write_text(trainer.read_text() + SLOW_STEPS)
+    config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
+    config["run_datasets"] = ["scifact"]
+    config["cluster"] = CLUSTER
+    config["datasets"]["scifact"]["stages"]["retriever"].update(processes=2, train_steps=TRAIN_STEPS,
+                                                                save_steps=10 * TRAIN_STEPS)
+    config["datasets"]["scifact"]["resources"] = {"default": {"threads": 1, "mem_mb": 2000, "runtime": 30}}
+    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TIME_LIMIT_TARGET, "--configfile",
+               "tiny.yaml", "--slurm-init-seconds-before-status-checks", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPR_PIPELINE_ALLOW_CPU": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(root / "src")}
+    process = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env)
+    requeued, deadline = None, time.monotonic() + 1200
+    while requeued is None and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(2)
+        logs = list((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log"))
+        if logs and re.search(r"\d+ steps of \d+, 2 process\(es\)", logs[0].read_text()):
+            time.sleep(20)                                           # some steps into the training
+            requeued = logs[0].stem
+            subprocess.run(["scontrol", "requeue", requeued], check=True)
+    output, _ = process.communicate(timeout=1800)
+    assert requeued is not None, output[-6000:]
+    accounting = subprocess.run(["sacct", "-P", "-n", "-D", "-X", "-o", "JobID,State,Elapsed,AllocTRES",
+                                 "-j", requeued], capture_output=True, text=True).stdout
+    with LOG.open("a") as log:
+        log.write(f"\n\n$ {' '.join(command)}   (requeue test, in {root}; job {requeued} requeued, exit "
+                  f"{process.returncode})\nsacct -D (every run of the job):\n{accounting}\n")
+    if process.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed:\n{output[-8000:]}")
+    log = next((root / "logs" / "slurm" / "rule_train_retriever").rglob(f"{requeued}.log"))
+    return {"root": root, "output": output, "job": requeued, "sacct": accounting, "log": log.read_text()}
+
+
+def test_a_requeued_training_resumes_from_the_checkpoint_it_saved_on_sigterm(requeued_run):
+    runs = [line.split("|") for line in requeued_run["sacct"].splitlines() if line]
+    assert [state for _, state, *_ in runs][-1] == "COMPLETED" and len(runs) >= 2, runs   # requeued, then completed
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", requeued_run["output"])
+    assert submitted.count(requeued_run["job"]) == 1                # one submission: Slurm ran it again
+    resumed = re.findall(rf"resuming retriever from checkpoint step (\d+) of {TRAIN_STEPS}", requeued_run["log"])
+    assert resumed and 0 < int(resumed[0]) < TRAIN_STEPS, requeued_run["log"][-3000:]
+    loss_log = requeued_run["root"] / "results" / "scifact" / "retriever1" / "loss_log.jsonl"
+    assert [json.loads(line)["step"] for line in loss_log.read_text().splitlines()] == list(range(1, TRAIN_STEPS + 1))
