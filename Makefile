@@ -34,7 +34,7 @@ lint: $(STAMP)
 # (tests/test_config_reference.py and test_bad_inputs.py fail while either is stale)
 docs: $(STAMP)
 	$(VENV)/bin/python scripts/config_reference.py
-	$(VENV)/bin/python scripts/bad_inputs_catalogue.py
+	$(VENV)/bin/python tests/bad_inputs_catalogue.py
 
 # Before a cluster run, on the login node: every job of TARGET's plan against the config's `cluster` block and
 # what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: your config file(s) with that block

@@ -18,16 +18,14 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from dpr_pipeline.models.embedding import TextEncoder  # noqa: E402
-from dpr_pipeline.training.biencoder import BiEncoder, BiEncoderLoss  # noqa: E402
-from dpr_pipeline.training.distributed import Distributed  # noqa: E402
-from dpr_pipeline.training.grad_cache import cached_step  # noqa: E402
+from dpr_pipeline.models.embedding import TextEncoder
+from dpr_pipeline.training.biencoder import BiEncoder, BiEncoderLoss
+from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.grad_cache import cached_step
 
 
 def parse_args(argv=None) -> argparse.Namespace:

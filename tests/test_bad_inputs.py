@@ -4,7 +4,7 @@ Each case is declared once, here, as data: its id, its category, what is wrong (
 parts of the message the user sees (file, line or row, problem) and the fix the message gives. ``test_bad_input``
 builds the input under a temporary folder, runs the real function that reads it and checks the error type, the
 message parts, the fix and that no output (nor a temporary one) was left. docs/bad_inputs.md is generated from
-these cases by scripts/bad_inputs_catalogue.py (``make docs``); ``test_the_catalogue_page_is_current`` fails while
+these cases by tests/bad_inputs_catalogue.py (``make docs``); ``test_the_catalogue_page_is_current`` fails while
 the committed page is stale.
 """
 
@@ -1611,8 +1611,8 @@ def test_the_dry_run_checks_every_model_setting_at_once(tmp_path, tiny_bert, plm
 
 
 def test_the_catalogue_page_is_current():
-    """docs/bad_inputs.md is what scripts/bad_inputs_catalogue.py writes from CASES today."""
-    spec = importlib.util.spec_from_file_location("bad_inputs_catalogue", REPO / "scripts" / "bad_inputs_catalogue.py")
+    """docs/bad_inputs.md is what tests/bad_inputs_catalogue.py writes from CASES today."""
+    spec = importlib.util.spec_from_file_location("bad_inputs_catalogue", REPO / "tests" / "bad_inputs_catalogue.py")
     catalogue = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(catalogue)
     if catalogue.OUTPUT.read_text(encoding="utf-8") != catalogue.render(CASES, CATEGORIES):

@@ -189,6 +189,25 @@ def test_finetune_throughput(tmp_path):
     assert result["tokens_per_step"] == 2 * 8 + 4 * 16 and result["tokens_per_s"] > 0 and result["step_tflop"] > 0
 
 
+def test_grad_cache_memory():
+    done = run("benchmarks/grad_cache_memory.py", "--queries", 4, "--negatives", 1, "--query-length", 8,
+               "--passage-length", 16, "--layers", 1, "--hidden", 32, "--steps", 1, "--threads", 1,
+               "--micro-batch-size", 0, 2)
+    assert "micro_batch_size 2: median step" in done.stdout and "one pass" in done.stdout
+
+
+def test_cluster_check(tmp_path):
+    """The preflight off a real plan: 2-GPU training where a node has 1 GPU is refused, naming the setting."""
+    (tmp_path / "cluster.yaml").write_text("cluster: {gpus_per_node: 1}\n"
+                                           "datasets: {scifact: {stages: {retriever: {processes: 2}}}}\n")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_check.py"),
+                           "results/scifact/retriever1/metrics.json", "--forceall", "--configfile",
+                           str(tmp_path / "cluster.yaml")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("rule train_retriever (dataset scifact): asks 2 GPUs on one node; a node of the GPU partition has 1; "
+            "fix: set datasets.scifact.stages.retriever.processes: 1") in done.stderr
+
+
 def test_onnx_export_speed(tiny, tmp_path):
     output = tmp_path / "onnx.json"
     run("benchmarks/onnx_export_speed.py", "--model", tiny["mean"], "--passages", 8, "--runs", 1,
