@@ -252,8 +252,10 @@ def score_agreement(reference: np.ndarray, exported: np.ndarray, sizes: Sequence
     rhos, same = [], []
     for start, size in zip(np.cumsum([0, *sizes[:-1]]), sizes):
         a, b = reference[start:start + size], exported[start:start + size]
-        rho = spearmanr(a, b).statistic if size > 1 else 1.0
-        rhos.append(float(rho) if np.isfinite(rho) else float(np.array_equal(rankdata(a), rankdata(b))))
+        if size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:     # no correlation defined: the same order or not
+            rhos.append(float(np.array_equal(rankdata(a), rankdata(b))))
+        else:
+            rhos.append(float(spearmanr(a, b).statistic))
         same.append(int(np.argmax(a)) == int(np.argmax(b)))
     return {"queries": len(sizes), "pairs": int(sum(sizes)), "mean_spearman": float(np.mean(rhos)),
             "min_spearman": float(np.min(rhos)), "top1_agreement": float(np.mean(same)),
