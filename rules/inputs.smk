@@ -50,20 +50,23 @@ def fusion_inputs(wildcards):
 
 
 def export_sample_inputs(wildcards):
-    """A bi-encoder release with `release.export`: the texts its ONNX copies are checked on (the dataset's first
-    evaluation split's queries, their qrels where judged by qrels, and the corpus); none otherwise."""
+    """A release with `release.export`: the texts its ONNX copies are checked on, from the dataset's first
+    evaluation split: its queries and the corpus, and a bi-encoder's qrels (where judged by qrels) or a re-ranker's
+    own run of the split (its top pairs); none otherwise."""
     if not export_formats(wildcards):
         return {}
     split = config["datasets"][wildcards.dataset]["eval_splits"][0]
     inputs = {"sample_queries": data_file(f"queries_{split}.parquet"), "sample_corpus": data_file("corpus.parquet")}
-    if relevance_of(wildcards) != "answers":
+    if wildcards.stage in CROSS_ENCODERS:
+        inputs["sample_run"] = stage_file(wildcards.stage, f"cross_encoder/run_{split}.trec", wildcards.dataset)
+    elif relevance_of(wildcards) != "answers":
         inputs["sample_qrels"] = data_file(f"qrels_{split}.parquet")
     return inputs
 
 
 def export_formats(wildcards):
-    """`release.export` for a bi-encoder's release (ONNX copies); a re-ranker's release has none."""
-    return list(config["release"]["export"]) if wildcards.stage in BIENCODERS else []
+    """`release.export`: the ONNX copies a release writes (bi-encoders and re-rankers alike)."""
+    return list(config["release"]["export"])
 
 
 def fusion_choice(wildcards):

@@ -43,6 +43,8 @@ def workdir(tmp_path_factory):
     config["datasets"]["arguana_mini"] = {"format": "beir", "path": str(REPO / "tests" / "data" / "arguana_mini"),
                                           "eval_splits": ["test"], "ignore_identical_ids": True}
     config["datasets"]["scifact"]["transfer_to"] = ["arguana_mini"]
+    # every stage's training and metrics tracked (`tracking`, off by default): TensorBoard and MLflow's file store
+    config["tracking"] = {"backends": ["tensorboard", "mlflow"]}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     return workdir
 
@@ -188,6 +190,34 @@ def test_each_stage_has_a_manifest_that_its_metrics_name(built):
     assert json.loads((built / "distill" / "manifest.json").read_text())["inputs"]["init"] == [
         {"path": "results/scifact/pretrain/simlm/model", "sha256": file_sha256(built / "pretrain" / "simlm" / "model")}]
     assert "init" not in retriever1["inputs"]        # Retriever1 starts from the tiny BERT (its `plm` input)
+
+
+def test_each_trained_stage_is_one_tracked_run_in_tensorboard_and_mlflow(built, monkeypatch):
+    """`tracking: {backends: [tensorboard, mlflow]}` through Snakemake: each trained stage's event files and its one
+    MLflow run (named ``scifact/<stage>``) hold its loss and learning rate per step, its dev choice's scores where it
+    made one, and its test metrics."""
+    from test_tracking import mlflow_runs, tensorboard_scalars
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")      # MLflow 3 reads its file store only when allowed
+    runs = mlflow_runs(built.parents[1], "scifact")
+    names = [name for name, _ in runs]
+    for stage in ("retriever1", "retriever2", "reranker", "distill", "pretrain/simlm"):
+        assert names.count(f"scifact/{stage}") == 1, (stage, names)
+        metrics = dict(runs)[f"scifact/{stage}"]
+        events = tensorboard_scalars(built / stage / "tensorboard")
+        steps = len((built / stage / "loss_log.jsonl").read_text().splitlines())
+        for scalars in (events, {key.replace("_at_", "@"): values for key, values in metrics.items()}):
+            assert {"train/loss", "train/learning_rate"} <= set(scalars), (stage, sorted(scalars))
+            assert len(scalars["train/loss"]) >= min(steps, 2), stage
+            assert max(value for _, value in scalars["train/learning_rate"]) > 0, stage
+            if stage == "pretrain/simlm":
+                continue
+            assert scalars["eval/test/nDCG@10"] == [(0, pytest.approx(json.loads(
+                (built / stage / "metrics.json").read_text())["test"]["nDCG@10"]))], stage
+            selection = built / stage / "dev_selection.json"
+            if selection.exists() and "reason" not in json.loads(selection.read_text()):
+                assert any(key.startswith("dev/") and key.endswith("/trained") for key in scalars), stage
+    assert any(key.startswith("dev/") for key in tensorboard_scalars(built / "retriever1" / "tensorboard"))
 
 
 def test_mined_and_teacher_negatives(built):
@@ -343,12 +373,21 @@ def test_deleting_the_reranker_reruns_it_and_what_depends_on_it(built, workdir):
 
 
 def test_pretraining_ablation_fine_tunes_retriever1_from_each_method(built, workdir):
-    jobs = planned_jobs(snakemake(workdir, "-n", "results/scifact/ablation/summary.json"))
+    """Run with tracking off (the default `tracking`, over the main chain's tracked config): the plan is the
+    ablation's jobs alone (turning tracking off reruns nothing) and its trainings write no event file, no MLflow
+    run."""
+    untracked = workdir / "untracked.yaml"
+    untracked.write_text(yaml.safe_dump({"tracking": {"backends": []}}))
+    configs = ("--configfile", str(workdir / "config.yaml"), str(untracked))
+    jobs = planned_jobs(snakemake(workdir, "-n", "results/scifact/ablation/summary.json", *configs))
     # SimLM (which the distilled retriever starts from) runs in the main chain; CDMAE needs n-gram statistics
     assert jobs == {"count_ngrams": 1, "pretrain": 1, "train_retriever": 2, "encode_corpus": 4, "build_index": 2,
                     "dense_search": 4, "evaluate": 2, "ablation_summary": 1}     # dev and test per method
-    snakemake(workdir, "results/scifact/ablation/summary.json")
+    mlruns = sorted(map(str, (built.parent / "mlruns").rglob("meta.yaml")))      # the main chain's runs
+    snakemake(workdir, "results/scifact/ablation/summary.json", *configs)
     ablation = built / "ablation"
+    assert sorted(map(str, (built.parent / "mlruns").rglob("meta.yaml"))) == mlruns
+    assert not list(ablation.rglob("tensorboard")) and not list((built / "pretrain" / "cdmae").rglob("tensorboard"))
     summary = json.loads((ablation / "summary.json").read_text())
     assert list(summary["test"]) == ["none", "cdmae"]
     # `none` fine-tunes the plm pre-training starts from, here the same tiny BERT and settings as Retriever1

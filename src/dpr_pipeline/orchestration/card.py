@@ -39,7 +39,7 @@ from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.metrics import NOT_SPLITS
 from dpr_pipeline.models.embedding import recorded_include_prompt, recorded_pooling, resolve_prompts
-from dpr_pipeline.models.onnx_export import export_biencoder, export_section
+from dpr_pipeline.models.onnx_export import export_biencoder, export_cross_encoder, export_section
 from dpr_pipeline.models.refs import PACKAGE_PREFIX, looks_like_path, read_manifest
 from dpr_pipeline.training.selection_record import describe
 from dpr_pipeline.orchestration.config import stage_params
@@ -377,9 +377,10 @@ def write_release(model_dir: str | Path, manifest_path: str | Path, metrics_path
                   export: Mapping[str, Any] | None = None) -> dict[str, int]:
     """``output_dir``: the model folder's files (hard links, or copies) and a card of its own with the stage's
     metrics per split (``fusion_weight``: as :func:`model_card`). The model folder must be the one the manifest
-    describes (same hash). ``export``: ``formats`` (`release.export`), ``queries`` and ``passages`` (the sample
-    they are checked on): ONNX copies of a bi-encoder (:mod:`dpr_pipeline.models.onnx_export`), their agreement
-    with the PyTorch model in ``export.json`` and the card. Returns how many files were linked and copied."""
+    describes (same hash). ``export``: ``formats`` (`release.export`) and the sample they are checked on, a
+    bi-encoder's ``queries`` and ``passages`` or a re-ranker's ``pairs`` (queries, each with its passages): ONNX
+    copies (:mod:`dpr_pipeline.models.onnx_export`), their agreement with the PyTorch model in ``export.json`` and
+    the card. Returns how many files were linked and copied."""
     model_dir = Path(model_dir)
     manifest = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
     metrics = json.loads(Path(metrics_path).read_text(encoding="utf-8"))
@@ -399,9 +400,11 @@ def write_release(model_dir: str | Path, manifest_path: str | Path, metrics_path
             counts[link_or_copy(source, tmp / relative)] += 1
         card = model_card(manifest, model_dir, metrics, fusion_weight)
         if export and export["formats"]:
-            exported = export_biencoder(model_dir, tmp, export["formats"], export["queries"], export["passages"])
+            cross = is_cross_encoder(manifest["stage"])
+            exported = (export_cross_encoder(model_dir, tmp, export["formats"], export["pairs"]) if cross else
+                        export_biencoder(model_dir, tmp, export["formats"], export["queries"], export["passages"]))
             (tmp / EXPORT_RECORD).write_text(json.dumps(exported, indent=2) + "\n", encoding="utf-8")
-            card = card.rstrip("\n") + "\n\n" + export_section(exported)
+            card = card.rstrip("\n") + "\n\n" + export_section(exported, cross_encoder=cross)
         (tmp / CARD_FILE).write_text(card, encoding="utf-8")
     log.info("release %s: %d files linked, %d copied, card with the metrics of %s", output_dir, counts["link"],
              counts["copy"], ", ".join(split_metrics(metrics)))
