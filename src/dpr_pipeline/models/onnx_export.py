@@ -39,7 +39,7 @@ from dpr_pipeline.data.trec_runs import read_trec_run
 from dpr_pipeline.errors import DataError, PipelineError
 from dpr_pipeline.models.embedding import TextEncoder, load_text_encoder, pool
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
-from dpr_pipeline.reranking.scoring import encode_pairs
+from dpr_pipeline.models.pair_scoring import encode_pairs
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def embed(model, tokenizer, texts: Sequence[str], prompt: str, max_length: int, 
 def score(model, tokenizer, queries: Sequence[str], passages: Sequence[str], max_length: int,
           batch_size: int = 32) -> np.ndarray:
     """θ(queries[i], passages[i]) by ``model``: a re-ranker (PyTorch) or an :class:`OnnxScorer`, the pairs cut as
-    the pipeline cuts them (:func:`~dpr_pipeline.reranking.scoring.encode_pairs`)."""
+    the pipeline cuts them (:func:`~dpr_pipeline.models.pair_scoring.encode_pairs`)."""
     rows = []
     for start in range(0, len(queries), batch_size):
         batch = encode_pairs(tokenizer, queries[start:start + batch_size], passages[start:start + batch_size],
