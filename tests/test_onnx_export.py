@@ -36,9 +36,9 @@ from dpr_pipeline.models.onnx_export import (
     score_agreement,
 )
 from dpr_pipeline.models.refs import resolve_model_path
-from dpr_pipeline.reranking.scoring import encode_pairs
+from dpr_pipeline.models.pair_scoring import encode_pairs
 from dpr_pipeline.training.cross_encoder import save_reranker
-from dpr_pipeline.workflow.manifests import negatives_per_query, write_job_manifest
+from dpr_pipeline.orchestration.manifests import negatives_per_query, write_job_manifest
 
 QUERIES = ["why do cats purr", "what makes dogs bark", "how do birds sing", "do fish sleep"]
 PASSAGES = ["Cats purr when they are content.", "Dogs bark at strangers and the mail carrier.",
