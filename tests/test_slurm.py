@@ -203,33 +203,40 @@ def _optimizer_step(*args, **kwargs):
 '''
 
 
+def slow_training_copy(folder: Path, resources: dict) -> tuple[Path, dict]:
+    """A repository copy in ``folder`` whose Retriever 1 trains TRAIN_STEPS slow steps (SLOW_STEPS, injected into the
+    copy's trainer) by torchrun with 2 processes, no save_steps checkpoint before the end, with the tiny config
+    (``resources`` over 1 thread, 2 GB, 30 minutes) in tiny.yaml; and the environment that runs it: the copy's
+    package first on the path of Snakemake and of the Slurm jobs, which inherit it, as where the copy is the
+    installed checkout."""
+    root = copy_repo(folder / "repo")
+    trainer = root / "src" / "dpr_pipeline" / "training" / "trainer.py"
+    trainer.write_text(trainer.read_text() + SLOW_STEPS)
+    config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
+    config["run_datasets"] = ["scifact"]
+    config["cluster"] = CLUSTER
+    config["datasets"]["scifact"]["stages"]["retriever"].update(processes=2, train_steps=TRAIN_STEPS,
+                                                                save_steps=10 * TRAIN_STEPS)
+    config["datasets"]["scifact"]["resources"] = {"default": {"threads": 1, "mem_mb": 2000, "runtime": 30},
+                                                  **resources}
+    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPR_PIPELINE_ALLOW_CPU": "1",  # fake GPUs
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(root / "src")}
+    return root, env
+
+
 @pytest.fixture(scope="module")
 def time_limit_run(slurm, tmp_path_factory):
     """In a repository copy: Retriever 1 trains 200 steps (0.4 s longer each, injected into the copy's trainer)
     by torchrun with 2 processes in a 2-GPU job with a one-minute time limit (resources runtime 1: each
     continuation gets the same minute, and the same memory). No save_steps checkpoint comes before the end: the only one is the one
     saved on Slurm's SIGTERM at the limit (the test cluster's KillWait: 5 s)."""
-    root = copy_repo(tmp_path_factory.mktemp("slurm_time_limit") / "repo")
-    trainer = root / "src" / "dpr_pipeline" / "training" / "trainer.py"
-    trainer.write_text(trainer.read_text() + SLOW_STEPS)
-    config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
-    config["run_datasets"] = ["scifact"]
-    config["cluster"] = CLUSTER
-    retriever = config["datasets"]["scifact"]["stages"]["retriever"]
-    retriever.update(processes=2, train_steps=TRAIN_STEPS, save_steps=10 * TRAIN_STEPS)
-    config["datasets"]["scifact"]["resources"] = {"default": {"threads": 1, "mem_mb": 2000, "runtime": 30},
-                                                  "train_retriever": {"runtime": 1}}
-    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
+    root, env = slow_training_copy(tmp_path_factory.mktemp("slurm_time_limit"), {"train_retriever": {"runtime": 1}})
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TIME_LIMIT_TARGET, "--configfile",
                "tiny.yaml", "--slurm-init-seconds-before-status-checks", "2", "--retries", "3",
                # the profile's SIGTERM 2 minutes early would come at once in a one-minute job: Slurm's own at the
                # time limit instead (the harder case: KillWait seconds to save)
                "--set-resources", "train_retriever:slurm_extra=''"]
-    # the copy's package (with the slow steps) first on the path of Snakemake and of the Slurm jobs, which inherit
-    # its environment: as where the copy is the installed checkout
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPR_PIPELINE_ALLOW_CPU": "1",  # fake GPUs
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(root / "src")}
     began = time.monotonic()
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env, timeout=1800)
     output = done.stdout + done.stderr
@@ -276,20 +283,9 @@ def requeued_run(slurm, tmp_path_factory):
     (`scontrol requeue`, as a preemption with PreemptMode=REQUEUE does): Slurm stops it with SIGTERM and queues it
     again under the same job id, Snakemake keeps waiting for it, and the training resumes from the checkpoint it
     saved on the SIGTERM."""
-    root = copy_repo(tmp_path_factory.mktemp("slurm_requeue") / "repo")
-    trainer = root / "src" / "dpr_pipeline" / "training" / "trainer.py"
-    trainer.write_text(trainer.read_text() + SLOW_STEPS)
-    config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
-    config["run_datasets"] = ["scifact"]
-    config["cluster"] = CLUSTER
-    config["datasets"]["scifact"]["stages"]["retriever"].update(processes=2, train_steps=TRAIN_STEPS,
-                                                                save_steps=10 * TRAIN_STEPS)
-    config["datasets"]["scifact"]["resources"] = {"default": {"threads": 1, "mem_mb": 2000, "runtime": 30}}
-    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
+    root, env = slow_training_copy(tmp_path_factory.mktemp("slurm_requeue"), {})
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TIME_LIMIT_TARGET, "--configfile",
                "tiny.yaml", "--slurm-init-seconds-before-status-checks", "2"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPR_PIPELINE_ALLOW_CPU": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(root / "src")}
     process = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env)
     requeued, deadline = None, time.monotonic() + 1200
