@@ -143,6 +143,8 @@ def test_more_jobs_at_once_than_the_user_may_submit():
     assert refusals([], CONFIG, facts, jobs_at_once=100) == [
         "Snakemake may queue 100 jobs at once (--jobs, the profile's `jobs:`) but user alice may submit 80 "
         "(sacctmgr MaxSubmitJobs); fix: --jobs 80"]
+    both = refusals([], with_cluster(account="physics"), facts, jobs_at_once=100)   # no limit known for physics
+    assert len(both) == 1 and both[0].startswith("cluster.account is 'physics'")
 
 
 def test_a_user_without_an_account_where_one_is_required():

@@ -129,18 +129,19 @@ def _account_refusals(config: Mapping[str, Any], facts: ClusterFacts | None, job
     account = (config.get("cluster") or {}).get("account")
     if facts is None or facts.accounts is None:
         return []
-    limits = [limit for name, limit in facts.max_submit.items() if account is None or name == account]
-    if jobs_at_once is not None and limits and jobs_at_once > min(limits):
-        return [f"Snakemake may queue {jobs_at_once} jobs at once (--jobs, the profile's `jobs:`) but user "
-                f"{facts.user} may submit {min(limits)} (sacctmgr MaxSubmitJobs); fix: --jobs {min(limits)}"]
+    found = []
     if account is not None and account not in facts.accounts:
         mine = ", ".join(sorted(facts.accounts)) or "none"
-        return [f"cluster.account is {account!r}, which is not an account of user {facts.user} (sacctmgr: {mine}); "
-                "fix: set cluster.account to one of them"]
+        found.append(f"cluster.account is {account!r}, which is not an account of user {facts.user} (sacctmgr: "
+                     f"{mine}); fix: set cluster.account to one of them")
     if account is None and not facts.accounts and facts.accounts_enforced:
-        return [f"user {facts.user} has no Slurm account and this cluster requires one (AccountingStorageEnforce="
-                "associations); fix: ask the cluster's administrators for one, then set cluster.account"]
-    return []
+        found.append(f"user {facts.user} has no Slurm account and this cluster requires one (AccountingStorageEnforce="
+                     "associations); fix: ask the cluster's administrators for one, then set cluster.account")
+    limits = [limit for name, limit in facts.max_submit.items() if account is None or name == account]
+    if jobs_at_once is not None and limits and jobs_at_once > min(limits):
+        found.append(f"Snakemake may queue {jobs_at_once} jobs at once (--jobs, the profile's `jobs:`) but user "
+                     f"{facts.user} may submit {min(limits)} (sacctmgr MaxSubmitJobs); fix: --jobs {min(limits)}")
+    return found
 
 
 def refusals(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None,
