@@ -271,7 +271,8 @@ HUB_MODEL_JOBS = {"fetch_model_bert_base_uncased": 1, "fetch_model_google_electr
 ])
 def test_a_fresh_clone_plans_the_whole_chain_with_the_fetch_jobs_first(tmp_path, dataset, fetch_jobs):
     """`snakemake --profile slurm -n results/<dataset>/distill/metrics.json` with no data: no MissingInputException,
-    the fetch jobs (no inputs: the DAG's first) feed ingestion; `fetch_<dataset>` plans them alone."""
+    the fetch jobs (no inputs: the DAG's first, local rules by default) feed ingestion; `fetch_<dataset>` plans them
+    alone."""
     root = copy_repo(tmp_path / "repo")                 # as a fresh clone: no fetched data
     done = slurm_dry_run(root, f"results/{dataset}/distill/metrics.json")
     assert done.returncode == 0, done.stderr[-4000:]
@@ -279,9 +280,9 @@ def test_a_fresh_clone_plans_the_whole_chain_with_the_fetch_jobs_first(tmp_path,
     jobs = planned_jobs(out)
     assert {rule: jobs.get(rule) for rule in fetch_jobs} == fetch_jobs
     assert jobs["train_distill"] == 1 and jobs["ingest_corpus"] == 1
-    for rule in fetch_jobs:
+    for rule in fetch_jobs:                    # on the submitting host (fetch.local): compute nodes may be offline
         block = out[out.index(f"rule {rule}:"):].split("\n\n")[0]
-        assert "input:" not in block and "slurm_partition=cpu" in block and "gpu=0" in block
+        assert "input:" not in block and "gpu=0" in block and "slurm_partition" not in block
     corpus = out[out.index("rule ingest_corpus:"):].split("\n\n")[0]
     assert f"data/{dataset}/" in corpus.splitlines()[1]                           # its input: a fetched file
     alone = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "-n", f"fetch_{dataset}"], cwd=root,
