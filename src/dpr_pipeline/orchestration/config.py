@@ -325,10 +325,16 @@ def check_model_settings(config: dict, name: str) -> None:
             raise ConfigError(f"config key {setting}: {value!r} is neither a folder here nor one of the words this "
                               f"setting takes ({takes}), and would be looked up as a Hugging Face Hub name. Fix: "
                               f"write {near[0]!r} if you mean that")
-        try:
-            resolve_model_path(value, offline_cache=False)
-        except DataError as err:
-            raise ConfigError(f"config key {setting}: {err}") from None
+        check_model_readable(f"config key {setting}", value)
+
+
+def check_model_readable(key: str, reference: str) -> None:
+    """``reference`` (a folder, ``pkg:`` model or Hub name) resolves without the network; else a ConfigError
+    naming ``key`` with the loader's message and fix."""
+    try:
+        resolve_model_path(reference, offline_cache=False)
+    except DataError as err:
+        raise ConfigError(f"{key}: {err}") from None
 
 
 def fill_denoise_defaults(config: dict, schema: dict) -> None:
@@ -376,10 +382,7 @@ def check_denoise(config: dict, name: str) -> None:
                               f"{' or '.join(repr(d) for d in denoisers())}, and Hub names are not fetched for "
                               f"denoising. Fix: {hint}download the model into a folder (`huggingface-cli download "
                               f"{model} --local-dir models/{model.replace('/', '--')}`) and name that folder")
-        try:
-            resolve_model_path(model, offline_cache=False)
-        except DataError as err:
-            raise ConfigError(f"config key {setting}.model: {err}") from None
+        check_model_readable(f"config key {setting}.model", model)
 
 
 def check_pretrained_model_setting(setting: str, block: str, key: str, method: str) -> None:
