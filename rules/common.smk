@@ -36,12 +36,13 @@ if WORKING_DIRECTORY_CONFIG := working_directory_config(workflow.basedir, os.get
 import dpr_pipeline.orchestration.stage_settings as settings
 import dpr_pipeline.stages as stages
 from dpr_pipeline.orchestration.preflight import check_plan, planned_requests
-from dpr_pipeline.orchestration.resources import (cluster_resources, continuations, failed_attempts, gpu_request,
-                                             job_resources, job_runtime, scaled, training_retries)
+from dpr_pipeline.orchestration.resources import (cluster_resources, failed_attempts, gpu_request, job_resources,
+                                                  job_runtime, scaled, training_retries)
 from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
 from dpr_pipeline.orchestration.config import train_split_of, validate_config
 from dpr_pipeline.orchestration.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.orchestration.hub_models import check_offline_fetches
+from dpr_pipeline.training.stops import continuations
 from dpr_pipeline.training.tracking import check_installed, tracking_run
 from dpr_pipeline.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
                                  dataset_file, denoise_scores_file, log_file, model_dir,

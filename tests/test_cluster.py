@@ -3,10 +3,10 @@
 import yaml
 from conftest import REPO
 
+from dpr_pipeline.training.stops import continuations, record_stop
 from dpr_pipeline.orchestration.resources import (
     UNPLANNED_CONTINUATIONS,
     attempts_needed,
-    continuations,
     failed_attempts,
     job_resources,
     job_runtime,
@@ -51,8 +51,6 @@ def test_max_runtime_caps_every_attempt_and_the_continuations_come_on_top_of_the
 def test_a_continuation_asks_what_the_attempt_before_it_asked(tmp_path):
     """A training stopped at its time limit (its stop recorded beside the checkpoint) is continued, not failed:
     memory and runtime scale with the failed attempts only."""
-    from dpr_pipeline.training.trainer import record_stop
-
     assert continuations(tmp_path / "none") == 0
     assert [failed_attempts(attempt, 0) for attempt in (1, 2, 3)] == [1, 2, 3]          # failures
     record_stop(tmp_path, 120, "SIGTERM")

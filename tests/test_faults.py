@@ -30,7 +30,10 @@ from dpr_pipeline.errors import CheckpointError
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.pretraining.tokens import tokenize_corpus_shard
 from dpr_pipeline.training import trainer
+from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.stops import continuations
+from dpr_pipeline.training.trainer import JobStopped
 from dpr_pipeline.orchestration.run_errors import FailedJob, failed_jobs_report, write_job_error
 
 STAGE_SCRIPT = REPO / "tests" / "scripts" / "run_training_stage.py"
@@ -282,6 +285,64 @@ def test_sigterm_saves_the_step_reached_and_the_rerun_resumes_there_to_the_same_
     assert "resuming training from checkpoint step 3 of 6" in caplog.text
     assert losses == reference[1] and [s for s, _, _ in losses] == [1, 2, 3, 4, 5, 6]
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference[0].state_dict().values()))
+
+
+def tiny_job(checkpoint_dir: str, output: Path, results: list, stop_at: str | None = None) -> None:
+    """A training job's function for run_training: tiny_training, then its model saved to ``output``; ``stop_at``
+    sends this process SIGTERM (Slurm's time limit) at step 3 of the loop (``"step"``) or while the model is saved
+    (``"saving"``: after the training loop). The model and loss lines go to ``results``."""
+    original, calls = trainer.train, []
+
+    def train(model, data, collate, loss, *args, **kw):
+        def terminating(*a):
+            calls.append(1)
+            if stop_at == "step" and len(calls) == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return loss(*a)
+        return original(model, data, collate, terminating, *args, **kw)
+
+    trainer.train = train
+    try:
+        model, losses = tiny_training(Path(checkpoint_dir))
+    finally:
+        trainer.train = original
+    if stop_at == "saving":
+        os.kill(os.getpid(), signal.SIGTERM)
+    torch.save(model.state_dict(), output)
+    results.append((model, losses))
+
+
+def test_a_stop_after_the_training_loop_ends_the_job_at_once_and_its_rerun_has_nothing_left_to_train(tmp_path,
+                                                                                                    caplog):
+    """SIGTERM while a one-process job saves its model (after the loop's last step): the job stops at once
+    (JobStopped, no model written), the stop is recorded (its retry is a continuation: the same resources) and the
+    last step's checkpoint kept, so the retry trains no step and saves an uninterrupted run's model; the job
+    removes the checkpoint folder once it has ended well. A stop in the loop is recorded once."""
+    caplog.set_level("INFO", logger="dpr_pipeline.training.trainer")
+    before = signal.getsignal(signal.SIGTERM)
+    reference, stopped, rerun = [], [], []
+    run_training(tiny_job, 1, checkpoint_dir=str(tmp_path / "reference"), output=tmp_path / "reference.pt",
+                 results=reference)
+    assert not (tmp_path / "reference").exists()
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(JobStopped, match="stopped by SIGTERM outside its training steps"):
+        run_training(tiny_job, 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=stopped,
+                     stop_at="saving")
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert not stopped and not (tmp_path / "model.pt").exists()
+    assert [json.loads(line) for line in (ckpt / "stops.jsonl").read_text().splitlines()] == [
+        {"step": None, "signal": "SIGTERM"}]
+    assert torch.load(ckpt / "latest" / "state.pt", weights_only=True)["step"] == 6
+    run_training(tiny_job, 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=rerun)
+    assert "resuming training from checkpoint step 6 of 6" in caplog.text
+    (model, losses), = rerun
+    assert losses == reference[0][1]
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference[0][0].state_dict().values()))
+    assert not ckpt.exists()
+
+    with pytest.raises(trainer.TrainingStopped):
+        run_training(tiny_job, 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=[], stop_at="step")
+    assert continuations(ckpt) == 1
 
 
 @pytest.mark.parametrize("how", ["truncated", "random bytes", "empty", "foreign"])

@@ -280,7 +280,9 @@ def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_e
     losses = [json.loads(line)["loss"] for line in loss_log.read_text().splitlines()]
     assert len(losses) == 24
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
-    assert (output / "model.safetensors").is_file() and not checkpoints.exists()
+    assert (output / "model.safetensors").is_file()
+    # the last step's checkpoint stays for the job to remove once its outputs are written (training/launch.py)
+    assert torch.load(checkpoints / "latest" / "state.pt", weights_only=True)["step"] == 24
 
     passages, queries = texts()
     query_list, passage_list = [queries["q2"]] * 3, [passages[d] for d in ("d2", "n5", "n7")]

@@ -100,14 +100,15 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, seed):
               "seed": seed, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
               "query_max_length": 16, "passage_max_length": 24}
     out, checkpoints, log = tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl"
-    train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,
-                    checkpoints, log, params)
+    run_training(train_biencoder, 1, negatives_path=data / "negatives.parquet", passages_path=data / "passages.arrow",
+                 queries_path=data / "queries.parquet", output_dir=out, checkpoint_dir=checkpoints, loss_log=log,
+                 params=params)
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, 41))
     before, after = corpus_loss(tiny_bert, data), corpus_loss(out, data)
     assert after < 0.5 * before, (before, after)
     assert np.mean([s["loss"] for s in steps[-4:]]) < np.mean([s["loss"] for s in steps[:4]])
-    assert not checkpoints.exists()                    # removed once the model is saved
+    assert not checkpoints.exists()                    # the job removes it once the model is saved
     assert (out / "model.safetensors").is_file()
     tokenizer = load_tokenizer(str(out))
     batch = tokenizer(["why do cats purr", "all about why cats purr loudly"], padding=True, return_tensors="pt")

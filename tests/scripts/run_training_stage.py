@@ -4,7 +4,7 @@ usage: run_training_stage.py SPEC.json [SPEC.json ...] [--kill-at-step N]
 Runs the specs one after the other (one process start for several stages). Each SPEC.json:
 {"stage": "pretrain" | "retriever" | "reranker" | "distill", "kwargs": {...}} with the keyword arguments
 of dpr_pipeline.pretraining.train.pretrain, dpr_pipeline.training.biencoder.train_biencoder or
-dpr_pipeline.training.cross_encoder.train_reranker. With --kill-at-step N the process sends itself SIGKILL (kill -9: no
+dpr_pipeline.training.cross_encoder.train_reranker, run as a job runs them (dpr_pipeline.training.launch.run_training). With --kill-at-step N the process sends itself SIGKILL (kill -9: no
 cleanup, no exception handlers, no atexit) right after the optimizer step N, before that step's loss line
 and checkpoint are written, so the kill always lands mid-run at the same place.
 """
@@ -49,16 +49,18 @@ def main() -> None:
 
 
 def run(spec: dict) -> None:
+    """The stage's function in one process, as its job runs it (run_training: the checkpoint folder goes after)."""
+    from dpr_pipeline.training.launch import run_training
     kwargs = spec["kwargs"]
     if spec["stage"] == "pretrain":
         from dpr_pipeline.pretraining.train import pretrain
-        pretrain(**kwargs)
+        run_training(pretrain, 1, **kwargs)
     elif spec["stage"] in ("retriever", "distill"):
         from dpr_pipeline.training.biencoder import train_biencoder
-        train_biencoder(**kwargs, distill=spec["stage"] == "distill")
+        run_training(train_biencoder, 1, **kwargs, distill=spec["stage"] == "distill")
     elif spec["stage"] == "reranker":
         from dpr_pipeline.training.cross_encoder import train_reranker
-        train_reranker(**kwargs)
+        run_training(train_reranker, 1, **kwargs)
     else:
         raise SystemExit(f"unknown stage {spec['stage']!r}")
 

@@ -29,10 +29,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-#: A training's stop records beside its checkpoints (dpr_pipeline.training.trainer.STOPS_FILE; not imported: this
-#: module stays below the trainer).
-STOPS_FILE = "stops.jsonl"
-
 #: The first attempt's resources of a rule that ``resources`` does not name.
 BUILTIN_DEFAULT = {"threads": 1, "mem_mb": 4000, "runtime": 60}
 
@@ -64,15 +60,6 @@ def attempts_needed(config: Mapping[str, Any], minutes: int) -> int:
     ``--retries`` must be at least this minus 1 for a training of that length to finish, resuming each time."""
     return next(attempt for attempt in range(1, int(minutes) + 1)
                 if sum(job_runtime(config, minutes, a) for a in range(1, attempt + 1)) >= minutes)
-
-
-def continuations(checkpoint_dir: str | Path) -> int:
-    """How many times a training stopped by a signal (its time limit, a preemption) since it last started afresh:
-    the lines of its checkpoint folder's stops file (:func:`dpr_pipeline.training.trainer.record_stop`)."""
-    try:
-        return len(Path(checkpoint_dir, STOPS_FILE).read_text(encoding="utf-8").splitlines())
-    except OSError:
-        return 0
 
 
 def failed_attempts(attempt: int, stopped: int) -> int:

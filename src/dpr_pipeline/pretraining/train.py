@@ -32,7 +32,7 @@ from dpr_pipeline.pretraining.token_importance import NgramCounts, ami_importanc
 from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.schedule import TrainingSettings, check_micro_batch
-from dpr_pipeline.training.trainer import finish, train
+from dpr_pipeline.training.trainer import train
 from dpr_pipeline.stages import settings_block
 
 log = logging.getLogger(__name__)
@@ -207,4 +207,3 @@ def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir
     if dist.is_main:
         save_pretrained_encoder(model, tokenizer, output_dir, corpus.max_length, resolve_prompts(params["plm"]))
         log.info("saved the encoder and its LM head to %s", output_dir)
-    finish(checkpoint_dir, dist)

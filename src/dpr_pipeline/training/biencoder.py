@@ -26,7 +26,7 @@ from dpr_pipeline.training.groups import read_query_groups
 from dpr_pipeline.training.losses import contrastive_loss, distillation_loss
 from dpr_pipeline.training.schedule import STEP_KEYS, TrainingSettings, epochs_visited
 from dpr_pipeline.training.selection_record import write_selection
-from dpr_pipeline.training.trainer import finish, train
+from dpr_pipeline.training.trainer import train
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,6 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
             save_text_encoder(handed_on.cpu(), tokenizer, tmp, params["passage_max_length"],
                               params["query_max_length"])
         log.info("saved %s", output_dir)
-    finish(checkpoint_dir, dist)
 
 
 def load_start(params: dict, attention_dropout: float | None = None) -> TextEncoder:

@@ -29,7 +29,7 @@ from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group, QueryGroups, read_query_groups
 from dpr_pipeline.training.losses import listwise_loss
 from dpr_pipeline.training.schedule import TrainingSettings
-from dpr_pipeline.training.trainer import finish, train
+from dpr_pipeline.training.trainer import train
 
 log = logging.getLogger(__name__)
 
@@ -152,4 +152,3 @@ def train_reranker(negatives_path: str | Path, passages_path: str | Path, querie
                       tracking=tracking)
     if dist.is_main:
         save_reranker(model, tokenizer, output_dir, params["max_length"])
-    finish(checkpoint_dir, dist)

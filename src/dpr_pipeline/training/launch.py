@@ -3,6 +3,9 @@
 The Snakemake rules call ``run_training``; with ``processes > 1`` it starts
 ``torchrun --standalone --nproc_per_node N -m dpr_pipeline.training.launch SPEC`` where SPEC is a JSON file
 naming the function and its arguments, and every process calls the function (DDP with cross-device negatives).
+The training's checkpoint folder outlives the function: it goes once the function has returned (the model saved),
+and a signal that stops the job anywhere in it is recorded there as a stop (a continuation, not a failure:
+:func:`dpr_pipeline.orchestration.resources.failed_attempts`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import importlib
 import json
 import logging
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +24,7 @@ from typing import Callable
 
 from dpr_pipeline.models.devices import require_cuda_where_allocated
 from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, visible_gpus
+from dpr_pipeline.training.stops import continuations, record_stop
 from dpr_pipeline.training.trainer import stop_signals
 from dpr_pipeline.orchestration.job_log import quiet_third_party
 
@@ -33,9 +39,25 @@ def run_training(function: Callable, processes: int, **kwargs) -> None:
     stage = kwargs.get("stage") or "training"
     require_cuda_where_allocated()
     check_processes(processes, visible_gpus(), stage)
-    if processes <= 1:
-        function(**kwargs)
-        return
+    checkpoint_dir = Path(kwargs["checkpoint_dir"])
+    stops = continuations(checkpoint_dir)
+    # SIGTERM (time limit, preemption) in one process: the training loop stops at the end of its step, any other
+    # part of the job at once (JobStopped); with workers: this process waits for them rather than die first (a job
+    # step whose first process ends has its other processes killed), torchrun passing the signal on to them
+    with stop_signals(defer=processes > 1) as received:
+        try:
+            if processes <= 1:
+                function(**kwargs)
+            else:
+                _run_workers(function, processes, stage, kwargs)
+        finally:
+            if received and continuations(checkpoint_dir) == stops:    # stopped where the training loop does not record
+                record_stop(checkpoint_dir, None, signal.Signals(received[0]).name)
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)     # the model is saved: a later rerun starts afresh
+
+
+def _run_workers(function: Callable, processes: int, stage: str, kwargs: dict) -> None:
+    """``function(**kwargs)`` in ``processes`` torchrun processes."""
     spec = {"function": f"{function.__module__}:{function.__qualname__}", "kwargs": kwargs}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as out:
         json.dump(spec, out, default=str)
@@ -44,11 +66,7 @@ def run_training(function: Callable, processes: int, **kwargs) -> None:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
                "-m", "dpr_pipeline.training.launch", out.name]
     try:
-        # SIGTERM reaches every process of a Slurm job at once (time limit, preemption): torchrun passes it on to
-        # its workers, which save a checkpoint before they exit; this process waits for them rather than die
-        # first (a job step whose first process ends has its other processes killed)
-        with stop_signals():
-            code = subprocess.Popen(command, env=env).wait()
+        code = subprocess.Popen(command, env=env).wait()
         if code != 0:
             raise subprocess.CalledProcessError(code, command)
     finally:

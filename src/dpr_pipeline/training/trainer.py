@@ -55,6 +55,7 @@ from dpr_pipeline.errors import CheckpointError, PipelineError
 from dpr_pipeline.models.devices import autocast, to_device, uses_bf16
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.grad_cache import CachedLoss, cached_step
+from dpr_pipeline.training.stops import record_stop
 from dpr_pipeline.training.schedule import (TrainingSettings, check_micro_batch, check_warmup, steps_per_epoch,
                                             total_steps)
 from dpr_pipeline.training.tracking import NullTracker, Tracker, TrackingRun, open_tracker
@@ -280,7 +281,9 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     ``dist.gather`` collected from every process (cross-device negatives); its gradient is scaled so that
     DDP's averaging yields the gradient of that global loss. Otherwise the loss is the local batch's mean.
     The loss log (JSON lines: step, epoch, loss, learning_rate, seconds) is copied to ``loss_log`` at the end;
-    the checkpoint folder is removed once training has finished. ``description`` names the run in the log;
+    the last step's checkpoint is saved too (a job stopped after its training loop resumes there, with nothing
+    to train), and the folder is left for the job to remove once all its outputs are written
+    (:func:`dpr_pipeline.training.launch.run_training`). ``description`` names the run in the log;
     ``stage`` (the job's stage) decides which settings a schedule error names (:func:`check_warmup`); ``tracking``
     (the job's `tracking` run, :mod:`dpr_pipeline.training.tracking`) also receives the loss log's scalars, from rank 0.
     """
@@ -342,7 +345,7 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
                             settings.max_grad_norm)
             progress.update(1)
             losses.add(step + 1, epoch, loss, scheduler.get_last_lr()[0], round(time.monotonic() - began, 3))
-            if dist.is_main and (step + 1) % settings.save_steps == 0 and step + 1 < steps:
+            if dist.is_main and ((step + 1) % settings.save_steps == 0 or step + 1 == steps):
                 losses.write()
                 _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step + 1, settings, dist.rank)
             if dist.any_process(bool(received)):
@@ -359,32 +362,45 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     return model
 
 
+#: The lists of the stop_signals blocks now open, innermost last, each with whether it defers (below).
+_OPEN_STOPS: list[tuple[list[int], bool]] = []
+
+
+class JobStopped(PipelineError, RuntimeError):
+    """A training job stopped by a signal outside its training loop (loading, the dev choice, saving): nothing
+    half-written is kept (atomic outputs), and the retry resumes from the training's last checkpoint."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(f"the training job was stopped by {signal_name} outside its training steps (the job's "
+                         "time limit, a preemption or a cancellation); its retry or the next run resumes from its "
+                         "last checkpoint")
+
+
+def _on_stop_signal(signum, frame) -> None:
+    for received, _ in _OPEN_STOPS:
+        received.append(signum)
+    if not any(defers for _, defers in _OPEN_STOPS):
+        raise JobStopped(signal.Signals(signum).name)
+
+
 @contextlib.contextmanager
-def stop_signals():
-    """Within: SIGTERM no longer ends the process but is appended to the yielded list (the trainer stops at the
-    end of its step). Outside the main thread, where no handler can be installed, the list stays empty."""
+def stop_signals(*, defer: bool = True):
+    """Within: SIGTERM is appended to the yielded list (and to those of the blocks around this one). With ``defer``
+    (the training loop, which stops at the end of its step; a process waiting for its workers) it no longer ends
+    the process; in a block where no open block defers, it raises :class:`JobStopped` at once. Outside the main
+    thread, where no handler can be installed, the list stays empty."""
     received: list[int] = []
     try:
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+        previous = signal.signal(signal.SIGTERM, _on_stop_signal)
     except ValueError:            # not the main thread
         yield received
         return
+    _OPEN_STOPS.append((received, defer))
     try:
         yield received
     finally:
+        _OPEN_STOPS.pop()
         signal.signal(signal.SIGTERM, previous)
-
-
-#: Beside a training's checkpoints, one line per stop by a signal (step, signal): the job's next attempts are
-#: continuations, not failures (:func:`dpr_pipeline.orchestration.resources.continuations`).
-STOPS_FILE = "stops.jsonl"
-
-
-def record_stop(checkpoint_dir: str | Path, step: int, signal_name: str) -> None:
-    """Append a stop to ``checkpoint_dir``'s :data:`STOPS_FILE`."""
-    Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(checkpoint_dir) / STOPS_FILE, "a", encoding="utf-8") as out:
-        out.write(json.dumps({"step": step, "signal": signal_name}) + "\n")
 
 
 def _stop(checkpoint_dir: Path, model, optimizer, scheduler, step: int, steps: int, settings: TrainingSettings,
@@ -392,7 +408,7 @@ def _stop(checkpoint_dir: Path, model, optimizer, scheduler, step: int, steps: i
     """A stop signal reached some process during ``step``: rank 0 saves that step's checkpoint (unless the
     ``save_steps`` schedule just did), every process waits for it, then :class:`TrainingStopped`."""
     name = signal.Signals(received[0]).name if received else "a signal to another process"
-    if dist.is_main and (step % settings.save_steps or step == steps):
+    if dist.is_main and step % settings.save_steps and step < steps:
         _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step, settings, dist.rank)
     if dist.is_main:
         record_stop(checkpoint_dir, step, name)
@@ -466,10 +482,3 @@ def _optimizer_step(loss: torch.Tensor, model: torch.nn.Module, optimizer, sched
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-
-
-def finish(checkpoint_dir: str | Path, dist: Distributed) -> None:
-    """Remove the checkpoint folder once the final model is saved, so a later rerun starts afresh."""
-    dist.barrier()
-    if dist.is_main:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
