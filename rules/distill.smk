@@ -13,6 +13,8 @@ rule teacher_scores_shard:
     params:
         reranker=lambda wc: settings.teacher_scores(config, wc.dataset),
         draws=lambda wc: settings.teacher_draws(config, wc.dataset),
+    group:
+        "teacher_scores_{dataset}"
     threads: threads_of("teacher_scores_shard")
     resources:
         **resources_of("teacher_scores_shard"),

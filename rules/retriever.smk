@@ -71,6 +71,8 @@ rule encode_corpus:
     params:
         # a transfer job ({target} B, rules/transfer.smk) encodes B's corpus with B's corpus-side settings
         encoding=lambda wc: settings.encode_corpus(config, wc.dataset, wc.stage, wc.get("target")),
+    group:
+        "encode_corpus_{dataset}_{stage}"
     threads: threads_of("encode_corpus")
     resources:
         **resources_of("encode_corpus"),
