@@ -200,6 +200,12 @@ def denoise_scores_inputs(wildcards):
     return {**inputs, **({"model": model} if made_here(model) else {})}
 
 
+def denoise_shards(wildcards):
+    """The scoring jobs' parts of a mined stage's denoising scores (mining.<stage>.denoise.shards)."""
+    shards = range(settings.denoise_scoring(config, wildcards.dataset, wildcards.stage)["shards"])
+    return [denoise_shard_file(wildcards.stage, i, wildcards.dataset) for i in shards]
+
+
 def denoise_input(stage=None):
     """A mining job's denoising scores (``stage``'s, else the job's {stage}'s) when mining.<stage>.denoise is on,
     else nothing."""

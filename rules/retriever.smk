@@ -178,7 +178,7 @@ rule denoise_scores:
         passages=data_file("passages.arrow"),
         queries=train_queries,
     output:
-        denoise_scores_file("{stage}"),
+        denoise_shard_file("{stage}", "{shard}"),
     wildcard_constraints:
         stage="|".join(stages.mined()),
     params:
@@ -188,10 +188,30 @@ rule denoise_scores:
     resources:
         **resources_of("denoise_scores"),
     log:
-        log_file("denoise_scores_{stage}"),
+        log_file("denoise_scores_{stage}_{shard}"),
     benchmark:
-        benchmark_file("denoise_scores_{stage}")
+        benchmark_file("denoise_scores_{stage}_{shard}")
     conda:
         torch_env("denoise_scores")
     script:
         "../workflow_scripts/denoise_scores.py"
+
+
+rule merge_denoise_scores:
+    input:
+        denoise_shards,
+    output:
+        denoise_scores_file("{stage}"),
+    wildcard_constraints:
+        stage="|".join(stages.mined()),
+    threads: threads_of("merge_denoise_scores")
+    resources:
+        **resources_of("merge_denoise_scores"),
+    log:
+        log_file("merge_denoise_scores_{stage}"),
+    benchmark:
+        benchmark_file("merge_denoise_scores_{stage}")
+    conda:
+        torch_env("merge_denoise_scores")
+    script:
+        "../workflow_scripts/merge_denoise_scores.py"

@@ -190,6 +190,31 @@ def test_the_scoring_job_scores_every_positive_and_candidate_with_the_cross_enco
     assert np.isfinite(got).all() and len(set(np.round(got, 6))) > 1
 
 
+def test_scoring_in_shards_merges_to_the_pool_scored_in_one_job(tmp_path, tiny_cross_encoder):
+    """``denoise.shards: 2``: each job scores a contiguous half of the pool's queries; merged in order, the scores
+    are the one job's, and a shard scored from another pool (a query twice) is refused by name."""
+    from dpr_pipeline.reranking.pool_scores import DENOISE_SOURCE, write_pool_scores
+    from dpr_pipeline.reranking.teacher_scores import merge_score_shards
+
+    files = _job_files(tmp_path)
+    write_passage_store(files["corpus"], tmp_path / "passages.arrow")
+    job = dict(depth=100, max_length=32, batch_size=2)
+    whole = write_pool_scores(str(tiny_cross_encoder), files["run"], files["qrels"], tmp_path / "passages.arrow",
+                              files["queries"], tmp_path / "whole.parquet", **job)
+    shards = [tmp_path / f"shard_{i}.parquet" for i in range(2)]
+    parts = [write_pool_scores(str(tiny_cross_encoder), files["run"], files["qrels"], tmp_path / "passages.arrow",
+                               files["queries"], shard, shard=i, num_shards=2, **job) for i, shard in enumerate(shards)]
+    assert [list(part["query_id"]) for part in parts] == [["q1"], ["q2"]]
+    merge_score_shards(shards, tmp_path / "merged.parquet", source=DENOISE_SOURCE)
+    merged = read_artifact(tmp_path / "merged.parquet", "negatives")
+    assert list(merged["query_id"]) == list(whole["query_id"])
+    for column in ("positive_scores", "negative_scores"):
+        assert np.concatenate(merged[column].to_list()) == pytest.approx(
+            np.concatenate(whole[column].to_list()), abs=1e-5)
+    with pytest.raises(DataError, match=r"shard_0\.parquet.*query 'q1' is also in shard"):
+        merge_score_shards([shards[0], shards[0]], tmp_path / "twice.parquet", source=DENOISE_SOURCE)
+
+
 # ------------------------------------------------------------------------------------------------ config
 def _config(mining: dict) -> dict:
     config = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -225,10 +250,25 @@ def test_a_folder_denoises_and_its_jobs_get_the_settings(tiny_cross_encoder):
     config = validate_config(_config({"retriever1": {"depth": 100, "keep": 30, "denoise": {
         "model": str(tiny_cross_encoder), "relative_margin": 0.05}}}))
     mining = settings.mining(config, "scifact", "retriever1")
+    # the mining job gets the thresholds, the scoring jobs what scoring reads: a change to one reruns only its jobs
     assert mining["denoise"] == {"model": str(tiny_cross_encoder), "relative_margin": 0.05, "absolute_margin": None,
-                                 "max_score": None, "sigmoid": False, "max_length": 192, "batch_size": 256,
-                                 "bf16": True}
+                                 "max_score": None, "sigmoid": False}
     assert settings.denoise_scoring(config, "scifact", "retriever1") == {
-        "depth": 100, "model": str(tiny_cross_encoder), "max_length": 192, "batch_size": 256, "bf16": True}
+        "depth": 100, "model": str(tiny_cross_encoder), "max_length": 192, "batch_size": 256, "bf16": True,
+        "shards": 1}
     assert "denoise" not in settings.mining(config, "scifact", "retriever2")   # off: its params unchanged
     assert settings.denoise_model(config, "scifact", "retriever2") is None
+
+
+def test_the_plan_scores_in_the_shards_asked_and_merges_them_once(tmp_path, tiny_cross_encoder):
+    from conftest import planned_jobs, run_snakemake
+
+    config = _config({"retriever1": {"denoise": {"model": str(tiny_cross_encoder), "relative_margin": 0.05,
+                                                 "shards": 3}}})
+    config["datasets"]["scifact"]["path"] = str(REPO / "data" / "scifact")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    done = run_snakemake(tmp_path, "-n", "results/scifact/retriever1/denoise_scores.parquet", check=True)
+    jobs = planned_jobs(done.stdout)
+    assert jobs["denoise_scores"] == 3 and jobs["merge_denoise_scores"] == 1
+    for shard in range(3):
+        assert f"results/scifact/retriever1/denoise/shard_{shard}.parquet" in done.stdout

@@ -21,7 +21,7 @@ from dpr_pipeline.errors import DataError
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
 from dpr_pipeline.reranking.rerank import rerank_run
 from dpr_pipeline.models.pair_scoring import score_pairs
-from dpr_pipeline.reranking.teacher_scores import merge_teacher_shards, score_teacher_shard, shard_slice
+from dpr_pipeline.reranking.teacher_scores import merge_score_shards, score_teacher_shard, shard_slice
 from dpr_pipeline.training.cross_encoder import listwise_loss_of, train_reranker
 from dpr_pipeline.training.groups import QueryGroups
 from dpr_pipeline.training.losses import listwise_loss
@@ -171,7 +171,7 @@ def score_shards(model_dir: Path, dataset, tmp_path: Path, num_shards: int) -> p
         score_teacher_shard(model_dir, negatives, dataset["passages"], dataset["queries"], path, shard=shard,
                             num_shards=num_shards, max_length=MAX_LENGTH, batch_size=4)
     merged = tmp_path / f"teacher_{num_shards}.parquet"
-    merge_teacher_shards(shards, merged)
+    merge_score_shards(shards, merged)
     return read_artifact(merged, "negatives")
 
 
@@ -202,7 +202,7 @@ def test_teacher_scores_only_the_pairs_the_student_draws(tiny_cross_encoder: Pat
         for shard, path in enumerate(shards):
             score_teacher_shard(tiny_cross_encoder, negatives, dataset["passages"], dataset["queries"], path,
                                 shard=shard, num_shards=num_shards, max_length=MAX_LENGTH, batch_size=4, draws=draws)
-        merge_teacher_shards(shards, tmp_path / "drawn.parquet")
+        merge_score_shards(shards, tmp_path / "drawn.parquet")
         drawn = read_artifact(tmp_path / "drawn.parquet", "negatives")
         # 4 groups (q2 has no negative) in batches of 2: 2 steps, one epoch; each group one positive, one negative
         groups = QueryGroups(read_negatives_table(negatives), PassageStore.open(dataset["passages"]),
@@ -237,17 +237,17 @@ def test_merge_rejects_duplicate_queries_and_missing_scores(tmp_path: Path):
     write_artifact(scored, first, "negatives")
     write_artifact(scored.iloc[1:], second, "negatives")
     with pytest.raises(DataError, match="'q1' is also in shard") as err:
-        merge_teacher_shards([first, second], tmp_path / "merged.parquet")
+        merge_score_shards([first, second], tmp_path / "merged.parquet")
     assert err.value.path == str(second)
     scored.at[1, "negative_scores"] = [np.inf]
     write_artifact(scored, second, "negatives")
     with pytest.raises(DataError, match="infinite") as err:
-        merge_teacher_shards([second], tmp_path / "merged.parquet")
+        merge_score_shards([second], tmp_path / "merged.parquet")
     assert (err.value.path, err.value.row) == (str(second), 2)
     assert not (tmp_path / "merged.parquet").exists()
     scored.at[1, "negative_scores"] = [np.nan]  # a pair the teacher was not asked to score
     write_artifact(scored, second, "negatives")
-    merge_teacher_shards([second], tmp_path / "merged.parquet")
+    merge_score_shards([second], tmp_path / "merged.parquet")
     assert np.isnan(read_artifact(tmp_path / "merged.parquet", "negatives").at[1, "negative_scores"][0])
 
 

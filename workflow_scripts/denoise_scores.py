@@ -8,4 +8,4 @@ with logged(snakemake.log[0], snakemake.threads):
                       snakemake.input.queries, snakemake.output[0], depth=p["depth"],
                       min_relevance=snakemake.params.min_relevance, answers=snakemake.input.get("answers"),
                       corpus=snakemake.input.get("corpus"), max_length=p["max_length"], batch_size=p["batch_size"],
-                      bf16=p["bf16"])
+                      bf16=p["bf16"], shard=int(snakemake.wildcards.shard), num_shards=p["shards"])

@@ -44,6 +44,12 @@ def denoise_scores_file(stage: str, dataset: str = WILDCARD) -> str:
     return stage_file(stage, "denoise_scores.parquet", dataset)
 
 
+def denoise_shard_file(stage: str, shard: str | int, dataset: str = WILDCARD) -> str:
+    """One scoring job's part of :func:`denoise_scores_file` (``mining.<stage>.denoise.shards``):
+    ``results/<dataset>/<stage>/denoise/shard_<shard>.parquet``."""
+    return stage_file(stage, f"denoise/shard_{shard}.parquet", dataset)
+
+
 def data_file(name: str, dataset: str = WILDCARD) -> str:
     """An ingestion artifact: ``results/<dataset>/data/<name>`` (corpus, queries, qrels, answers, manifests)."""
     return stage_file("data", name, dataset)

@@ -263,8 +263,13 @@ def mining(config: dict, dataset: str, stage: str) -> dict:
     params = {key: value for key, value in stage_params(config, dataset, "mining")[stage].items()
               if not (key in NEGATIVE_FILTERS and value is None)}
     if "denoise" in params:
-        params["denoise"] = {**params["denoise"], "model": denoise_model(config, dataset, stage)}
+        kept = {key: value for key, value in params["denoise"].items() if key not in DENOISE_SCORING}
+        params["denoise"] = {**kept, "model": denoise_model(config, dataset, stage)}
     return params
+
+
+#: `mining.<stage>.denoise` keys only the scoring jobs read (:func:`denoise_scoring`), kept out of the mining job's.
+DENOISE_SCORING = ("max_length", "batch_size", "bf16", "shards")
 
 
 def denoise_model(config: dict, dataset: str, stage: str) -> str | None:
@@ -277,12 +282,12 @@ def denoise_model(config: dict, dataset: str, stage: str) -> str | None:
 
 
 def denoise_scoring(config: dict, dataset: str, stage: str) -> dict:
-    """What the denoising scores' job of ``stage`` reads: the pool's ``depth``, the cross-encoder (``model``) and
-    its ``max_length``, ``batch_size``, ``bf16`` (not the thresholds: changing one re-runs the mining job only)."""
+    """What a denoising scores' job of ``stage`` reads: the pool's ``depth``, the cross-encoder (``model``), its
+    ``max_length``, ``batch_size``, ``bf16`` and the number of ``shards`` (not the thresholds: changing one re-runs
+    the mining job only)."""
     denoise = stage_params(config, dataset, "mining")[stage]["denoise"]
     return {"depth": stage_params(config, dataset, "mining")[stage]["depth"],
-            "model": denoise_model(config, dataset, stage),
-            **{key: denoise[key] for key in ("max_length", "batch_size", "bf16")}}
+            "model": denoise_model(config, dataset, stage), **{key: denoise[key] for key in DENOISE_SCORING}}
 
 
 def search_depth(config: dict, dataset: str, stage: str, split: str, target: str | None = None) -> int:

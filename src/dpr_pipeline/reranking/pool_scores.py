@@ -5,7 +5,8 @@ The GPU job of rule ``denoise_scores`` builds the same pool as the stage's minin
 (:func:`dpr_pipeline.retrieval.negatives.candidate_pool`: the run's top ``depth`` minus the positives, or the official
 negatives), scores every (query, positive) and (query, candidate) pair with θ(q, d)
 (:func:`dpr_pipeline.models.pair_scoring.score_pairs`, as re-ranking and the teacher scores do) and writes them in the
-negatives schema. The mining job, a CPU job, reads them back
+negatives schema, one contiguous slice of the pool's queries per job (``denoise.shards`` jobs, merged by
+:func:`dpr_pipeline.reranking.teacher_scores.merge_score_shards`). The mining job, a CPU job, reads them back
 (:func:`dpr_pipeline.retrieval.negatives.denoise_inputs`) and drops the candidates the cross-encoder scores like
 positives (:class:`dpr_pipeline.retrieval.negative_filters.Denoise`). Scores are the raw logit θ; ``denoise.sigmoid``
 is applied by the filter, so a threshold change re-runs mining only.
@@ -23,11 +24,13 @@ import pyarrow as pa
 from dpr_pipeline.data.passage_store import PassageStore
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.models.pair_scoring import load_scorer, score_pairs
+from dpr_pipeline.reranking.teacher_scores import shard_slice
 from dpr_pipeline.retrieval.negatives import candidate_pool
 from dpr_pipeline.training.groups import known_id_lists, read_queries
 
 log = logging.getLogger(__name__)
 
+DENOISE_SOURCE = "denoise"
 COLUMNS = ["query_id", "positive_ids", "positive_scores", "negative_ids", "negative_scores"]
 
 
@@ -81,13 +84,16 @@ def score_pool(model_dir: str | Path, candidates: pd.DataFrame, passages_path: s
 def write_pool_scores(model_dir: str | Path, pool: str, qrels: str, passages_path: str | Path,
                       queries_path: str | Path, output: str | Path, *, depth: int, min_relevance: int = 1,
                       answers: str | None = None, corpus: str | None = None, max_length: int, batch_size: int,
-                      bf16: bool = False) -> pd.DataFrame:
-    """The denoising scores' artifact of a mined stage: its mining job's candidate pool (``pool``: a TREC run or
-    official negatives, :func:`~dpr_pipeline.retrieval.negatives.candidate_pool`) scored by :func:`score_pool`."""
+                      bf16: bool = False, shard: int = 0, num_shards: int = 1) -> pd.DataFrame:
+    """Shard ``shard`` of ``num_shards`` of a mined stage's denoising scores: its mining job's candidate pool
+    (``pool``: a TREC run or official negatives, :func:`~dpr_pipeline.retrieval.negatives.candidate_pool`), the
+    shard's contiguous slice of its queries, scored by :func:`score_pool`."""
     candidates, _ = candidate_pool(pool, qrels, depth=depth, min_relevance=min_relevance, answers=answers,
                                    corpus=corpus)
+    candidates = candidates.iloc[shard_slice(len(candidates), shard, num_shards)].reset_index(drop=True)
     scored = score_pool(model_dir, candidates, passages_path, queries_path, source=str(pool), max_length=max_length,
                         batch_size=batch_size, bf16=bf16)
     write_artifact(scored, output, "negatives",
-                   metadata={"source": "denoise", "cross_encoder": str(model_dir), "depth": str(depth)})
+                   metadata={"source": DENOISE_SOURCE, "cross_encoder": str(model_dir), "depth": str(depth),
+                             "shard": str(shard), "num_shards": str(num_shards)})
     return scored

@@ -6,7 +6,8 @@ before it trains: one epoch of 7 negatives from Retriever2's 15 reads about half
 time with it.
 
 Sharded: :func:`score_teacher_shard` scores a contiguous slice of the artifact's rows, so a cluster can run every
-shard in parallel, and :func:`merge_teacher_shards` concatenates the shards into one negatives artifact.
+shard in parallel, and :func:`merge_score_shards` concatenates the shards into one negatives artifact (the
+denoising scores' shards too, :mod:`dpr_pipeline.reranking.pool_scores`).
 """
 
 from __future__ import annotations
@@ -106,18 +107,19 @@ def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, passa
 
 
 def _check_scores_finite(frame: pd.DataFrame, path: str | Path) -> None:
-    """An infinite score is a DataError naming the row; NaN is a pair the teacher was not asked to score."""
+    """An infinite score is a DataError naming the row; NaN is a pair the cross-encoder was not asked to score."""
     for row, (positive_scores, negative_scores) in enumerate(
             zip(frame["positive_scores"], frame["negative_scores"]), start=1):
         if np.isinf(np.asarray([*positive_scores, *negative_scores], dtype=np.float64)).any():
-            raise DataError(path, "a teacher score is infinite",
-                            "delete this shard and rerun its teacher_scores job", row=row)
+            raise DataError(path, "a cross-encoder score is infinite",
+                            "delete this shard and rerun the job that scored it", row=row)
 
 
-def merge_teacher_shards(shard_paths: Sequence[str | Path], output_path: str | Path) -> None:
-    """Concatenate teacher shards in order into one negatives artifact, after checking every score and query id."""
+def merge_score_shards(shard_paths: Sequence[str | Path], output_path: str | Path, source: str = TEACHER_SOURCE) -> None:
+    """Concatenate scored shards (the teacher's, or a mined pool's denoising scores: ``source``) in order into one
+    negatives artifact, after checking every score and query id."""
     if not shard_paths:
-        raise ValueError("merge_teacher_shards needs at least one shard")
+        raise ValueError("merge_score_shards needs at least one shard")
     frames, first_shard_of = [], {}
     for path in shard_paths:
         frame = read_artifact(path, "negatives")
@@ -129,7 +131,6 @@ def merge_teacher_shards(shard_paths: Sequence[str | Path], output_path: str | P
             first_shard_of[qid] = str(path)
         frames.append(frame)
     merged = pd.concat(frames, ignore_index=True)
-    write_artifact(merged, output_path, "negatives",
-                   metadata={"source": TEACHER_SOURCE, "shards": str(len(shard_paths))})
-    log.info("teacher scores of %d queries from %d shards written to %s", len(merged), len(shard_paths),
+    write_artifact(merged, output_path, "negatives", metadata={"source": source, "shards": str(len(shard_paths))})
+    log.info("%s scores of %d queries from %d shards written to %s", source, len(merged), len(shard_paths),
              output_path)
