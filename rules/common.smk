@@ -35,7 +35,7 @@ if WORKING_DIRECTORY_CONFIG := working_directory_config(workflow.basedir, os.get
 
 import dpr_pipeline.orchestration.stage_settings as settings
 import dpr_pipeline.stages as stages
-from dpr_pipeline.orchestration.preflight import check_plan, planned_requests
+from dpr_pipeline.orchestration.preflight import check_plan, check_shard_groups, planned_requests
 from dpr_pipeline.orchestration.resources import (cluster_resources, failed_attempts, gpu_request, job_resources,
                                                   job_runtime, scaled, training_retries)
 from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
@@ -121,8 +121,16 @@ onstart:
     for rule_name in stages.GPU_TRAINING_RULES:
         workflow.get_rule(rule_name).restart_times = retries
     if not workflow.local_exec:
-        check_plan(planned_requests(workflow.dag.needrun_jobs(), workflow._localrules), config,
+        group_sizes = dict(workflow.group_settings.group_components)
+        check_shard_groups(group_sizes, dict(workflow.resource_settings.resources).get("gpu"))
+        check_plan(planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes), config,
                    read_cluster_facts(), jobs_at_once=workflow.resource_settings.nodes)
+
+
+# GPUs are counted per group job (local scope): a cluster profile's `resources: gpu=1` makes a group of shard jobs
+# (stages.SHARD_GROUPS) run one after the other on one GPU, and limits nothing else (profiles/slurm/config.yaml).
+resource_scopes:
+    gpu="local",
 
 
 wildcard_constraints:

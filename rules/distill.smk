@@ -14,7 +14,7 @@ rule teacher_scores_shard:
         reranker=lambda wc: settings.teacher_scores(config, wc.dataset),
         draws=lambda wc: settings.teacher_draws(config, wc.dataset),
     group:
-        "teacher_scores_{dataset}"
+        stages.shard_group("teacher_scores_shard")
     threads: threads_of("teacher_scores_shard")
     resources:
         **resources_of("teacher_scores_shard"),

@@ -72,7 +72,7 @@ rule encode_corpus:
         # a transfer job ({target} B, rules/transfer.smk) encodes B's corpus with B's corpus-side settings
         encoding=lambda wc: settings.encode_corpus(config, wc.dataset, wc.stage, wc.get("target")),
     group:
-        "encode_corpus_{dataset}_{stage}"
+        stages.shard_group("encode_corpus")
     threads: threads_of("encode_corpus")
     resources:
         **resources_of("encode_corpus"),
@@ -184,6 +184,8 @@ rule denoise_scores:
     params:
         denoise=lambda wc: settings.denoise_scoring(config, wc.dataset, wc.stage),
         min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+    group:
+        stages.shard_group("denoise_scores")
     threads: threads_of("denoise_scores")
     resources:
         **resources_of("denoise_scores"),

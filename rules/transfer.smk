@@ -42,6 +42,8 @@ use rule encode_corpus as transfer_encode_corpus with:
     output:
         vectors=stage_file("{stage}", "transfer/{target}/embeddings/shard_{shard}.npy"),
         ids=stage_file("{stage}", "transfer/{target}/embeddings/shard_{shard}.ids.parquet"),
+    group:
+        stages.shard_group("transfer_encode_corpus")
     log:
         log_file("transfer_encode_corpus_{stage}_{target}_{shard}"),
     benchmark:

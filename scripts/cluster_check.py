@@ -26,19 +26,23 @@ def main(argv=None) -> int:
     parser.add_argument("--forceall", action="store_true", help="check every job, also those already done")
     parser.add_argument("--jobs", type=int, help="jobs queued at once (default: the slurm profile's `jobs:`)")
     args = parser.parse_args(argv)
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    group_sizes = dict(item.rsplit("=", 1) for item in profile.get("group-components", []))
     with built_dag(args.targets, args.configfile, forceall=args.forceall) as workflow:
-        jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules)
+        jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules,
+                                {name: int(size) for name, size in group_sizes.items()})
         config = workflow.config
     facts = read_cluster_facts()
     against = (f"partitions {', '.join(sorted(facts.partitions))} (sinfo)" if facts is not None else
                "the config's cluster block only (no sinfo here: partitions, time limits and nodes unchecked)")
     try:
-        jobs_at_once = args.jobs or yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())["jobs"]
+        jobs_at_once = args.jobs or profile["jobs"]
         check_plan(jobs, config, facts, jobs_at_once)
     except ConfigError as error:
         print(f"cluster check: {len(jobs)} jobs against {against}: {error}", file=sys.stderr)
         return 1
-    print(f"cluster check: {len(jobs)} jobs against {against}: every job can run")
+    print(f"cluster check: {len(jobs)} jobs (shard jobs in the profile's groups) against {against}: every job "
+          "can run")
     return 0
 
 

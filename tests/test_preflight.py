@@ -168,3 +168,51 @@ def test_the_rules_cluster_resources_follow_the_config():
     assert gpu_request(with_cluster(gpu_request="gres"), 4) == {"gres": "gpu:4"}
     assert gpu_request(with_cluster(gpu_request="gres", gpu_model="a100"), 2) == {"gres": "gpu:a100:2"}
     assert CONFIG["cluster"]["max_runtime"] == 1440                                  # a 24 h cap by default
+
+
+class PlannedJob:
+    """What planned_requests reads of a Snakemake job: its rule (name, norun), wildcards, resources, threads."""
+
+    def __init__(self, rule: str, threads: int = 8, mem_mb: int = 32000, runtime: int = 30, **wildcards):
+        self.rule = type("Rule", (), {"name": rule, "norun": False})()
+        self.wildcards_dict, self.threads = wildcards, threads
+        self.resources = {"gpu": 1, "mem_mb": mem_mb, "runtime": runtime, "slurm_partition": "gpu"}
+
+
+def test_shard_jobs_go_in_groups_run_one_after_the_other_and_a_group_too_long_is_refused_with_its_size():
+    """Snakemake's `--group-components encode_corpus_{dataset}_{stage}=8` under `--resources gpu=1`: a stage's 20
+    encoding shards are 3 submissions (8, 8, 4 shards) asking the shards' summed runtime and their largest memory;
+    pieces of work (stages) never share one. On the typical cluster's 12 h GPU partition a group of 8 two-hour
+    shards is refused, naming the size that fits."""
+    from dpr_pipeline.orchestration.preflight import check_shard_groups, planned_requests
+
+    jobs = [PlannedJob("encode_corpus", dataset="msmarco", stage=stage, shard=str(shard))
+            for stage in ("retriever1", "retriever2") for shard in range(20)]
+    jobs += [PlannedJob("train_retriever", runtime=480, dataset="msmarco", stage="retriever1")]
+    sizes = {"encode_corpus_{dataset}_{stage}": 8}
+    requests = planned_requests(jobs, local_rules=set(), group_sizes=sizes)
+    encode = [request for request in requests if request.rule == "encode_corpus"]
+    assert sorted(request.shards for request in encode) == [4, 4, 8, 8, 8, 8]
+    assert {(request.shards, request.runtime, request.mem_mb, request.gpus) for request in encode} == {
+        (8, 240, 32000, 1), (4, 120, 32000, 1)}
+    assert len(planned_requests(jobs, local_rules=set())) == 41                # no groups: one submission each
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    long = [PlannedJob("encode_corpus", runtime=120, dataset="msmarco", stage="retriever1", shard=str(shard))
+            for shard in range(8)]
+    found = refusals(planned_requests(long, set(), sizes), CONFIG, facts)
+    assert found == ["rule encode_corpus (dataset msmarco): asks 960 min for 8 shard jobs run one after the other; "
+                     "partition gpu allows 720 (sinfo %l); fix: the profile's group-components: "
+                     "encode_corpus_{dataset}_{stage}=6"]
+    check_shard_groups(sizes, 1)
+    with pytest.raises(ConfigError, match=r"--resources gpu is None, not 1.*add `resources: \[gpu=1\]`"):
+        check_shard_groups(sizes, None)
+    check_shard_groups({"encode_corpus_{dataset}_{stage}": 1}, None)          # no group: nothing to limit
+
+
+def test_the_slurm_profile_groups_every_shard_rule_under_its_workflow_name():
+    from dpr_pipeline import stages
+
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    groups = dict(item.rsplit("=", 1) for item in profile["group-components"])
+    assert set(groups) == {stages.shard_group(rule) for rule in stages.SHARD_GROUPS}
+    assert profile["resources"] == ["gpu=1"]

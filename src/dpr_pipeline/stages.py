@@ -276,6 +276,17 @@ GPU_TRAINING_RULES = {s.trainer: s.shares or s.block for s in CHAIN + FAMILIES i
 GPU_INFERENCE_RULES = tuple(dict.fromkeys(rule for s in CHAIN + FAMILIES for rule in s.kind.gpu_rules))
 #: Every rule that asks for GPUs (the others are CPU rules).
 GPU_RULES = tuple(GPU_TRAINING_RULES) + GPU_INFERENCE_RULES
+#: The one-GPU rules whose jobs are shards of one piece of work (a corpus's vectors, the teacher's or a mined pool's
+#: scores), each with the wildcards that name the piece. A cluster profile submits them in groups of shards run one
+#: after the other on one GPU (``group-components`` over :func:`shard_group`'s names; profiles/slurm/config.yaml).
+SHARD_GROUPS = {"encode_corpus": ("dataset", "stage"), "transfer_encode_corpus": ("dataset", "stage", "target"),
+                "teacher_scores_shard": ("dataset",), "denoise_scores": ("dataset", "stage")}
+
+
+def shard_group(rule: str) -> str:
+    """The Snakemake group of a shard rule's jobs (:data:`SHARD_GROUPS`): its name and the piece's wildcards,
+    ``encode_corpus_{dataset}_{stage}``: one group per piece of work, never spanning two."""
+    return "_".join([rule, *(f"{{{wildcard}}}" for wildcard in SHARD_GROUPS[rule])])
 
 
 def trained_stage(rule: str, wildcards: dict) -> str:

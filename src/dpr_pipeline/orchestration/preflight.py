@@ -31,6 +31,7 @@ class JobRequest:
     runtime: int                 # minutes
     partition: str | None        # None: the cluster's default
     account: str | None
+    shards: int = 1              # shard jobs run one after the other in this one submission (a shard group)
 
 
 def job_request(rule: str, wildcards: Mapping[str, str], resources: Mapping[str, Any], threads: int) -> JobRequest:
@@ -40,11 +41,48 @@ def job_request(rule: str, wildcards: Mapping[str, str], resources: Mapping[str,
                       resources.get("slurm_partition"), resources.get("slurm_account"))
 
 
-def planned_requests(jobs, local_rules) -> list[JobRequest]:
-    """The requests of Snakemake jobs (a DAG's) that are submitted: not those of ``local_rules`` (run on the host
-    Snakemake runs on: the fetch jobs, for example) nor those that run nothing."""
-    return [job_request(job.rule.name, dict(job.wildcards_dict), dict(job.resources.items()), job.threads)
-            for job in jobs if job.rule.name not in local_rules and not job.rule.norun]
+def planned_requests(jobs, local_rules, group_sizes: Mapping[str, int] | None = None) -> list[JobRequest]:
+    """The submissions of Snakemake jobs (a DAG's): not those of ``local_rules`` (run on the host Snakemake runs
+    on: the fetch jobs, for example) nor those that run nothing; the shard jobs of a piece of work
+    (:data:`dpr_pipeline.stages.SHARD_GROUPS`) in submissions of ``group_sizes[<its group>]`` shards each (Snakemake's
+    ``--group-components``), one after the other on one GPU: the runtimes summed, the rest their largest."""
+    group_sizes = group_sizes or {}
+    requests, groups = [], {}
+    for job in jobs:
+        rule, wildcards = job.rule.name, dict(job.wildcards_dict)
+        if rule in local_rules or job.rule.norun:
+            continue
+        request = job_request(rule, wildcards, dict(job.resources.items()), job.threads)
+        template = stages.shard_group(rule) if rule in stages.SHARD_GROUPS else None
+        if template is not None and group_sizes.get(template, 1) > 1:
+            piece = tuple(wildcards.get(name) for name in stages.SHARD_GROUPS[rule])
+            groups.setdefault((template, piece), []).append((int(wildcards.get("shard", 0)), request))
+        else:
+            requests.append(request)
+    for (template, _), members in groups.items():
+        members = [request for _, request in sorted(members, key=lambda member: member[0])]
+        size = group_sizes[template]
+        requests += [_in_series(members[start:start + size]) for start in range(0, len(members), size)]
+    return requests
+
+
+def check_shard_groups(group_sizes: Mapping[str, int], gpu_limit: Any) -> None:
+    """A shard group (``group_sizes``, Snakemake's ``--group-components``) runs its jobs one after the other on one
+    GPU only under ``--resources gpu=1`` (``gpu_limit``; the rules scope ``gpu`` per group job): otherwise
+    Snakemake sums their GPUs into one job whose shards all run at once on the same device."""
+    grouped = sorted(name for name, size in group_sizes.items() if size > 1)
+    if grouped and gpu_limit != 1:
+        raise ConfigError(f"group-components groups shard jobs ({', '.join(grouped)}) but --resources gpu is "
+                          f"{gpu_limit}, not 1: each group job would ask the sum of its shards' GPUs and run them at "
+                          "once on one device. Fix: add `resources: [gpu=1]` to the profile (as profiles/slurm does)")
+
+
+def _in_series(members: list[JobRequest]) -> JobRequest:
+    """One submission of shard jobs run one after the other (Snakemake's group resources under `gpu=1`)."""
+    first = members[0]
+    return JobRequest(first.rule, first.dataset, max(m.gpus for m in members), max(m.threads for m in members),
+                      max(m.mem_mb for m in members), sum(m.runtime for m in members), first.partition,
+                      first.account, shards=len(members))
 
 
 def _where(job: JobRequest) -> str:
@@ -101,7 +139,12 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
         found.append(("gpus", f"{_where(job)}: asks {job.gpus} GPUs on one node; a node of the GPU partition has "
                               f"{most_gpus}; fix: {_gpu_fix(job, most_gpus)}"))
     limit = partition.max_minutes if partition is not None else None
-    if limit is not None and job.runtime > limit:
+    if limit is not None and job.runtime > limit and job.shards > 1:
+        fits = max(1, limit * job.shards // job.runtime)
+        found.append(("runtime", f"{_where(job)}: asks {job.runtime} min for {job.shards} shard jobs run one after "
+                                 f"the other; partition {partition.name} allows {limit} (sinfo %l); fix: the "
+                                 f"profile's group-components: {stages.shard_group(job.rule)}={fits}"))
+    elif limit is not None and job.runtime > limit:
         found.append(("runtime", f"{_where(job)}: asks {job.runtime} min; partition {partition.name} allows {limit} "
                                  f"(sinfo %l); fix: set cluster.max_runtime: {limit} (a training longer than that "
                                  "continues from its checkpoint in the next attempt)"))
