@@ -136,8 +136,8 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     """Fine-tune the ``plm`` of ``params`` on a negatives artifact and save it to ``output_dir``.
 
     Retriever (``distill=False``; ``params`` read as :class:`~dpr_pipeline.training.settings.BiEncoderSettings`):
-    Eq. 3 over in-batch and hard negatives. Distilled retriever (:class:`~dpr_pipeline.training.settings.
-    DistillSettings`): the artifact carries the re-ranker's scores and the loss is L_kl + α·L_cont.
+    Eq. 3 over in-batch and hard negatives. Distilled retriever (read as ``DistillSettings``): the artifact carries
+    the re-ranker's scores and the loss is L_kl + α·L_cont.
 
     ``selection`` (:func:`dpr_pipeline.training.dev_selection.select`'s, plus ``output``: where its record goes): the
     saved model is the trained one or, where that scores lower on the dev split, the model it started from.
