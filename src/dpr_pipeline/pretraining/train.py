@@ -26,9 +26,9 @@ from dpr_pipeline.models.packing import pack, packed_attention_for, worth_packin
 from dpr_pipeline.pretraining.masking import content_positions
 from dpr_pipeline.pretraining.methods import (RANDOM_GENERATOR, ObjectiveSettings, PretrainingMethod,
                                               pretraining_method)
-from dpr_pipeline.pretraining.settings import GeneratorSettings, PretrainSettings
 from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, compile_layers,
                                                  mask_rows)
+from dpr_pipeline.pretraining.settings import GeneratorSettings, PretrainSettings
 from dpr_pipeline.pretraining.token_importance import NgramCounts, ami_importance
 from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
 from dpr_pipeline.training.distributed import Distributed

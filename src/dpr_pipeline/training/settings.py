@@ -14,7 +14,7 @@ blocks sharing the class default differently) is required. The optimisation sett
 from __future__ import annotations
 
 from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.stages import settings_block
@@ -44,7 +44,7 @@ class StageSettings:
         return keys
 
     @classmethod
-    def from_params(cls, params: dict, stage: str | None = None):
+    def from_params(cls, params: dict, stage: str | None = None) -> Self:
         """The settings of a job of ``stage`` (``retriever1``, ``pretrain/simlm``; None: by hand) from its params:
         every key one the class declares, every required one present."""
         block = settings_block(stage) or cls.BLOCK
