@@ -99,11 +99,24 @@ def bert_mlm_step(plm: str, tokenizer, special, device, autocast):
     return step
 
 
+def method_settings(params: dict):
+    """``build_model``'s and ``training_step``'s arguments: the job's settings object (the keys a pre-training job
+    gets) and its method's part, or in checkouts before it the params dict itself."""
+    try:
+        from dpr_pipeline.pretraining.settings import PretrainSettings  # not in checkouts before it
+    except ImportError:
+        return params, params
+    settings = PretrainSettings.from_params({key: value for key, value in params.items()
+                                            if key in PretrainSettings.keys()})
+    return settings, settings.objective
+
+
 def pretraining_step(method: str, params: dict, tokenizer, special, corpus, counts, batch_size: int, device,
                      autocast):
     """One optimizer step of ``method`` on a fixed batch, and the batch's token count."""
     torch.manual_seed(0)
-    model = build_model({**params, "method": method}, tokenizer).to(device).train()
+    settings, objective = method_settings({**params, "method": method})
+    model = build_model(settings, tokenizer).to(device).train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     declared = pretraining_method(method)
     # span pairs are two half-length spans per passage: batch_size / 2 passages give the same token count
@@ -111,7 +124,7 @@ def pretraining_step(method: str, params: dict, tokenizer, special, corpus, coun
     count = batch_size // 2 if declared.span_pairs else batch_size
     batch = {k: v.to(device) for k, v in PretrainingCollator(special, counts)(
         [data.example(i, 0) for i in range(count)]).items()}
-    step_loss = training_step(declared, params)
+    step_loss = training_step(declared, objective)
 
     def step():
         with autocast:

@@ -44,6 +44,7 @@ from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
 from dpr_pipeline.models import packing
 from dpr_pipeline.models.packing import packed_attention_for
 from dpr_pipeline.pretraining.objectives import SpecialTokens
+from dpr_pipeline.pretraining.settings import PretrainSettings
 from dpr_pipeline.pretraining.train import PretrainingCollator, build_model, default_step
 from dpr_pipeline.training import biencoder
 from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
@@ -129,12 +130,13 @@ def stage_steps(stage: str, args, device, passages: list[str], claims: list[str]
             batch_of = lambda collate=collate, groups=groups: collate(groups)  # noqa: E731
         else:
             defaults = {name: spec.get("default") for name, spec in yaml.safe_load(
-                (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()}
+                (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()
+                if name in PretrainSettings.keys()}  # those a pre-training job gets
             hidden = load_text_encoder(args.model).config.hidden_size
             params = {**defaults, "plm": args.model, "method": stage, "generator": args.generator,
                       "random_generator_hidden_size": max(64, hidden // 3), "random_generator_layers": 2,
                       "attention_dropout": 0.0}
-            model = build_model(params, tokenizer).to(device).train()
+            model = build_model(PretrainSettings.from_params(params), tokenizer).to(device).train()
             ids = [np.array(tokenizer(p, truncation=True, max_length=144)["input_ids"])
                    for p in passages[:args.pretrain_batch]]
             collate = PretrainingCollator(SpecialTokens.of(tokenizer), packed=packed)

@@ -231,6 +231,19 @@ def config_block(config: dict, *keys: str) -> dict:
     return config
 
 
+def pretraining_job_defaults() -> dict:
+    """The schema's defaults of the `pretrain` keys a ``pretrain/{method}`` job's params hold (not those of its
+    input jobs, nor those resolved before it: orchestration.stage_settings.pretrain)."""
+    import yaml
+
+    from dpr_pipeline.orchestration import stage_settings
+
+    left_out = stage_settings.PRETRAINING_INPUT_KEYS + stage_settings.RESOLVED_HERE["pretrain"]
+    return {name: spec.get("default") for name, spec in yaml.safe_load(
+        (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()
+        if name not in left_out}
+
+
 def tiny_scifact_config(tiny: str) -> dict:
     """The bundled config.yaml with its SciFact chain on a tiny BERT (``tiny``: its folder): the workflow tests'
     starting point (fast settings; the tiny BERT's 128 positions bound every length)."""

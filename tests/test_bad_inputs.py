@@ -1462,11 +1462,11 @@ def _(tmp, bert):
           "head), or `random`")
 def _(tmp, bert):
     from dpr_pipeline.models.loading import load_model_config
+    from dpr_pipeline.pretraining.settings import GeneratorSettings
     from dpr_pipeline.pretraining.train import build_generator
 
     config = load_model_config(str(bert))
-    return (lambda: build_generator({"generator": str(bert), "train_generator": False}, config,
-                                    config.vocab_size)), []
+    return (lambda: build_generator(GeneratorSettings(generator=str(bert)), config, config.vocab_size)), []
 
 
 @case("config-plm-not-a-model-folder", "config", ConfigError,

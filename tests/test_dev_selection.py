@@ -25,10 +25,17 @@ from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.dev_selection import corpus_run, dev_queries, select, top_hits
 from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.selection_record import START, TRAINED, choose, describe
+from dpr_pipeline.training.settings import BiEncoderSettings
 from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
 
 PARAMS = {"query_max_length": 16, "passage_max_length": 24, "bf16": False, "seed": 1}
+
+
+def started_from(plm: str) -> BiEncoderSettings:
+    """A bi-encoder stage's settings with ``plm`` its start (select reads the plm, the lengths and bf16)."""
+    return BiEncoderSettings.from_params({**PARAMS, "plm": plm, "learning_rate": 1e-2, "warmup_steps": 1,
+                                          "batch_size": 4, "negatives_per_query": 3})
 
 
 def write_run(path: Path, hits: dict[str, list[str]]) -> Path:
@@ -116,7 +123,7 @@ def test_a_trained_model_below_its_start_on_dev_is_not_handed_on(dev_files, capl
     a, b = (load_text_encoder(str(dev_files[name])) for name in ("a", "b"))
     tokenizer = load_tokenizer(str(dev_files["a"]))
     selection = selection_settings(dev_files["files"])
-    handed_on, record = select(b, lambda: a, tokenizer, dev_files["passages"], {**PARAMS, "plm": "a"}, selection)
+    handed_on, record = select(b, lambda: a, tokenizer, dev_files["passages"], started_from("a"), selection)
     assert handed_on is a and record["handed_on"] == START
     assert record["start_score"] == pytest.approx(1.0) and record["trained_score"] < 1.0
     assert record["difference"] == pytest.approx(record["trained_score"] - 1.0)
@@ -127,7 +134,7 @@ def test_a_trained_model_below_its_start_on_dev_is_not_handed_on(dev_files, capl
     assert "over its 8 queries, each searched in the whole corpus of 16 passages; 95 % interval ±" in caplog.text
     assert "its start was handed on" in describe(record)
 
-    handed_on, record = select(a, lambda: b, tokenizer, dev_files["passages"], {**PARAMS, "plm": "b"}, selection)
+    handed_on, record = select(a, lambda: b, tokenizer, dev_files["passages"], started_from("b"), selection)
     assert handed_on is a and record["handed_on"] == TRAINED and record["difference"] > 0
     assert "is above its start (Retriever₁)" in describe(record)
 
@@ -146,7 +153,7 @@ def test_a_start_with_a_dev_run_is_scored_by_it(dev_files, tmp_path):
         raise AssertionError("the start was loaded although its dev run scored it and the trained model won")
 
     handed_on, record = select(b, never, load_tokenizer(str(dev_files["b"])), dev_files["passages"],
-                               {**PARAMS, "plm": "r1"}, selection)
+                               started_from("r1"), selection)
     assert record["start_score"] == pytest.approx(1 / np.log2(3)) and record["start_score_from"].endswith(
         "start_dev.trec")
     assert record["searched"]["passages"] == len(dev_files["passages"])
@@ -156,7 +163,7 @@ def test_a_start_with_a_dev_run_is_scored_by_it(dev_files, tmp_path):
 def test_without_a_dev_split_the_trained_model_goes_on_and_the_record_says_why(dev_files, caplog):
     b = load_text_encoder(str(dev_files["b"]))
     selection = selection_settings({}, split=None, reason="the dataset has no dev_split")
-    handed_on, record = select(b, None, None, {}, {**PARAMS, "plm": "p"}, selection)
+    handed_on, record = select(b, None, None, {}, started_from("p"), selection)
     assert handed_on is b and record["handed_on"] == TRAINED and record["reason"] == "the dataset has no dev_split"
     assert "handed on without a dev check (the dataset has no dev_split)" in caplog.text
 
@@ -212,10 +219,10 @@ def test_a_student_is_not_trained_from_a_teacher_not_above_its_start(tmp_path, c
                  "teacher_label": "Re-ranker", "output": str(tmp_path / "dev_selection.json"),
                  "files": {"teacher_metrics": teacher, "start_metrics": start}}
     teacher.write_text(json.dumps({"dev": {"nDCG@10": 0.71}}))
-    assert teacher_verdict(selection, {"plm": "r2"}) is None                          # above: the student trains
-    assert teacher_verdict({**selection, "files": {}}, {"plm": "r2"}) is None         # no check asked
+    assert teacher_verdict(selection, "r2") is None                          # above: the student trains
+    assert teacher_verdict({**selection, "files": {}}, "r2") is None         # no check asked
     teacher.write_text(json.dumps({"dev": {"nDCG@10": 0.70}}))
-    record = teacher_verdict(selection, {"plm": "r2"})
+    record = teacher_verdict(selection, "r2")
     assert record["handed_on"] == START and "(0.7000 against 0.7000 nDCG@10)" in record["reason"]
     model = make_tiny_bert(tmp_path / "r2")
     out, losses = tmp_path / "distill" / "model", tmp_path / "distill" / "loss_log.jsonl"
@@ -226,4 +233,4 @@ def test_a_student_is_not_trained_from_a_teacher_not_above_its_start(tmp_path, c
             "against 0.7000 nDCG@10)") in caplog.text and "its start (Retriever₂) was handed on." in caplog.text
     teacher.write_text(json.dumps({"test": {"nDCG@10": 0.8}}))
     with pytest.raises(DataError, match="has no dev nDCG@10 to compare the teacher"):
-        teacher_verdict(selection, {"plm": "r2"})
+        teacher_verdict(selection, "r2")

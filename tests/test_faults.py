@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, make_tiny_bert, planned_jobs, run_snakemake, snakemake_command
+from conftest import REPO, make_tiny_bert, planned_jobs, pretraining_job_defaults, run_snakemake, snakemake_command
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForSequenceClassification
 
@@ -38,8 +38,7 @@ from dpr_pipeline.orchestration.run_errors import FailedJob, failed_jobs_report,
 
 STAGE_SCRIPT = REPO / "tests" / "scripts" / "run_training_stage.py"
 TOPICS = ["cats purr", "dogs bark", "birds sing", "fish swim", "cows moo", "bees buzz", "owls hoot", "frogs croak"]
-PRETRAIN_DEFAULTS = {name: spec.get("default") for name, spec in yaml.safe_load(
-    (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()}
+PRETRAIN_DEFAULTS = pretraining_job_defaults()
 SETTINGS = {"learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "seed": 3, "save_steps": 2, "bf16": False}
 
 
@@ -94,7 +93,7 @@ def stage_spec(stage: str, inputs: dict[str, Path], folder: Path) -> dict:
                   "negatives_per_query": 3}
         return {**texts, **outputs, "params": params}
     params = {**SETTINGS, "plm": str(inputs["bert"]), "epochs": 4, "negatives_per_query": 2, "temperature": 0.05,
-              "alpha": 0.2, "query_max_length": 16, "passage_max_length": 24}
+              "query_max_length": 16, "passage_max_length": 24, **({"alpha": 0.2} if stage == "distill" else {})}
     return {**texts, **outputs, "params": params}
 
 

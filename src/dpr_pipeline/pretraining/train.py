@@ -28,10 +28,11 @@ from dpr_pipeline.pretraining.methods import (RANDOM_GENERATOR, ObjectiveSetting
                                               pretraining_method)
 from dpr_pipeline.pretraining.objectives import (PretrainingModel, SpecialTokens, TokenGenerator, compile_layers,
                                                  mask_rows)
+from dpr_pipeline.pretraining.settings import GeneratorSettings, PretrainSettings
 from dpr_pipeline.pretraining.token_importance import NgramCounts, ami_importance
 from dpr_pipeline.pretraining.tokens import TokenizedCorpus, read_token_shards
 from dpr_pipeline.training.distributed import Distributed
-from dpr_pipeline.training.schedule import TrainingSettings, check_micro_batch
+from dpr_pipeline.training.schedule import check_micro_batch
 from dpr_pipeline.training.trainer import train
 from dpr_pipeline.stages import settings_block
 
@@ -108,16 +109,16 @@ def load_masked_lm(reference: str, attention_dropout: float | None = None) -> to
     return model
 
 
-def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGenerator:
+def build_generator(settings: GeneratorSettings, encoder_config, vocab_size: int) -> TokenGenerator:
     """The generator: a pre-trained masked LM (``generator``: a model reference; frozen unless
     ``train_generator``) or ``random``: a small BERT (``random_generator_hidden_size``/``_layers``, the encoder's
     attention dropout) trained jointly from random initialisation (SimLM Table 12: all three variants pre-train
     equally well)."""
-    reference = params["generator"]
+    reference = settings.generator
     if reference == RANDOM_GENERATOR:
-        hidden = params["random_generator_hidden_size"]
+        hidden = settings.random_generator_hidden_size
         config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=4 * hidden,
-                            num_hidden_layers=params["random_generator_layers"],
+                            num_hidden_layers=settings.random_generator_layers,
                             num_attention_heads=max(1, hidden // 64),
                             max_position_embeddings=encoder_config.max_position_embeddings,
                             attention_probs_dropout_prob=encoder_config.attention_probs_dropout_prob)
@@ -133,21 +134,22 @@ def build_generator(params: dict, encoder_config, vocab_size: int) -> TokenGener
     if model.config.vocab_size != vocab_size:
         raise ValueError(f"generator {reference!r} has a vocabulary of {model.config.vocab_size} tokens, the "
                          f"encoder {vocab_size}: use a generator with the encoder's tokenizer")
-    return TokenGenerator(model, trainable=params["train_generator"])
+    return TokenGenerator(model, trainable=settings.train_generator)
 
 
-def objective_settings(params: dict) -> ObjectiveSettings:
+def objective_settings(settings: PretrainSettings) -> ObjectiveSettings:
     """The method's settings, ``bottleneck: auto`` resolved to the plm's own pooling ([CLS] for a folder that
     records none, as bert-base-uncased)."""
-    return ObjectiveSettings.from_params({**params, "bottleneck": resolve_pooling(params["plm"], params["bottleneck"])})
+    objective = settings.objective
+    return dataclasses.replace(objective, bottleneck=resolve_pooling(settings.plm, objective.bottleneck))
 
 
-def build_model(params: dict, tokenizer) -> PretrainingModel:
-    settings = objective_settings(params)
-    masked_lm = load_masked_lm(params["plm"], params.get("attention_dropout"))
-    generator = build_generator(params, masked_lm.config, masked_lm.config.vocab_size) \
-        if pretraining_method(settings.method).generator else None
-    return PretrainingModel(masked_lm, settings, SpecialTokens.of(tokenizer), generator)
+def build_model(settings: PretrainSettings, tokenizer) -> PretrainingModel:
+    objective = objective_settings(settings)
+    masked_lm = load_masked_lm(settings.plm, settings.attention_dropout)
+    generator = build_generator(settings.token_generator, masked_lm.config, masked_lm.config.vocab_size) \
+        if pretraining_method(objective.method).generator else None
+    return PretrainingModel(masked_lm, objective, SpecialTokens.of(tokenizer), generator)
 
 
 def default_step(model, batch: dict, dist) -> torch.Tensor:
@@ -155,9 +157,9 @@ def default_step(model, batch: dict, dist) -> torch.Tensor:
                  batch.get("content_rows"))["loss"]
 
 
-def training_step(method: PretrainingMethod, params: dict):
+def training_step(method: PretrainingMethod, settings: ObjectiveSettings):
     """How ``method`` steps: its own step (coCondenser's) or one forward pass whose ``loss`` the trainer minimises."""
-    return default_step if method.step is None else method.step(params)
+    return default_step if method.step is None else method.step(settings)
 
 
 def save_pretrained_encoder(model: PretrainingModel, tokenizer, output_dir: str | Path, max_length: int,
@@ -176,34 +178,37 @@ def save_pretrained_encoder(model: PretrainingModel, tokenizer, output_dir: str 
 def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir: str | Path,
              loss_log: str | Path, params: dict, ngram_counts: str | None = None, stage: str | None = None,
              tracking: dict | None = None) -> None:
-    """Pre-train ``params["plm"]`` with ``params["method"]`` and save the encoder to ``output_dir`` (``stage``:
-    the job's, ``pretrain/<method>``, whose settings its errors name; ``tracking``: its tracked run)."""
+    """Pre-train the ``plm`` with the ``method`` of ``params`` and save the encoder to ``output_dir`` (``params``: the
+    job's, read as :class:`~dpr_pipeline.pretraining.settings.PretrainSettings`; ``stage``: the job's,
+    ``pretrain/<method>``, whose settings its errors name; ``tracking``: its tracked run)."""
+    settings = PretrainSettings.from_params(params, stage)
+    training, objective = settings.training, settings.objective
     dist = Distributed.from_environment()
-    tokenizer = models.load_tokenizer(params["plm"])
+    tokenizer = models.load_tokenizer(settings.plm)
     corpus = read_token_shards(token_shards, tokenizer)
-    method = pretraining_method(params["method"])
+    method = pretraining_method(objective.method)
     counts = NgramCounts.load(ngram_counts) if method.ngram_counts else None
-    torch.manual_seed(params["seed"])  # new layers and a random generator start the same in every run
-    model = build_model(params, tokenizer)
-    if params["compile"]:
+    torch.manual_seed(training.seed)  # new layers and a random generator start the same in every run
+    model = build_model(settings, tokenizer)
+    if settings.compile:
         log.info("torch.compile: %d Transformer layers", compile_layers(model))
-    data = PassageData(corpus, span_pairs=method.span_pairs, seed=params["seed"])
-    settings = TrainingSettings.from_params(params)
-    if method.step is not None and settings.micro_batch_size:
+    data = PassageData(corpus, span_pairs=method.span_pairs, seed=training.seed)
+    if method.step is not None and training.micro_batch_size:
         # a method with its own step chunks the batch itself: coCondenser's gradient cache, in spans (two a passage)
-        params = {**params, "gradient_cache_chunk": params.get("gradient_cache_chunk") or 2 * settings.micro_batch_size}
-        check_micro_batch(settings.batch_size, dist.world_size, settings.micro_batch_size,
+        objective = dataclasses.replace(
+            objective, gradient_cache_chunk=objective.gradient_cache_chunk or 2 * training.micro_batch_size)
+        check_micro_batch(training.batch_size, dist.world_size, training.micro_batch_size,
                           f"stages.{settings_block(stage) or 'pretrain'}.micro_batch_size")
-        settings = dataclasses.replace(settings, micro_batch_size=None)
-    step = training_step(method, params)
-    log.info("pre-training %s with %s (bottleneck: %s) on %d passages (%d tokens)", params["plm"], method.name,
+        training = dataclasses.replace(training, micro_batch_size=None)
+    step = training_step(method, objective)
+    log.info("pre-training %s with %s (bottleneck: %s) on %d passages (%d tokens)", settings.plm, method.name,
              model.settings.bottleneck, len(corpus), corpus.num_tokens)
     with packed_attention_for(model, f"pre-training ({method.name})",
                               None if method.unpadded else f"{method.name}'s loss reads the padded layout") as packed:
-        collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, params["cdmae_window"], packed)
-        train(model, data, collate, step, settings, checkpoint_dir,
+        collate = PretrainingCollator(SpecialTokens.of(tokenizer), counts, settings.cdmae_window, packed)
+        train(model, data, collate, step, training, checkpoint_dir,
               cross_device_loss=False, loss_log=loss_log, dist=dist, description=f"pre-training ({method.name})",
               stage=stage, tracking=tracking)
     if dist.is_main:
-        save_pretrained_encoder(model, tokenizer, output_dir, corpus.max_length, resolve_prompts(params["plm"]))
+        save_pretrained_encoder(model, tokenizer, output_dir, corpus.max_length, resolve_prompts(settings.plm))
         log.info("saved the encoder and its LM head to %s", output_dir)

@@ -24,8 +24,9 @@ from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.grad_cache import joined
 from dpr_pipeline.training.groups import read_query_groups
 from dpr_pipeline.training.losses import contrastive_loss, distillation_loss
-from dpr_pipeline.training.schedule import STEP_KEYS, TrainingSettings, epochs_visited
+from dpr_pipeline.training.schedule import STEP_KEYS, epochs_visited
 from dpr_pipeline.training.selection_record import write_selection
+from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings
 from dpr_pipeline.training.trainer import train
 
 log = logging.getLogger(__name__)
@@ -132,51 +133,53 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
                     output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
                     *, distill: bool = False, selection: dict | None = None, stage: str | None = None,
                     tracking: dict | None = None) -> None:
-    """Fine-tune ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
+    """Fine-tune the ``plm`` of ``params`` on a negatives artifact and save it to ``output_dir``.
 
-    Retriever (``distill=False``): Eq. 3 over in-batch and hard negatives. Distilled retriever: the artifact
-    carries the re-ranker's scores and the loss is L_kl + α·L_cont.
+    Retriever (``distill=False``; ``params`` read as :class:`~dpr_pipeline.training.settings.BiEncoderSettings`):
+    Eq. 3 over in-batch and hard negatives. Distilled retriever (read as ``DistillSettings``): the artifact carries
+    the re-ranker's scores and the loss is L_kl + α·L_cont.
 
     ``selection`` (:func:`dpr_pipeline.training.dev_selection.select`'s, plus ``output``: where its record goes): the
     saved model is the trained one or, where that scores lower on the dev split, the model it started from.
     ``stage``: the job's stage (``retriever1``, ``distill``, ``ablation/simlm``), whose settings its errors name;
     ``tracking``: its tracked run (:func:`dpr_pipeline.training.trainer.train`).
     """
+    settings = (DistillSettings if distill else BiEncoderSettings).from_params(params, stage)
+    training = settings.training
     dist = Distributed.from_environment()
-    settings = TrainingSettings.from_params(params)
-    groups = read_query_groups(negatives_path, passages_path, queries_path, params["negatives_per_query"],
-                               params["seed"], with_scores=distill)
+    groups = read_query_groups(negatives_path, passages_path, queries_path, settings.negatives_per_query,
+                               training.seed, with_scores=distill)
     if distill:
-        groups.check_scores(epochs_visited(len(groups), **{key: getattr(settings, key) for key in STEP_KEYS}))
-    tokenizer = load_tokenizer(params["plm"])
-    encoder = load_start(params, params.get("attention_dropout"))
+        groups.check_scores(epochs_visited(len(groups), **{key: getattr(training, key) for key in STEP_KEYS}))
+    tokenizer = load_tokenizer(settings.plm)
+    encoder = load_start(settings, settings.attention_dropout)
     prompts = encoder.prompts
     model = BiEncoder(encoder, (encoder.prompt_tokens(tokenizer, prompts.query),
                                 encoder.prompt_tokens(tokenizer, prompts.passage)))
-    log.info("%s: %s pooling; %s", params["plm"], encoder.pooling, prompts.describe())
-    step = distillation_step(params["temperature"], params["alpha"]) if distill \
-        else contrastive_step(params["temperature"])
+    log.info("%s: %s pooling; %s", settings.plm, encoder.pooling, prompts.describe())
+    step = distillation_step(settings.temperature, settings.alpha) if distill \
+        else contrastive_step(settings.temperature)
     description = "distilled retriever" if distill else "retriever"
     with packed_attention_for(encoder.transformer, f"{description} training") as packed:
-        collate = BiEncoderCollator(tokenizer, params["query_max_length"], params["passage_max_length"], prompts,
+        collate = BiEncoderCollator(tokenizer, settings.query_max_length, settings.passage_max_length, prompts,
                                     packed)
-        train(model, groups, collate, step, settings, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
+        train(model, groups, collate, step, training, checkpoint_dir, cross_device_loss=True, loss_log=loss_log,
               dist=dist, description=description, stage=stage, tracking=tracking)
     if dist.is_main:
         handed_on = model.encoder
         if selection is not None:
-            handed_on, record = select(model.encoder, lambda: load_start(params), tokenizer, groups.passages, params,
-                                       selection, device=dist.device)
+            handed_on, record = select(model.encoder, lambda: load_start(settings), tokenizer, groups.passages,
+                                       settings, selection, device=dist.device)
             write_selection(selection["output"], record)
         with atomic_output(output_dir) as tmp:
-            save_text_encoder(handed_on.cpu(), tokenizer, tmp, params["passage_max_length"],
-                              params["query_max_length"])
+            save_text_encoder(handed_on.cpu(), tokenizer, tmp, settings.passage_max_length,
+                              settings.query_max_length)
         log.info("saved %s", output_dir)
 
 
-def load_start(params: dict, attention_dropout: float | None = None) -> TextEncoder:
+def load_start(settings: BiEncoderSettings, attention_dropout: float | None = None) -> TextEncoder:
     """The model a bi-encoder stage starts from (``plm``), with the stage's pooling and prompts; for training,
     its attention dropout overridden unless None."""
-    torch.manual_seed(params["seed"])  # any weights new to the loaded model start the same in every run
-    return load_text_encoder(params["plm"], params.get("pooling", "auto"), attention_dropout,
-                             params.get("query_prompt"), params.get("passage_prompt"))
+    torch.manual_seed(settings.training.seed)  # any weights new to the loaded model start the same in every run
+    return load_text_encoder(settings.plm, settings.pooling, attention_dropout, settings.query_prompt,
+                             settings.passage_prompt)

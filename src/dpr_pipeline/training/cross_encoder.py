@@ -28,7 +28,7 @@ from dpr_pipeline.models.pair_scoring import encode_pairs, load_scorer
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group, QueryGroups, read_query_groups
 from dpr_pipeline.training.losses import listwise_loss
-from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.settings import RerankerSettings
 from dpr_pipeline.training.trainer import train
 
 log = logging.getLogger(__name__)
@@ -122,33 +122,34 @@ def save_reranker(model: torch.nn.Module, tokenizer, output_dir: str | Path, max
 def train_reranker(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                    output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
                    stage: str | None = None, tracking: dict | None = None) -> None:
-    """Train the re-ranker ``params["plm"]`` on a negatives artifact and save it to ``output_dir``.
+    """Train the re-ranker ``plm`` of ``params`` on a negatives artifact and save it to ``output_dir``.
 
-    ``params``: plm, max_length, negatives_per_query, seed and the ``TrainingSettings`` (learning_rate,
-    warmup_steps, batch_size = queries per step, epochs, save_steps, gradient_checkpointing, bf16); ``stage``:
-    the job's stage, whose settings its errors name; ``tracking``: its tracked run
+    ``params``: the job's, read as :class:`~dpr_pipeline.training.settings.RerankerSettings` (plm, max_length,
+    negatives_per_query and the ``TrainingSettings``: learning_rate, warmup_steps, batch_size = queries per
+    step, epochs, ...); ``stage``: the job's stage, whose settings its errors name; ``tracking``: its tracked run
     (:func:`dpr_pipeline.training.trainer.train`).
     """
+    settings = RerankerSettings.from_params(params, stage)
+    training = settings.training
     dist = Distributed.from_environment()
-    settings = TrainingSettings.from_params(params)
-    groups = read_query_groups(negatives_path, passages_path, queries_path, params["negatives_per_query"],
-                               params["seed"])
-    tokenizer = load_tokenizer(params["plm"])
+    groups = read_query_groups(negatives_path, passages_path, queries_path, settings.negatives_per_query,
+                               training.seed)
+    tokenizer = load_tokenizer(settings.plm)
     # the classification head is new (random): seeded, so that a rerun trains the same re-ranker (torch's
     # default seed differs per process, and this head's start moved SciFact's nDCG@10 by 0.05 between runs)
-    torch.manual_seed(params["seed"])
-    model = load_cross_encoder(params["plm"], params.get("attention_dropout"))
+    torch.manual_seed(training.seed)
+    model = load_cross_encoder(settings.plm, settings.attention_dropout)
     log.info("re-ranker %s: %d queries, groups of 1 positive + %d negatives; no prompts (each (query, passage) "
-             "pair goes in as it is)", params["plm"], len(groups), params["negatives_per_query"])
-    declared = {name: text for name, text in declared_prompts(params["plm"])[0].items() if text}
+             "pair goes in as it is)", settings.plm, len(groups), settings.negatives_per_query)
+    declared = {name: text for name, text in declared_prompts(settings.plm)[0].items() if text}
     if declared:
         log.warning("the re-ranker's plm %s declares prompts %s, which the re-ranker does not apply (it is "
-                    "fine-tuned on the bare pairs; docs/prompts.md)", params["plm"], declared)
+                    "fine-tuned on the bare pairs; docs/prompts.md)", settings.plm, declared)
     head_known = model.config.model_type in PACKED_HEADS
     with packed_attention_for(model, "re-ranker training", None if head_known else
                               f"no packed head for a {model.config.model_type!r} classifier") as packed:
-        model = train(model, groups, make_collate(tokenizer, params["max_length"], packed), listwise_batch_loss,
-                      settings, checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker", stage=stage,
+        model = train(model, groups, make_collate(tokenizer, settings.max_length, packed), listwise_batch_loss,
+                      training, checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker", stage=stage,
                       tracking=tracking)
     if dist.is_main:
-        save_reranker(model, tokenizer, output_dir, params["max_length"])
+        save_reranker(model, tokenizer, output_dir, settings.max_length)

@@ -36,6 +36,7 @@ from dpr_pipeline.evaluation.metrics import drop_identical_ids, per_query_metric
 from dpr_pipeline.evaluation.paired_difference import paired_difference
 from dpr_pipeline.retrieval.encode import encode_texts
 from dpr_pipeline.training.selection_record import START, TRAINED, choose, describe, scoring, selection_record
+from dpr_pipeline.training.settings import BiEncoderSettings
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +118,15 @@ def run_scores(run: pd.DataFrame, queries: DevQueries, selection: dict) -> dict[
     return {str(query): float(value) for query, value in table[selection["metric"]].items()}
 
 
-def select(trained_encoder, load_start: Callable[[], object], tokenizer, passages: PassageStore, params: dict,
-           selection: dict, *, device=None) -> tuple[object, dict]:
+def select(trained_encoder, load_start: Callable[[], object], tokenizer, passages: PassageStore,
+           settings: BiEncoderSettings, selection: dict, *, device=None) -> tuple[object, dict]:
     """The encoder a bi-encoder stage hands on, and its dev_selection.json record.
 
     ``selection``: :func:`dpr_pipeline.orchestration.stage_settings.selection` with ``files``, the dev split's ``queries``
     and ``qrels`` and, where the start is a chain stage's model, that stage's dev run (``start_run``);
     ``load_start``: the model the stage started from, loaded as training loaded it (only where it is searched, or
-    handed on); ``params``: the stage's (``plm``, the max lengths, ``bf16``); ``passages``: the whole corpus."""
-    named = {"label": selection["label"], "start_label": selection["start_label"], "start_model": params["plm"]}
+    handed on); ``settings``: the stage's (``plm``, the max lengths, ``bf16``); ``passages``: the whole corpus."""
+    named = {"label": selection["label"], "start_label": selection["start_label"], "start_model": settings.plm}
     if selection["split"] is None:
         record = selection_record(**named, handed_on=TRAINED, reason=selection["reason"])
         log.warning("%s", describe(record))
@@ -135,9 +136,9 @@ def select(trained_encoder, load_start: Callable[[], object], tokenizer, passage
 
     def searched(encoder) -> dict[str, float]:
         run = corpus_run(encoder, tokenizer, queries, passages, depth=selection["depth"],
-                         query_max_length=params["query_max_length"], passage_max_length=params["passage_max_length"],
-                         batch_size=selection["encode_batch_size"], dtype=selection["embedding_dtype"], device=device,
-                         bf16=params["bf16"])
+                         query_max_length=settings.query_max_length,
+                         passage_max_length=settings.passage_max_length, batch_size=selection["encode_batch_size"],
+                         dtype=selection["embedding_dtype"], device=device, bf16=settings.training.bf16)
         return run_scores(run, queries, selection)
 
     trained = searched(trained_encoder)
@@ -150,7 +151,7 @@ def select(trained_encoder, load_start: Callable[[], object], tokenizer, passage
     difference = paired_difference(trained, start) if len(trained) > 1 else None
     trained_score, start_score = float(np.mean(list(trained.values()))), float(np.mean(list(start.values())))
     handed_on = choose(trained_score, start_score)
-    record = selection_record(**named, handed_on=handed_on, settings=scoring(selection, params),
+    record = selection_record(**named, handed_on=handed_on, settings=scoring(selection, settings),
                               trained=trained_score, start=start_score, queries=len(queries.query_ids),
                               passages=len(passages), paired=difference, start_score_from=start_from)
     (log.warning if handed_on == START else log.info)("%s", describe(record))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.stages import settings_block
@@ -35,11 +35,6 @@ class TrainingSettings:
     def warmup(self, steps: int) -> int:
         """Warm-up steps of a run of ``steps``: ``warmup_ratio`` of it when set, else ``warmup_steps``."""
         return round(self.warmup_ratio * steps) if self.warmup_ratio is not None else self.warmup_steps
-
-    @classmethod
-    def from_params(cls, params: dict) -> "TrainingSettings":
-        """The settings found in a stage's config parameters (other keys are ignored)."""
-        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params})
 
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> int:

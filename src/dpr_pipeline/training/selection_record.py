@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
+from dpr_pipeline.training.settings import BiEncoderSettings
 
 TRAINED = "trained"
 START = "start"
@@ -19,11 +20,11 @@ def choose(trained: float, start: float) -> str:
     return TRAINED if trained > start else START
 
 
-def scoring(selection: dict, params: dict) -> dict:
+def scoring(selection: dict, settings: BiEncoderSettings) -> dict:
     """How the candidates were scored, for the record."""
     return {"split": selection["split"], "metric": selection["metric"], "depth": selection["depth"],
-            "relevance_level": selection["relevance_level"], "query_max_length": params["query_max_length"],
-            "passage_max_length": params["passage_max_length"]}
+            "relevance_level": selection["relevance_level"], "query_max_length": settings.query_max_length,
+            "passage_max_length": settings.passage_max_length}
 
 
 def selection_record(*, label: str, start_label: str, start_model: str, handed_on: str,

@@ -1,0 +1,39 @@
+"""A pre-training job's settings, typed (:class:`PretrainSettings`, the `pretrain` block as a ``pretrain/{method}``
+job gets it), built strictly from its params as every training job's are
+(:meth:`dpr_pipeline.training.settings.StageSettings.from_params`); no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from dpr_pipeline.pretraining.methods import ObjectiveSettings
+from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.settings import StageSettings, part
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratorSettings:
+    """The generator of the methods that have one (simlm, enc_dec_rtd; train.build_generator)."""
+
+    generator: str = "google/electra-base-generator"  # a masked-LM model reference, or `random`
+    train_generator: bool = False  # train a pre-trained generator jointly (MLM)
+    random_generator_hidden_size: int = 256  # `generator: random`: its width
+    random_generator_layers: int = 12  # `generator: random`: its depth
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainSettings(StageSettings):
+    """A ``pretrain/{method}`` job: the method's settings (:class:`ObjectiveSettings`, ``method`` the job's own,
+    ``bottleneck`` as configured: ``auto`` resolved by the trainer), the generator's, the loop's, and these."""
+
+    BLOCK: ClassVar[str] = "pretrain"
+    training: TrainingSettings = part(TrainingSettings)
+    objective: ObjectiveSettings = part(ObjectiveSettings)
+    token_generator: GeneratorSettings = part(GeneratorSettings)
+    plm: str  # the encoder it starts from, as loaded
+    max_length: int = 144  # tokens per passage: the token shards' (their job reads it; the saved model records theirs)
+    cdmae_window: int = 4  # CDMAE's AMI window L (the n-gram counts' job reads it too)
+    compile: bool = False  # torch.compile each Transformer layer
+    attention_dropout: float | None = None  # the attention dropout (None keeps the plm's)
+    processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it

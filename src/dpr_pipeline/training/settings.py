@@ -1,0 +1,114 @@
+"""A training job's settings, typed: one frozen dataclass per kind of training stage (as Tevatron's dataclass
+arguments), built from the job's params by :meth:`StageSettings.from_params`; no torch.
+
+The params dict stays what travels (Snakemake compares it to rerun a job, torchrun workers receive it as JSON):
+a training function takes it and builds its settings object at its top. ``from_params`` is strict: a key the
+class does not declare, or a required one missing, is a ConfigError naming the stage, the key and the fix. Since
+a job's params hold exactly the settings it reads (:mod:`dpr_pipeline.orchestration.stage_settings`), a key handed
+on that no field declares is caught there. A field's default is its key's schema default
+(``schemas/config.schema.yaml``, ``tests/test_training_settings.py``); a field without one (``plm``, a count the
+blocks sharing the class default differently) is required. The optimisation settings are one part,
+:class:`~dpr_pipeline.training.schedule.TrainingSettings` (the object the loop and its checkpoints take).
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import ClassVar, Self
+
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.stages import settings_block
+from dpr_pipeline.training.schedule import TrainingSettings
+
+PART = "part"
+
+
+def part(of: type):
+    """A field holding a group of the job's keys as a dataclass of its own (``of``), built from the same dict."""
+    return field(metadata={PART: of})
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSettings:
+    """What every training job's settings class shares: the strict :meth:`from_params`."""
+
+    #: The config block the messages name when the job's stage is not known (a training run by hand).
+    BLOCK: ClassVar[str]
+
+    @classmethod
+    def keys(cls) -> dict[str, Field]:
+        """Every params key the class reads: its own fields' and its parts' fields', each with its field."""
+        keys = {}
+        for own in fields(cls):
+            keys.update({f.name: f for f in fields(own.metadata[PART])} if PART in own.metadata else {own.name: own})
+        return keys
+
+    @classmethod
+    def from_params(cls, params: dict, stage: str | None = None) -> Self:
+        """The settings of a job of ``stage`` (``retriever1``, ``pretrain/simlm``; None: by hand) from its params:
+        every key one the class declares, every required one present."""
+        block = settings_block(stage) or cls.BLOCK
+        keys = cls.keys()
+        unknown = sorted(set(params) - set(keys))
+        if unknown:
+            raise ConfigError(
+                f"stages.{block}: the {stage or block} job's params carry {', '.join(unknown)}, which "
+                f"{cls.__name__} does not declare, so no code of the job reads it. Fix: declare it as a field of "
+                f"{cls.__module__}.{cls.__name__} where the job reads it, or keep it out of the job's params "
+                "(dpr_pipeline.orchestration.stage_settings)")
+        missing = [key for key, f in keys.items()
+                   if key not in params and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise ConfigError(
+                f"stages.{block}: the {stage or block} job's params lack {', '.join(missing)}, which {cls.__name__} "
+                f"requires. Fix: hand the job these keys of stages.{block} (dpr_pipeline.orchestration."
+                "stage_settings gives each job its block's values; params written by hand must carry them too)")
+        values = {}
+        for own in fields(cls):
+            if PART in own.metadata:
+                of = own.metadata[PART]
+                values[own.name] = of(**{f.name: params[f.name] for f in fields(of) if f.name in params})
+            elif own.name in params:
+                values[own.name] = params[own.name]
+        return cls(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BiEncoderSettings(StageSettings):
+    """A bi-encoder's training job (`retriever`, `retriever1`/`retriever2` over it, the ablation's rows; SimLM
+    Eq. 3), but the corpus encoding, index and search settings its other jobs read."""
+
+    BLOCK: ClassVar[str] = "retriever"
+    training: TrainingSettings = part(TrainingSettings)
+    plm: str  # the model it starts from, as loaded (a folder: stage_settings.initialisation)
+    negatives_per_query: int  # hard negatives drawn per query and epoch
+    temperature: float = 0.02  # τ of the contrastive loss (cos / τ)
+    query_max_length: int = 32  # tokens per query, in training and dev selection (the saved model records it)
+    passage_max_length: int = 144  # tokens per passage
+    pooling: str = "auto"  # auto (the plm's own), cls or mean
+    query_prompt: str | None = None  # text before every query; None (not in the params): the plm's own
+    passage_prompt: str | None = None  # text before every passage; None (not in the params): the plm's own
+    attention_dropout: float | None = None  # training only: the attention dropout (None keeps the plm's)
+    processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistillSettings(BiEncoderSettings):
+    """The distilled retriever's training job (`distill`; SimLM Eq. 5): a bi-encoder's, and the weight α."""
+
+    BLOCK: ClassVar[str] = "distill"
+    alpha: float = 0.2  # weight of the contrastive loss beside the KL to the teacher
+
+
+@dataclass(frozen=True, kw_only=True)
+class RerankerSettings(StageSettings):
+    """The cross-encoder re-ranker's training job (`reranker`; SimLM Eq. 4), but the settings of its scoring
+    jobs and of the fusion."""
+
+    BLOCK: ClassVar[str] = "reranker"
+    training: TrainingSettings = part(TrainingSettings)
+    plm: str  # the cross-encoder's start, as loaded
+    negatives_per_query: int  # hard negatives per query and epoch, each group 1 positive + these
+    max_length: int = 192  # tokens per query-passage pair (the saved model records it)
+    attention_dropout: float | None = None  # training only: the attention dropout (None keeps the plm's)
+    processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it

@@ -1,0 +1,127 @@
+"""The training jobs' typed settings (training/settings.py, pretraining/settings.py): each class declares every key
+of its stage's block that the job gets, with the schema's default; built strictly from a job's params (an
+undeclared key or a missing required one is a ConfigError naming the stage, the key and the fix); and every
+training job Snakemake plans for a tiny config builds its settings from the params its rule gives it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from dataclasses import MISSING, fields
+
+import pytest
+import yaml
+from conftest import REPO, tiny_scifact_config
+
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.orchestration import stage_settings as settings
+from dpr_pipeline.orchestration.config import validate_config
+from dpr_pipeline.orchestration.training_job import SETTINGS_OF_TRAINER, job_settings
+from dpr_pipeline.pretraining.settings import GeneratorSettings, PretrainSettings
+from dpr_pipeline.stages import PRETRAINING, member, settings_block
+from dpr_pipeline.stages import stage as declared
+from dpr_pipeline.training.settings import PART, BiEncoderSettings, DistillSettings, RerankerSettings
+
+SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]
+
+CONFIG = {"run_datasets": ["a"], "datasets": {"a": {
+    "format": "beir", "path": "data/scifact", "train_split": "train", "eval_splits": ["test"],
+    "stages": {"retriever": {"plm": "pretrain", "query_prompt": "query: "}}}}}
+
+#: Per class: its stage's schema block, the block's keys its training job does not get (stage_settings keeps
+#: them out), a job's stage and its params (stage_settings, from a validated config).
+CASES = {
+    BiEncoderSettings: ("retriever", settings.ENCODING_KEYS, "retriever1",
+                        lambda config: settings.biencoder(config, "a", "retriever1")),
+    DistillSettings: ("distill", (), "distill", lambda config: settings.biencoder(config, "a", "distill")),
+    RerankerSettings: ("reranker", settings.SCORING_KEYS + settings.RESOLVED_HERE["reranker"], "reranker",
+                       lambda config: settings.train_reranker(config, "a")),
+    PretrainSettings: ("pretrain", settings.PRETRAINING_INPUT_KEYS + settings.RESOLVED_HERE["pretrain"],
+                       "pretrain/cdmae", lambda config: settings.pretrain(config, "a", "cdmae")),
+}
+
+
+def block_properties(block: str) -> dict:
+    """A schema block's properties, those of the fragments it builds on (allOf) included."""
+    spec = SCHEMA[block]
+    merged = {}
+    for fragment in spec.get("allOf", []):
+        merged.update(block_properties(fragment["$ref"].rsplit("/", 1)[1]))
+    for key, value in spec["properties"].items():
+        merged[key] = {**merged.get(key, {}), **value}
+    return merged
+
+
+def checked_defaults(cls) -> dict:
+    """The defaults of the class's own fields and of its generator part: each its key's schema default (the
+    optimisation and objective parts keep defaults of their own for the callers that build them directly)."""
+    own = [f for f in fields(cls) if PART not in f.metadata]
+    generator = fields(GeneratorSettings) if cls is PretrainSettings else ()
+    return {f.name: f.default for f in (*own, *generator) if f.default is not MISSING}
+
+
+@pytest.mark.parametrize("cls", CASES, ids=lambda cls: cls.__name__)
+def test_every_key_of_the_block_its_job_gets_is_a_field_with_the_schemas_default(cls):
+    block, left_out, _, _ = CASES[cls]
+    properties = block_properties(block)
+    handed_on = set(properties) - set(left_out)
+    assert handed_on - set(cls.keys()) == set()
+    own = {f.name for f in fields(cls) if PART not in f.metadata}
+    assert own - set(properties) == set(), "a field of its own that its block does not offer"
+    for key, default in checked_defaults(cls).items():
+        assert properties[key].get("default") == default, key
+
+
+@pytest.mark.parametrize("cls", CASES, ids=lambda cls: cls.__name__)
+def test_an_undeclared_key_or_a_missing_required_one_is_one_error_naming_the_stage_the_key_and_the_fix(cls):
+    _, _, stage, params_of = CASES[cls]
+    block = settings_block(stage)
+    params = params_of(validate_config(copy.deepcopy(CONFIG)))
+    built = cls.from_params(params, stage)
+    assert built.plm == params["plm"] and built.training.learning_rate == params["learning_rate"]
+    with pytest.raises(ConfigError, match=rf"^stages\.{block}: the {stage} job's params carry unread_key, which "
+                                          rf"{cls.__name__} does not declare.*Fix: declare it as a field"):
+        cls.from_params({**params, "unread_key": 1}, stage)
+    without = {key: value for key, value in params.items() if key not in ("plm", "learning_rate")}
+    with pytest.raises(ConfigError, match=rf"^stages\.{block}: the {stage} job's params lack learning_rate, plm, "
+                                          rf"which {cls.__name__} requires\. Fix: hand the job these keys"):
+        cls.from_params(without, stage)
+
+
+def test_the_distilled_retrievers_alpha_is_no_key_of_the_other_bi_encoders():
+    params = settings.biencoder(validate_config(copy.deepcopy(CONFIG)), "a", "distill")
+    assert DistillSettings.from_params(params, "distill").alpha == 0.2
+    with pytest.raises(ConfigError, match=r"^stages\.retriever1: the retriever1 job's params carry alpha"):
+        BiEncoderSettings.from_params(params, "retriever1")
+
+
+#: The params entry of each training rule (rules/*.smk) and the stage of one of its jobs.
+RULE_PARAMS = {"train_retriever": "retriever", "train_distill": "distill", "train_reranker": "reranker",
+               "pretrain": "pretrain"}
+
+
+def job_stage(job: dict) -> str:
+    wildcards = job["wildcards"]
+    if job["rule"] == "pretrain":
+        return member(PRETRAINING, wildcards["method"])
+    return wildcards.get("stage") or job["rule"].removeprefix("train_")
+
+
+def test_every_planned_training_job_builds_its_settings_from_the_params_its_rule_gives_it(tiny_bert, tmp_path):
+    """The default target and the pre-training ablation (every method) of a tiny config, planned by Snakemake:
+    strictness proves that no job's params carry a key its settings do not declare."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_scifact_config(str(tiny_bert))))
+    done = subprocess.run([sys.executable, "scripts/dag_plan.py", "all", "results/scifact/ablation/summary.json",
+                           "--configfile", str(tmp_path / "tiny.yaml")], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    built = {}
+    for job in json.loads(done.stdout):
+        if job["rule"] in RULE_PARAMS:
+            stage = job_stage(job)
+            assert declared(stage).trainer == job["rule"]
+            built[stage] = job_settings(stage, job["params"][RULE_PARAMS[job["rule"]]])
+    assert {type(s) for s in built.values()} == set(SETTINGS_OF_TRAINER.values())
+    assert {"retriever1", "retriever2", "reranker", "distill", "ablation/none", "pretrain/simlm"} <= set(built)
+    assert built["retriever1"].plm == str(tiny_bert) and built["retriever1"].training.learning_rate == 1e-3
