@@ -122,15 +122,16 @@ onstart:
         workflow.get_rule(rule_name).restart_times = retries
     if not workflow.local_exec:
         group_sizes = dict(workflow.group_settings.group_components)
-        check_shard_groups(group_sizes, dict(workflow.resource_settings.resources).get("gpu"))
+        check_shard_groups(group_sizes, dict(workflow.resource_settings.resources).get("shard_gpu"))
         check_plan(planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes), config,
                    read_cluster_facts(), jobs_at_once=workflow.resource_settings.nodes)
 
 
-# GPUs are counted per group job (local scope): a cluster profile's `resources: gpu=1` makes a group of shard jobs
-# (stages.SHARD_GROUPS) run one after the other on one GPU, and limits nothing else (profiles/slurm/config.yaml).
+# A shard job (stages.SHARD_GROUPS) also asks one `shard_gpu`, counted per group job (local scope): a cluster
+# profile's `resources: shard_gpu=1` makes a group of shard jobs run one after the other on its one GPU
+# (profiles/slurm/config.yaml). No other job asks for it, so the limit caps nothing else.
 resource_scopes:
-    gpu="local",
+    shard_gpu="local",
 
 
 wildcard_constraints:
@@ -195,6 +196,8 @@ def resources_of(rule_name):
                           for key in gpu_request(config, 1)})
     elif rule_name in stages.GPU_INFERENCE_RULES:
         resources.update(gpu_request(config, 1))
+        if rule_name in stages.SHARD_GROUPS:
+            resources["shard_gpu"] = 1
     else:
         resources["gpu"] = 0
     if rule_name in stages.GPU_RULES:

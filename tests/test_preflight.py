@@ -180,7 +180,7 @@ class PlannedJob:
 
 
 def test_shard_jobs_go_in_groups_run_one_after_the_other_and_a_group_too_long_is_refused_with_its_size():
-    """Snakemake's `--group-components encode_corpus_{dataset}_{stage}=8` under `--resources gpu=1`: a stage's 20
+    """Snakemake's `--group-components encode_corpus_{dataset}_{stage}=8` under `--resources shard_gpu=1`: a stage's 20
     encoding shards are 3 submissions (8, 8, 4 shards) asking the shards' summed runtime and their largest memory;
     pieces of work (stages) never share one. On the typical cluster's 12 h GPU partition a group of 8 two-hour
     shards is refused, naming the size that fits."""
@@ -204,7 +204,7 @@ def test_shard_jobs_go_in_groups_run_one_after_the_other_and_a_group_too_long_is
                      "partition gpu allows 720 (sinfo %l); fix: the profile's group-components: "
                      "encode_corpus_{dataset}_{stage}=6"]
     check_shard_groups(sizes, 1)
-    with pytest.raises(ConfigError, match=r"--resources gpu is None, not 1.*add `resources: \[gpu=1\]`"):
+    with pytest.raises(ConfigError, match=r"--resources shard_gpu is None, not 1.*add `resources: \[shard_gpu=1\]`"):
         check_shard_groups(sizes, None)
     check_shard_groups({"encode_corpus_{dataset}_{stage}": 1}, None)          # no group: nothing to limit
 
@@ -215,4 +215,4 @@ def test_the_slurm_profile_groups_every_shard_rule_under_its_workflow_name():
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     groups = dict(item.rsplit("=", 1) for item in profile["group-components"])
     assert set(groups) == {stages.shard_group(rule) for rule in stages.SHARD_GROUPS}
-    assert profile["resources"] == ["gpu=1"]
+    assert profile["resources"] == ["shard_gpu=1"]

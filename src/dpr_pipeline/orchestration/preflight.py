@@ -45,7 +45,8 @@ def planned_requests(jobs, local_rules, group_sizes: Mapping[str, int] | None = 
     """The submissions of Snakemake jobs (a DAG's): not those of ``local_rules`` (run on the host Snakemake runs
     on: the fetch jobs, for example) nor those that run nothing; the shard jobs of a piece of work
     (:data:`dpr_pipeline.stages.SHARD_GROUPS`) in submissions of ``group_sizes[<its group>]`` shards each (Snakemake's
-    ``--group-components``), one after the other on one GPU: the runtimes summed, the rest their largest."""
+    ``--group-components``), one after the other on one GPU (``--resources shard_gpu=1``): the runtimes summed, the
+    rest their largest."""
     group_sizes = group_sizes or {}
     requests, groups = [], {}
     for job in jobs:
@@ -66,19 +67,20 @@ def planned_requests(jobs, local_rules, group_sizes: Mapping[str, int] | None = 
     return requests
 
 
-def check_shard_groups(group_sizes: Mapping[str, int], gpu_limit: Any) -> None:
+def check_shard_groups(group_sizes: Mapping[str, int], shard_gpu_limit: Any) -> None:
     """A shard group (``group_sizes``, Snakemake's ``--group-components``) runs its jobs one after the other on one
-    GPU only under ``--resources gpu=1`` (``gpu_limit``; the rules scope ``gpu`` per group job): otherwise
-    Snakemake sums their GPUs into one job whose shards all run at once on the same device."""
+    GPU only under ``--resources shard_gpu=1`` (``shard_gpu_limit``; each shard job asks one, counted per group
+    job): otherwise Snakemake sums their GPUs into one job whose shards all run at once on the same device."""
     grouped = sorted(name for name, size in group_sizes.items() if size > 1)
-    if grouped and gpu_limit != 1:
-        raise ConfigError(f"group-components groups shard jobs ({', '.join(grouped)}) but --resources gpu is "
-                          f"{gpu_limit}, not 1: each group job would ask the sum of its shards' GPUs and run them at "
-                          "once on one device. Fix: add `resources: [gpu=1]` to the profile (as profiles/slurm does)")
+    if grouped and shard_gpu_limit != 1:
+        raise ConfigError(f"group-components groups shard jobs ({', '.join(grouped)}) but --resources shard_gpu is "
+                          f"{shard_gpu_limit}, not 1: each group job would ask the sum of its shards' GPUs and run "
+                          "them at once on one device. Fix: add `resources: [shard_gpu=1]` to the profile (as "
+                          "profiles/slurm does)")
 
 
 def _in_series(members: list[JobRequest]) -> JobRequest:
-    """One submission of shard jobs run one after the other (Snakemake's group resources under `gpu=1`)."""
+    """One submission of shard jobs run one after the other (Snakemake's group resources under `shard_gpu=1`)."""
     first = members[0]
     return JobRequest(first.rule, first.dataset, max(m.gpus for m in members), max(m.threads for m in members),
                       max(m.mem_mb for m in members), sum(m.runtime for m in members), first.partition,
