@@ -115,7 +115,8 @@ def _check_scores_finite(frame: pd.DataFrame, path: str | Path) -> None:
                             "delete this shard and rerun the job that scored it", row=row)
 
 
-def merge_score_shards(shard_paths: Sequence[str | Path], output_path: str | Path, source: str = TEACHER_SOURCE) -> None:
+def merge_score_shards(shard_paths: Sequence[str | Path], output_path: str | Path,
+                       source: str = TEACHER_SOURCE) -> None:
     """Concatenate scored shards (the teacher's, or a mined pool's denoising scores: ``source``) in order into one
     negatives artifact, after checking every score and query id."""
     if not shard_paths:
