@@ -95,7 +95,8 @@ def run(slurm, checkout):
     done = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=env, timeout=1800)
     seconds = time.monotonic() - began
     output = done.stdout + done.stderr
-    submitted = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", output)
+    # a job's id, or a group's (a UUID: the shard jobs the profile groups, stages.SHARD_GROUPS)
+    submitted = re.findall(r"Job (\S+) has been submitted with SLURM jobid (\d+)", output)
     accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,JobName,State,ExitCode,AllocTRES,Partition",
                                  "-j", ",".join(j for _, j in submitted) or "0"],
                                 capture_output=True, text=True).stdout
@@ -120,16 +121,25 @@ def planned(root):
 
 
 def test_every_job_goes_through_sbatch_and_the_target_appears(run):
+    """Every job once, the faulty one twice, all with a Slurm job id, none run locally; each stage's encoding shards
+    (2) in one sbatch, run one after the other on one GPU in their summed time (the profile's group-components)."""
     root = run["root"]
     assert (root / TARGET).is_file()
     jobs = planned(root)
-    # Every job once, the faulty one twice; all with a Slurm job id, none run locally.
-    assert len(run["submitted"]) == sum(jobs.values()) + 1
+    groups = [job for job, _ in run["submitted"] if not job.isdigit()]
+    assert sorted(re.findall(r"Group job (\S+) \(", run["output"])) == ["encode_corpus_scifact_retriever1",
+                                                                      "encode_corpus_scifact_start"]
+    assert len(groups) == 2 and jobs["encode_corpus"] == 2 * 2
+    assert len(run["submitted"]) == sum(jobs.values()) + 1 - jobs["encode_corpus"] + len(groups)
     assert "localrule" not in run["output"]
     states = [line.split("|") for line in run["sacct"].splitlines() if line]
     assert len(states) == len(run["submitted"])
     assert sorted(s[2] for s in states).count("COMPLETED") == len(states) - 1
     assert [s[2] for s in states].count("FAILED") == 1
+    in_groups = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "Timelimit,AllocTRES", "-j",
+                                ",".join(slurm_id for job, slurm_id in run["submitted"] if job in groups)],
+                               capture_output=True, text=True).stdout.split()
+    assert len(in_groups) == 2 and all(line.startswith("01:00:00|") and "gres/gpu=1," in line for line in in_groups)
 
 
 def test_the_injected_fault_is_retried_with_more_memory(run):
