@@ -96,7 +96,7 @@ def test_text_encoding_feeds_the_encoder_on_the_device_it_is_asked_for(tokenizer
 
 
 # ------------------------------------------------------------------ no silent CPU run in a GPU allocation
-def test_a_job_given_gpus_without_cuda_stops_naming_the_torch_build_the_driver_and_the_fix(monkeypatch):
+def test_a_job_given_gpus_without_cuda_stops_naming_the_torch_build_the_driver_and_the_fix(monkeypatch, tmp_path):
     """A training job in a Slurm GPU allocation whose torch sees no CUDA (a driver older than the wheel's CUDA)
     stops before it starts, instead of training on the CPU."""
     from dpr_pipeline.errors import ConfigError
@@ -112,12 +112,12 @@ def test_a_job_given_gpus_without_cuda_stops_naming_the_torch_build_the_driver_a
     with pytest.raises(ConfigError, match=r"given GPUs \(SLURM_JOB_GPUS=0,1\) but torch .* \(built for CUDA 13.0, "
                                           r"which needs an NVIDIA driver 580 or newer\) sees no CUDA device; the "
                                           r"NVIDIA driver here is 535.104.05.*Fix: install the torch wheel"):
-        run_training(lambda **kwargs: trained.append(kwargs), 1, stage="retriever1")
+        run_training(lambda **kwargs: trained.append(kwargs), 1, stage="retriever1", checkpoint_dir=str(tmp_path))
     assert not trained
     with pytest.raises(ConfigError, match="given GPUs"):
         devices.default_device()                           # the GPU inference jobs (encoding, search, scoring)
     monkeypatch.setenv(devices.ALLOW_CPU_VARIABLE, "1")     # where the CPU is meant
-    run_training(lambda **kwargs: trained.append(kwargs), 1, stage="retriever1")
+    run_training(lambda **kwargs: trained.append(kwargs), 1, stage="retriever1", checkpoint_dir=str(tmp_path))
     assert trained and devices.default_device().type == "cpu"
 
 

@@ -74,14 +74,20 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     cpu = resources("ingest_corpus")
     assert cpu["gpu"] == "0" and cpu["slurm_partition"] == "cpu"
     assert re.search(r"rule train_reranker:(?:.|\n)*?threads: 32", out)              # not capped by this machine
-    blocks = [block for block in out.split("\n\n") if re.search(r"^rule \w+:", block, re.M)]
-    gpu_jobs = [block for block in blocks if re.search(r"\bgpu=[1-9]", block)]
+    # each job's resources line (a grouped shard job's indented under its group's header)
+    blocks = re.findall(r"^\s*rule (\w+):\n(?:.*\n)*?\s*resources: (.*)$", out, re.M)
+    assert len(blocks) == sum(jobs.values())
+    gpu_jobs = [line for _, line in blocks if re.search(r"\bgpu=[1-9]", line)]
     assert len(gpu_jobs) > 100                                                       # shards, training, search
-    assert all(re.search(r"\bnodes=1\b", block) for block in gpu_jobs)
-    assert not any("nodes=" in block for block in blocks if block not in gpu_jobs)
-    assert all("slurm_extra=--signal=TERM@120" in block for block in blocks)         # time to save a checkpoint
+    assert all(re.search(r"\bnodes=1\b", line) for line in gpu_jobs)
+    assert not any("nodes=" in line for _, line in blocks if line not in gpu_jobs)
+    assert all("slurm_extra=--signal=TERM@120" in line for _, line in blocks)        # time to save a checkpoint
     runtimes = [int(m) for m in re.findall(r"\bruntime=(\d+)", out)]
     assert len(runtimes) == len(blocks) and max(runtimes) == 1440 and 60 in runtimes  # the default 24 h cap
+    # the profile's shard groups: each stage's 32 encoding shards in 4 sbatch of 8, the teacher's 64 in 8
+    groups = re.findall(r"Group job (\w+) \(", out)
+    assert len([g for g in groups if g.startswith("encode_corpus_msmarco_")]) == 3 * 4
+    assert groups.count("teacher_scores_shard_msmarco") == 8
 
     # no cap: a 72 h pre-training asks its 72 h; GPUs as GRES of a type, under an account
     (root / "my_cluster.yaml").write_text("cluster: {max_runtime: null, gpu_request: gres, gpu_model: a100, "
