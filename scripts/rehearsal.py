@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.stages import SHARD_GROUPS, shard_group
 
 # this script's own modules, beside it in scripts/ (the folder Python puts first on the path for a script)
 from job_memory import JobMemoryMonitor
@@ -78,7 +79,9 @@ def main() -> None:
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
                "--profile", str(REPO / "profiles" / "slurm"), TARGET,
                "--configfile", str(OVERLAY), *map(str, args.configfile),
-               "--slurm-init-seconds-before-status-checks", "2"]
+               "--slurm-init-seconds-before-status-checks", "2",
+               # one sbatch per shard job (not the profile's groups): what one job asks is what is measured
+               "--group-components", *(f"{shard_group(rule)}=1" for rule in SHARD_GROUPS)]
     # the one-node Slurm's GPUs are fake: its GPU jobs are meant to run on the CPU (models.devices)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "DPR_PIPELINE_ALLOW_CPU": "1"}
