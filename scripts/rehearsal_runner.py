@@ -20,7 +20,7 @@ from dpr_pipeline.errors import DataError
 from dpr_pipeline.orchestration.config import stage_params, validate_config
 from dpr_pipeline.orchestration.resources import job_resources
 from dpr_pipeline.orchestration.stage_settings import training_processes
-from dpr_pipeline.stages import GPU_TRAINING_RULES
+from dpr_pipeline.stages import GPU_TRAINING_RULES, SHARD_GROUPS
 from synthetic_msmarco import FULL
 
 #: Columns of a run's jobs.csv.
@@ -53,12 +53,19 @@ def save_tiny_bert(path: str | Path, tokenizer, hidden: int = REHEARSAL_WIDTH, l
 
 def slurm_jobs(logdir: str | Path) -> dict[str, tuple[str, str]]:
     """``{Slurm job id: (rule, wildcards)}`` from the slurm profile's logs, ``<logdir>/rule_<rule>/<wildcards>/
-    <job id>.log`` (wildcards as the plugin writes them, e.g. ``msmarco_3``; empty for none)."""
+    <job id>.log`` (wildcards as the plugin writes them, e.g. ``msmarco_3``; empty for none), and a shard rule's
+    group jobs (:data:`dpr_pipeline.stages.SHARD_GROUPS`), ``<logdir>/group_<group id>_<rule>/<job id>.log``, as
+    that rule's with their group id for wildcards."""
     jobs = {}
     for log in Path(logdir).glob("rule_*/**/*.log"):
         parts = log.relative_to(logdir).parts
         rule = parts[0][len("rule_"):]
         jobs[log.stem] = (rule, "/".join(parts[1:-1]))
+    for log in Path(logdir).glob("group_*/**/*.log"):
+        name = log.relative_to(logdir).parts[0][len("group_"):]
+        rule = next((rule for rule in sorted(SHARD_GROUPS, key=len, reverse=True) if name.endswith(f"_{rule}")), None)
+        if rule is not None:
+            jobs[log.stem] = (rule, name[:-len(rule) - 1])
     return jobs
 
 

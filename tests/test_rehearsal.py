@@ -112,7 +112,11 @@ def test_slurm_accounting_and_logs_name_each_jobs_rule_state_and_time(tmp_path):
     (tmp_path / "rule_encode_corpus" / "msmarco_3" / "5.log").write_text("")
     (tmp_path / "rule_all").mkdir()
     (tmp_path / "rule_all" / "6.log").write_text("")
-    assert slurm_jobs(tmp_path) == {"5": ("encode_corpus", "msmarco_3"), "6": ("all", "")}
+    # a shard job in its group (stages.SHARD_GROUPS), as the plugin names a group job's log
+    (tmp_path / "group_teacher_scores_shard_msmarco_teacher_scores_shard").mkdir()
+    (tmp_path / "group_teacher_scores_shard_msmarco_teacher_scores_shard" / "7.log").write_text("")
+    assert slurm_jobs(tmp_path) == {"5": ("encode_corpus", "msmarco_3"), "6": ("all", ""),
+                                    "7": ("teacher_scores_shard", "teacher_scores_shard_msmarco")}
 
 
 def jobs(rows):

@@ -291,10 +291,11 @@ def test_the_reranked_runs_use_the_weight_chosen_on_dev(built):
 
 
 def planned_stage_jobs(plan: str) -> set[tuple[str, str | None]]:
-    """(rule, its ``stage`` wildcard or None) of each job a dry run plans."""
+    """(rule, its ``stage`` wildcard or None) of each job a dry run plans (a shard group's jobs indented under its
+    header: stages.SHARD_GROUPS)."""
     jobs = set()
-    for block in re.split(r"\n(?=rule \w+:)", plan):
-        if found := re.match(r"rule (\w+):", block):
+    for block in re.split(r"\n(?=\s*rule \w+:)", plan):
+        if found := re.match(r"\s*rule (\w+):", block):
             stage = re.search(r"wildcards: [^\n]*\bstage=([\w/]+)", block)
             jobs.add((found.group(1), stage.group(1) if stage else None))
     return jobs
