@@ -27,10 +27,10 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, help="jobs queued at once (default: the slurm profile's `jobs:`)")
     args = parser.parse_args(argv)
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    group_sizes = dict(item.rsplit("=", 1) for item in profile.get("group-components", []))
+    group_sizes = {name: int(size) for name, size in
+                   (item.rsplit("=", 1) for item in profile.get("group-components", []))}
     with built_dag(args.targets, args.configfile, forceall=args.forceall) as workflow:
-        jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules,
-                                {name: int(size) for name, size in group_sizes.items()})
+        jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes)
         config = workflow.config
     facts = read_cluster_facts()
     against = (f"partitions {', '.join(sorted(facts.partitions))} (sinfo)" if facts is not None else

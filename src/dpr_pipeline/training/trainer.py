@@ -345,7 +345,7 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
                             settings.max_grad_norm)
             progress.update(1)
             losses.add(step + 1, epoch, loss, scheduler.get_last_lr()[0], round(time.monotonic() - began, 3))
-            if dist.is_main and ((step + 1) % settings.save_steps == 0 or step + 1 == steps):
+            if dist.is_main and _scheduled_save(step + 1, steps, settings):
                 losses.write()
                 _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step + 1, settings, dist.rank)
             if dist.any_process(bool(received)):
@@ -403,12 +403,17 @@ def stop_signals(*, defer: bool = True):
         signal.signal(signal.SIGTERM, previous)
 
 
+def _scheduled_save(step: int, steps: int, settings: TrainingSettings) -> bool:
+    """Whether the loop checkpoints after ``step``: every ``save_steps`` steps, and the last one."""
+    return step % settings.save_steps == 0 or step == steps
+
+
 def _stop(checkpoint_dir: Path, model, optimizer, scheduler, step: int, steps: int, settings: TrainingSettings,
           dist: Distributed, description: str, received: list[int]) -> None:
     """A stop signal reached some process during ``step``: rank 0 saves that step's checkpoint (unless the
     ``save_steps`` schedule just did), every process waits for it, then :class:`TrainingStopped`."""
     name = signal.Signals(received[0]).name if received else "a signal to another process"
-    if dist.is_main and step % settings.save_steps and step < steps:
+    if dist.is_main and not _scheduled_save(step, steps, settings):
         _save_checkpoint(checkpoint_dir, model, optimizer, scheduler, step, settings, dist.rank)
     if dist.is_main:
         record_stop(checkpoint_dir, step, name)
