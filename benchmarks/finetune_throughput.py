@@ -6,6 +6,9 @@ optimizer step (backward, gradient clipping at 1.0, AdamW: fused on CUDA) under 
 Shapes default to SimLM's Table 13 for MS MARCO: 64 queries × (1 positive + 15 hard negatives) passages of 144
 tokens, queries of 32 tokens, BERT-base (random weights from ``BertConfig()``: the speed does not depend on the
 values). Token ids are random and every sequence is full length (no padding): the step's FLOPs are fixed.
+``--micro-batch-size M`` runs the step as the trainer does with a bi-encoder's ``micro_batch_size``: the gradient
+cache (``training.grad_cache.cached_step``) over chunks of M queries and their passages; on CUDA the report gives
+the step's peak allocated memory, so the one pass and the cached step compare (run it once each).
 
 tokens/s counts query and passage tokens; MFU is the FLOPs of one step counted by ``torch.utils.flop_counter``
 (forward and backward matrix products) over the median step time and ``--peak-tflops`` (the same method as
@@ -31,6 +34,7 @@ from dpr_pipeline.models import devices
 from dpr_pipeline.models.embedding import TextEncoder
 from dpr_pipeline.training.biencoder import BiEncoder, contrastive_step
 from dpr_pipeline.training.distributed import Distributed
+from dpr_pipeline.training.grad_cache import cached_step
 from dpr_pipeline.training.trainer import _optimizer_step
 from dpr_pipeline.training.step_counts import count_ops_and_syncs
 from timing import timed  # beside this script
@@ -49,6 +53,8 @@ def parse_args():
     parser.add_argument("--temperature", type=float, default=0.02)
     parser.add_argument("--steps", type=int, default=5, help="timed steps, after one warm-up step")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--micro-batch-size", type=int, default=0,
+                        help="queries per chunk of the gradient cache (0: the whole batch in one pass)")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak dense bf16 (H100/H200: 989)")
     parser.add_argument("--output", type=Path)
     return parser.parse_args()
@@ -78,27 +84,41 @@ def main() -> None:
     compute_loss = contrastive_step(args.temperature)
     amp = devices.autocast(device, args.bf16)
 
+    chunk = args.micro_batch_size
+    if chunk and chunk < args.queries:
+        chunks = [{key: (value[q:q + chunk] if key.startswith("query") else
+                         value[q * args.group:(q + chunk) * args.group]) for key, value in batch.items()}
+                  for q in range(0, args.queries, chunk)]
+
     def step():
-        with amp:
-            loss = compute_loss(model, batch, Distributed())
+        if chunk and chunk < args.queries:
+            loss = cached_step(model, chunks, compute_loss, Distributed(), device, amp)
+        else:
+            with amp:
+                loss = compute_loss(model, batch, Distributed())
         _optimizer_step(loss, model, optimizer, scheduler, 1.0)
 
     with FlopCounterMode(display=False) as flops:
         step()  # also the warm-up
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     seconds = [timed(step, device) for _ in range(args.steps)]
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     median = statistics.median(seconds)
     op_counts = count_ops_and_syncs(step, device)
     result = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
               else None, "bf16": devices.uses_bf16(device, args.bf16), "torch_threads": torch.get_num_threads(),
               "queries": args.queries, "group": args.group, "passage_length": args.passage_length,
               "query_length": args.query_length, "layers": args.layers, "hidden": args.hidden,
+              "micro_batch_size": chunk, "peak_allocated_gib": peak,
               "tokens_per_step": tokens, "step_s": seconds, "tokens_per_s": tokens / median,
               "step_tflop": flops.get_total_flops() / 1e12, "op_counts": op_counts}
     if device.type == "cuda":
         result["mfu"] = result["step_tflop"] / median / args.peak_tflops
     print(f"{tokens} tokens/step  {result['tokens_per_s']:.0f} tokens/s  median step {median:.3f} s  "
           f"{result['step_tflop']:.3f} TFLOP/step" + (f"  MFU {result['mfu']:.1%}" if "mfu" in result else "")
-          + f"  ops/syncs {op_counts['ops']}/{op_counts['syncs']}", flush=True)
+          + f"  ops/syncs {op_counts['ops']}/{op_counts['syncs']}"
+          + (f"  peak {peak:.1f} GiB" if peak is not None else ""), flush=True)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(result, indent=2))
