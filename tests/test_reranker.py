@@ -18,6 +18,7 @@ from dpr_pipeline.data.passage_store import PassageStore, write_passage_store
 from dpr_pipeline.data.schemas import read_artifact, read_negatives_table, write_artifact
 from dpr_pipeline.data.trec_runs import append_tail, read_trec_run, write_trec_run
 from dpr_pipeline.errors import DataError
+from dpr_pipeline.models import token_arrays
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
 from dpr_pipeline.reranking.rerank import rerank_run
 from dpr_pipeline.models.pair_scoring import score_pairs
@@ -81,6 +82,18 @@ def test_score_pairs_equals_one_pair_at_a_time_in_input_order(tiny_cross_encoder
                                   batch_size=4)
     np.testing.assert_allclose(reversed_scores, scores[::-1], atol=1e-5)
     assert score_pairs(model, tokenizer, [], [], max_length=MAX_LENGTH, batch_size=3).shape == (0,)
+
+
+def test_score_pairs_in_several_tokenised_chunks_scores_each_pair_as_in_one(tiny_cross_encoder: Path, monkeypatch):
+    model, tokenizer = load_cross_encoder(str(tiny_cross_encoder)), load_tokenizer(str(tiny_cross_encoder))
+    passages, queries = texts()
+    query_list = [queries[f"q{i % 8}"] for i in range(11)]
+    passage_list = [passages[f"d{(5 * i) % 8}"] + " more" * (i % 5) for i in range(11)]
+    whole = score_pairs(model, tokenizer, query_list, passage_list, max_length=MAX_LENGTH, batch_size=2)
+    monkeypatch.setattr(token_arrays, "TOKENIZE_ROWS", 4)        # chunks of 4, 4 and 3 pairs, the last one short
+    chunked = score_pairs(model, tokenizer, query_list, passage_list, max_length=MAX_LENGTH, batch_size=2)
+    np.testing.assert_allclose(chunked, whole, atol=1e-5)
+    np.testing.assert_allclose(chunked, score_directly(tiny_cross_encoder, query_list, passage_list), atol=1e-5)
 
 
 

@@ -3,14 +3,17 @@
 (teacher scores for distillation); the re-ranker's trainer (:mod:`dpr_pipeline.training.cross_encoder`) scores its
 dev pairs with it too.
 
-Pairs are tokenized once, sorted by token length (longest first, so that an out-of-memory batch shows at the
-start) and padded per batch, which wastes little compute on padding. With ``bf16`` the forward pass runs under
-bf16 autocast where the device supports it natively (a GPU, a CPU with AMX); scores come back as float32 in
-input order.
+Pairs are tokenized once, :data:`~dpr_pipeline.models.token_arrays.TOKENIZE_ROWS` at a time (the next chunk in a
+worker thread while this one is scored: the Rust tokenizer releases the GIL, and on a GPU tokenising is as slow as
+the model), sorted by token length within their chunk (longest first, so that an out-of-memory batch shows at the
+start) and padded per batch, which wastes little compute on padding. A chunk's scores stay on the device until its
+last batch (one copy back, one wait for the device). With ``bf16`` the forward pass runs under bf16 autocast where
+the device supports it natively (a GPU, a CPU with AMX); scores come back as float32 in input order.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from pathlib import Path
 from typing import Sequence
@@ -45,17 +48,31 @@ def score_pairs(model: torch.nn.Module, tokenizer, queries: list[str], passages:
     scores = np.empty(len(queries), dtype=np.float32)
     if not queries:
         return scores
-    pairs = token_arrays.tokenize(tokenizer, queries, passages, max_length=max_length, truncation=TRUNCATION)
-    order = np.argsort(-pairs.lengths, kind="stable")
     device = model_device(model)
+    pin = device.type == "cuda"  # pinned host memory: the copy to the GPU runs while the host prepares the next
     model.eval()
-    with torch.inference_mode(), autocast(device, bf16):
-        for start in tqdm(range(0, len(order), batch_size), desc=description, mininterval=5,
-                          total=-(-len(order) // batch_size)):
-            indices = order[start:start + batch_size]
-            batch = pairs.padded_batch(indices, tokenizer.pad_token_id, tokenizer.padding_side)
-            logits = model(**to_device(batch, device)).logits
-            scores[indices] = logits[:, 0].float().cpu().numpy()
+
+    def tokenized(start: int) -> token_arrays.TokenArrays:
+        end = start + token_arrays.TOKENIZE_ROWS
+        return token_arrays.tokenize(tokenizer, queries[start:end], passages[start:end], max_length=max_length,
+                                     truncation=TRUNCATION)
+
+    with torch.inference_mode(), autocast(device, bf16), \
+            concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool, \
+            tqdm(total=len(queries), desc=description, unit="pair", mininterval=5) as bar:
+        ahead = pool.submit(tokenized, 0)
+        for start in range(0, len(queries), token_arrays.TOKENIZE_ROWS):
+            pairs = ahead.result()
+            if start + token_arrays.TOKENIZE_ROWS < len(queries):
+                ahead = pool.submit(tokenized, start + token_arrays.TOKENIZE_ROWS)
+            order = np.argsort(-pairs.lengths, kind="stable")
+            chunk_scores = []
+            for first in range(0, len(order), batch_size):
+                batch = pairs.padded_batch(order[first:first + batch_size], tokenizer.pad_token_id,
+                                           tokenizer.padding_side, pin_memory=pin)
+                chunk_scores.append(model(**to_device(batch, device, non_blocking=pin)).logits[:, 0])
+                bar.update(len(chunk_scores[-1]))
+            scores[start + order] = torch.cat(chunk_scores).float().cpu().numpy()
     return scores
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 TOKENIZE_CHUNK = 4096  # texts per tokenizer call
+TOKENIZE_ROWS = 65536  # texts (or pairs) tokenised at a time by encoding and scoring, the next chunk in a worker thread
 
 
 @dataclass(frozen=True)

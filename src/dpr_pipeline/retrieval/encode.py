@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 VECTOR_DTYPES = ("float16", "float32")
 GATHER_ROWS = 65536  # vectors held on the device before one bulk copy back (768 dims: 200 MB)
-TOKENIZE_ROWS = 65536  # texts tokenised at a time, the next chunk in a worker thread while this one is encoded
+TOKENIZE_ROWS = token_arrays.TOKENIZE_ROWS
 
 
 def encode_texts(encoder: TextEncoder, tokenizer, texts: Sequence[str], *, max_length: int,
