@@ -187,6 +187,21 @@ def test_finetune_throughput(tmp_path):
         "--hidden", 64, "--passage-length", 16, "--query-length", 8, "--steps", 1, "--output", output)
     result = json_of(output)
     assert result["tokens_per_step"] == 2 * 8 + 4 * 16 and result["tokens_per_s"] > 0 and result["step_tflop"] > 0
+    run("benchmarks/finetune_throughput.py", "--device", "cpu", "--queries", 2, "--group", 2, "--layers", 1,
+        "--hidden", 64, "--passage-length", 16, "--query-length", 8, "--steps", 1, "--micro-batch-size", 1,
+        "--output", output)                                     # the gradient cache's step: chunks of 1 query
+    cached = json_of(output)
+    assert cached["micro_batch_size"] == 1 and cached["tokens_per_s"] > 0
+    assert cached["step_tflop"] > result["step_tflop"]          # each chunk's forward runs twice
+
+
+def test_pair_scoring_throughput(tiny, tmp_path):
+    output = tmp_path / "pairs.json"
+    run("benchmarks/pair_scoring_throughput.py", "--device", "cpu", "--tokenizer", tiny["bert"], "--pairs", 24,
+        "--per-query", 4, "--max-length", 32, "--batch-size", 8, "--layers", 1, "--hidden", 64, "--repeats", 1,
+        "--output", output)
+    result = json_of(output)
+    assert result["pairs"] == 24 and result["pairs_per_s"] > 0 and 0 < result["real_tokens_per_pair"] <= 32
 
 
 def test_grad_cache_memory():
