@@ -191,13 +191,17 @@ def mining_pool(wildcards):
     return stage_file(wildcards.stage, f"run_{train_split(wildcards)}.trec", wildcards.dataset)
 
 
-def denoise_scores_inputs(wildcards):
-    """A denoising scores job's inputs beside the pool (mining.<stage>.denoise): the answers and corpus that keep
-    answer-bearing hits out of a run's pool, and the cross-encoder when the workflow makes or fetches it."""
+def denoise_pool_inputs(wildcards):
+    """A denoising pool job's inputs beside the run or official negatives (mining.<stage>.denoise): the answers and
+    corpus that keep answer-bearing hits out of a run's pool."""
     answers = (bm25_negatives_answer_inputs if wildcards.stage == "bm25" else mining_answer_inputs)(wildcards)
-    inputs = {**answers, **({"corpus": data_file("corpus.parquet", wildcards.dataset)} if answers else {})}
+    return {**answers, **({"corpus": data_file("corpus.parquet", wildcards.dataset)} if answers else {})}
+
+
+def denoise_scores_inputs(wildcards):
+    """A denoising scores job's cross-encoder, when the workflow makes or fetches it (mining.<stage>.denoise)."""
     model = settings.denoise_model(config, wildcards.dataset, wildcards.stage)
-    return {**inputs, **({"model": model} if made_here(model) else {})}
+    return {"model": model} if made_here(model) else {}
 
 
 def denoise_shards(wildcards):

@@ -170,11 +170,35 @@ rule mine_hard_negatives:
 
 # mining.<stage>.denoise: a cross-encoder scores a mined stage's candidate pool (and its positives) on a GPU; the
 # stage's mining job (mine_hard_negatives, bm25_negatives) drops the candidates it scores like positives.
+rule denoise_pool:
+    input:
+        unpack(denoise_pool_inputs),
+        pool=mining_pool,
+        qrels=train_qrels,
+    output:
+        denoise_pool_file("{stage}"),
+    wildcard_constraints:
+        stage="|".join(stages.mined()),
+    params:
+        pool=lambda wc: settings.denoise_pool(config, wc.dataset, wc.stage),
+        min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
+    threads: threads_of("denoise_pool")
+    resources:
+        **resources_of("denoise_pool"),
+    log:
+        log_file("denoise_pool_{stage}"),
+    benchmark:
+        benchmark_file("denoise_pool_{stage}")
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/denoise_pool.py"
+
+
 rule denoise_scores:
     input:
         unpack(denoise_scores_inputs),
-        pool=mining_pool,
-        qrels=train_qrels,
+        pool=denoise_pool_file("{stage}"),
         passages=data_file("passages.arrow"),
         queries=train_queries,
     output:
@@ -183,7 +207,6 @@ rule denoise_scores:
         stage="|".join(stages.mined()),
     params:
         denoise=lambda wc: settings.denoise_scoring(config, wc.dataset, wc.stage),
-        min_relevance=lambda wc: dataset_config(wc)["min_relevance"],
     group:
         stages.shard_group("denoise_scores")
     threads: threads_of("denoise_scores")

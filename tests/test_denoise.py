@@ -16,7 +16,7 @@ from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.retrieval.negative_filters import Denoise, NegativeFilters, drop_reason, filter_pool, filter_query
-from dpr_pipeline.retrieval.negatives import candidate_pool, mine_hard_negatives
+from dpr_pipeline.retrieval.negatives import candidate_pool, mine_hard_negatives, write_denoise_pool
 from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
 from dpr_pipeline.stages import mined, reads_mined
@@ -171,8 +171,10 @@ def test_the_scoring_job_scores_every_positive_and_candidate_with_the_cross_enco
 
     files = _job_files(tmp_path)
     write_passage_store(files["corpus"], tmp_path / "passages.arrow")
-    scored = write_pool_scores(str(tiny_cross_encoder), files["run"], files["qrels"], tmp_path / "passages.arrow",
-                               files["queries"], tmp_path / "scores.parquet", depth=100, max_length=32, batch_size=2)
+    pool = str(tmp_path / "pool.parquet")
+    assert write_denoise_pool(files["run"], files["qrels"], pool, depth=100) == 2
+    scored = write_pool_scores(str(tiny_cross_encoder), pool, tmp_path / "passages.arrow", files["queries"],
+                               tmp_path / "scores.parquet", max_length=32, batch_size=2)
     written = read_artifact(tmp_path / "scores.parquet", "negatives")
     assert [list(ids) for ids in written["negative_ids"]] == list(scored["negative_ids"])
     assert np.concatenate(written["negative_scores"].to_list()) == pytest.approx(
@@ -198,12 +200,14 @@ def test_scoring_in_shards_merges_to_the_pool_scored_in_one_job(tmp_path, tiny_c
 
     files = _job_files(tmp_path)
     write_passage_store(files["corpus"], tmp_path / "passages.arrow")
-    job = dict(depth=100, max_length=32, batch_size=2)
-    whole = write_pool_scores(str(tiny_cross_encoder), files["run"], files["qrels"], tmp_path / "passages.arrow",
-                              files["queries"], tmp_path / "whole.parquet", **job)
+    pool = str(tmp_path / "pool.parquet")
+    write_denoise_pool(files["run"], files["qrels"], pool, depth=100)
+    job = dict(max_length=32, batch_size=2)
+    whole = write_pool_scores(str(tiny_cross_encoder), pool, tmp_path / "passages.arrow", files["queries"],
+                              tmp_path / "whole.parquet", **job)
     shards = [tmp_path / f"shard_{i}.parquet" for i in range(2)]
-    parts = [write_pool_scores(str(tiny_cross_encoder), files["run"], files["qrels"], tmp_path / "passages.arrow",
-                               files["queries"], shard, shard=i, num_shards=2, **job) for i, shard in enumerate(shards)]
+    parts = [write_pool_scores(str(tiny_cross_encoder), pool, tmp_path / "passages.arrow", files["queries"], shard,
+                               shard=i, num_shards=2, **job) for i, shard in enumerate(shards)]
     assert [list(part["query_id"]) for part in parts] == [["q1"], ["q2"]]
     merge_score_shards(shards, tmp_path / "merged.parquet", source=DENOISE_SOURCE)
     merged = read_artifact(tmp_path / "merged.parquet", "negatives")
@@ -254,8 +258,8 @@ def test_a_folder_denoises_and_its_jobs_get_the_settings(tiny_cross_encoder):
     assert mining["denoise"] == {"model": str(tiny_cross_encoder), "relative_margin": 0.05, "absolute_margin": None,
                                  "max_score": None, "sigmoid": False}
     assert settings.denoise_scoring(config, "scifact", "retriever1") == {
-        "depth": 100, "model": str(tiny_cross_encoder), "max_length": 192, "batch_size": 256, "bf16": True,
-        "shards": 1}
+        "model": str(tiny_cross_encoder), "max_length": 192, "batch_size": 256, "bf16": True, "shards": 1}
+    assert settings.denoise_pool(config, "scifact", "retriever1") == {"depth": 100}
     assert "denoise" not in settings.mining(config, "scifact", "retriever2")   # off: its params unchanged
     assert settings.denoise_model(config, "scifact", "retriever2") is None
 
@@ -269,6 +273,6 @@ def test_the_plan_scores_in_the_shards_asked_and_merges_them_once(tmp_path, tiny
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     done = run_snakemake(tmp_path, "-n", "results/scifact/retriever1/denoise_scores.parquet", check=True)
     jobs = planned_jobs(done.stdout)
-    assert jobs["denoise_scores"] == 3 and jobs["merge_denoise_scores"] == 1
+    assert jobs["denoise_pool"] == 1 and jobs["denoise_scores"] == 3 and jobs["merge_denoise_scores"] == 1
     for shard in range(3):
         assert f"results/scifact/retriever1/denoise/shard_{shard}.parquet" in done.stdout

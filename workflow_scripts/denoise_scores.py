@@ -4,8 +4,6 @@ from dpr_pipeline.orchestration.job_log import logged
 
 with logged(snakemake.log[0], snakemake.threads):
     p = snakemake.params.denoise
-    write_pool_scores(p["model"], snakemake.input.pool, snakemake.input.qrels, snakemake.input.passages,
-                      snakemake.input.queries, snakemake.output[0], depth=p["depth"],
-                      min_relevance=snakemake.params.min_relevance, answers=snakemake.input.get("answers"),
-                      corpus=snakemake.input.get("corpus"), max_length=p["max_length"], batch_size=p["batch_size"],
-                      bf16=p["bf16"], shard=int(snakemake.wildcards.shard), num_shards=p["shards"])
+    write_pool_scores(p["model"], snakemake.input.pool, snakemake.input.passages, snakemake.input.queries,
+                      snakemake.output[0], max_length=p["max_length"], batch_size=p["batch_size"], bf16=p["bf16"],
+                      shard=int(snakemake.wildcards.shard), num_shards=p["shards"])

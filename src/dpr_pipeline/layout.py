@@ -44,6 +44,12 @@ def denoise_scores_file(stage: str, dataset: str = WILDCARD) -> str:
     return stage_file(stage, "denoise_scores.parquet", dataset)
 
 
+def denoise_pool_file(stage: str, dataset: str = WILDCARD) -> str:
+    """A mined stage's candidate pool, written once for its denoising scores' jobs (rule ``denoise_pool``):
+    ``results/<dataset>/<stage>/denoise/pool.parquet``."""
+    return stage_file(stage, "denoise/pool.parquet", dataset)
+
+
 def denoise_shard_file(stage: str, shard: str | int, dataset: str = WILDCARD) -> str:
     """One scoring job's part of :func:`denoise_scores_file` (``mining.<stage>.denoise.shards``):
     ``results/<dataset>/<stage>/denoise/shard_<shard>.parquet``."""

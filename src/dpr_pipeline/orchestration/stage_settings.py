@@ -281,13 +281,17 @@ def denoise_model(config: dict, dataset: str, stage: str) -> str | None:
     return model_dir(denoise["model"], dataset) if denoise["model"] in denoisers() else denoise["model"]
 
 
+def denoise_pool(config: dict, dataset: str, stage: str) -> dict:
+    """What the job writing ``stage``'s denoising pool reads: the mining ``depth``."""
+    return {"depth": stage_params(config, dataset, "mining")[stage]["depth"]}
+
+
 def denoise_scoring(config: dict, dataset: str, stage: str) -> dict:
-    """What a denoising scores' job of ``stage`` reads: the pool's ``depth``, the cross-encoder (``model``), its
-    ``max_length``, ``batch_size``, ``bf16`` and the number of ``shards`` (not the thresholds: changing one re-runs
-    the mining job only)."""
+    """What a denoising scores' job of ``stage`` reads: the cross-encoder (``model``), its ``max_length``,
+    ``batch_size``, ``bf16`` and the number of ``shards`` (not the thresholds: changing one re-runs the mining job
+    only)."""
     denoise = stage_params(config, dataset, "mining")[stage]["denoise"]
-    return {"depth": stage_params(config, dataset, "mining")[stage]["depth"],
-            "model": denoise_model(config, dataset, stage), **{key: denoise[key] for key in DENOISE_SCORING}}
+    return {"model": denoise_model(config, dataset, stage), **{key: denoise[key] for key in DENOISE_SCORING}}
 
 
 def search_depth(config: dict, dataset: str, stage: str, split: str, target: str | None = None) -> int:

@@ -1,12 +1,13 @@
 """A cross-encoder's scores of a mined stage's candidate pool, for ``mining.<stage>.denoise`` (RocketQA's
 denoising of hard negatives; sentence-transformers' ``mine_hard_negatives(cross_encoder=...)`` rescoring).
 
-The GPU job of rule ``denoise_scores`` builds the same pool as the stage's mining job
-(:func:`dpr_pipeline.retrieval.negatives.candidate_pool`: the run's top ``depth`` minus the positives, or the official
-negatives), scores every (query, positive) and (query, candidate) pair with θ(q, d)
-(:func:`dpr_pipeline.models.pair_scoring.score_pairs`, as re-ranking and the teacher scores do) and writes them in the
-negatives schema, one contiguous slice of the pool's queries per job (``denoise.shards`` jobs, merged by
-:func:`dpr_pipeline.reranking.teacher_scores.merge_score_shards`). The mining job, a CPU job, reads them back
+A CPU job (rule ``denoise_pool``, :func:`dpr_pipeline.retrieval.negatives.write_denoise_pool`) writes the pool the
+stage's mining job builds (:func:`~dpr_pipeline.retrieval.negatives.candidate_pool`: the run's top ``depth`` minus
+the positives, or the official negatives) once, in the negatives schema. The GPU jobs of rule ``denoise_scores``
+(:func:`write_pool_scores`) each read one contiguous slice of its queries (``denoise.shards`` jobs), score every
+(query, positive) and (query, candidate) pair with θ(q, d) (:func:`dpr_pipeline.models.pair_scoring.score_pairs`, as
+re-ranking and the teacher scores do) and write them in the negatives schema, merged by
+:func:`dpr_pipeline.reranking.teacher_scores.merge_score_shards`. The mining job, a CPU job, reads them back
 (:func:`dpr_pipeline.retrieval.negatives.denoise_inputs`) and drops the candidates the cross-encoder scores like
 positives (:class:`dpr_pipeline.retrieval.negative_filters.Denoise`). Scores are the raw logit θ; ``denoise.sigmoid``
 is applied by the filter, so a threshold change re-runs mining only.
@@ -22,10 +23,9 @@ import pandas as pd
 import pyarrow as pa
 
 from dpr_pipeline.data.passage_store import PassageStore
-from dpr_pipeline.data.schemas import write_artifact
+from dpr_pipeline.data.schemas import read_negatives_table, write_artifact
 from dpr_pipeline.models.pair_scoring import load_scorer, score_pairs
 from dpr_pipeline.reranking.teacher_scores import shard_slice
-from dpr_pipeline.retrieval.negatives import candidate_pool
 from dpr_pipeline.training.groups import known_id_lists, read_queries
 
 log = logging.getLogger(__name__)
@@ -41,16 +41,17 @@ CHUNK_PAIRS = 1 << 18
 
 def score_pool(model_dir: str | Path, candidates: pd.DataFrame, passages_path: str | Path,
                queries_path: str | Path, *, source: str, max_length: int, batch_size: int,
-               bf16: bool = False) -> pd.DataFrame:
+               bf16: bool = False, first_row: int = 1) -> pd.DataFrame:
     """``candidates`` (negatives schema) with ``positive_scores``/``negative_scores`` replaced by the
     cross-encoder's θ of each (query, passage) pair: every positive, retrieved or not, and every candidate.
 
     Every query must be in the queries artifact and every passage in the passage store (a DataError naming the
-    row of ``source``, the pool's file, otherwise). Scored :data:`CHUNK_PAIRS` pairs at a time."""
+    row of ``source``, the pool's file, counted from ``first_row``, otherwise). Scored :data:`CHUNK_PAIRS` pairs at a
+    time."""
     table = pa.Table.from_pandas(candidates[["query_id", "positive_ids", "negative_ids"]], preserve_index=False)
     store = PassageStore.open(passages_path)
     queries = read_queries(queries_path)
-    positives, pool = known_id_lists(table, store, queries, source)
+    positives, pool = known_id_lists(table, store, queries, source, first_row=first_row)
     n_pos, counts = positives.lengths(), positives.lengths() + pool.lengths()
     query_ids = list(candidates["query_id"])
     query_of_pair = np.repeat(np.arange(len(query_ids)), counts.astype(np.int64))
@@ -69,31 +70,31 @@ def score_pool(model_dir: str | Path, candidates: pd.DataFrame, passages_path: s
                                     bf16=bf16)
     broken = ~np.isfinite(scores)
     if broken.any():
-        row = int(query_of_pair[np.flatnonzero(broken)[0]]) + 1
+        row = int(query_of_pair[np.flatnonzero(broken)[0]]) + first_row
         raise FloatingPointError(f"{model_dir}: the cross-encoder gave a non-finite score (NaN or inf) to "
                                  f"{int(broken.sum())} pair(s), the first of row {row} of the pool of {source}. Fix: "
                                  f"set mining.<stage>.denoise.bf16: false, else check the model")
     per_row = np.split(scores, np.cumsum(counts)[:-1]) if len(counts) else []
-    return pd.DataFrame({"query_id": query_ids, "positive_ids": list(candidates["positive_ids"]),
+    return pd.DataFrame({"query_id": query_ids, "positive_ids": [list(ids) for ids in candidates["positive_ids"]],
                          "positive_scores": [s[:p].astype(float).tolist() for s, p in zip(per_row, n_pos)],
-                         "negative_ids": list(candidates["negative_ids"]),
+                         "negative_ids": [list(ids) for ids in candidates["negative_ids"]],
                          "negative_scores": [s[p:].astype(float).tolist() for s, p in zip(per_row, n_pos)]},
                         columns=COLUMNS)
 
 
-def write_pool_scores(model_dir: str | Path, pool: str, qrels: str, passages_path: str | Path,
-                      queries_path: str | Path, output: str | Path, *, depth: int, min_relevance: int = 1,
-                      answers: str | None = None, corpus: str | None = None, max_length: int, batch_size: int,
-                      bf16: bool = False, shard: int = 0, num_shards: int = 1) -> pd.DataFrame:
-    """Shard ``shard`` of ``num_shards`` of a mined stage's denoising scores: its mining job's candidate pool
-    (``pool``: a TREC run or official negatives, :func:`~dpr_pipeline.retrieval.negatives.candidate_pool`), the
-    shard's contiguous slice of its queries, scored by :func:`score_pool`."""
-    candidates, _ = candidate_pool(pool, qrels, depth=depth, min_relevance=min_relevance, answers=answers,
-                                   corpus=corpus)
-    candidates = candidates.iloc[shard_slice(len(candidates), shard, num_shards)].reset_index(drop=True)
+def write_pool_scores(model_dir: str | Path, pool: str | Path, passages_path: str | Path, queries_path: str | Path,
+                      output: str | Path, *, max_length: int, batch_size: int, bf16: bool = False, shard: int = 0,
+                      num_shards: int = 1) -> pd.DataFrame:
+    """Shard ``shard`` of ``num_shards`` of a mined stage's denoising scores: the shard's contiguous slice of the
+    queries of ``pool`` (:func:`~dpr_pipeline.retrieval.negatives.write_denoise_pool`'s artifact), scored by
+    :func:`score_pool`."""
+    table = read_negatives_table(pool)
+    rows = shard_slice(table.num_rows, shard, num_shards)
+    candidates = table.slice(rows.start, rows.stop - rows.start).to_pandas()
+    del table
     scored = score_pool(model_dir, candidates, passages_path, queries_path, source=str(pool), max_length=max_length,
-                        batch_size=batch_size, bf16=bf16)
+                        batch_size=batch_size, bf16=bf16, first_row=rows.start + 1)
     write_artifact(scored, output, "negatives",
-                   metadata={"source": DENOISE_SOURCE, "cross_encoder": str(model_dir), "depth": str(depth),
-                             "shard": str(shard), "num_shards": str(num_shards)})
+                   metadata={"source": DENOISE_SOURCE, "cross_encoder": str(model_dir), "shard": str(shard),
+                             "num_shards": str(num_shards)})
     return scored

@@ -218,6 +218,19 @@ def candidate_pool(pool: str, qrels: str, *, depth: int, min_relevance: int = 1,
     return candidates, candidates.pop("negative_ranks")
 
 
+def write_denoise_pool(pool: str, qrels: str, output: str, *, depth: int, min_relevance: int = 1,
+                       answers: str | None = None, corpus: str | None = None) -> int:
+    """Write a mined stage's candidate pool (``pool``: a TREC run or official negatives, :func:`candidate_pool`) as
+    a negatives artifact, once for all its denoising scores' jobs (:mod:`dpr_pipeline.reranking.pool_scores`); the
+    number of its queries."""
+    candidates, _ = candidate_pool(pool, qrels, depth=depth, min_relevance=min_relevance, answers=answers,
+                                   corpus=corpus)
+    write_artifact(candidates, output, "negatives", metadata={"source": str(pool), "depth": str(depth)})
+    log.info("denoising pool of %s: %d train queries, %d candidates", pool, len(candidates),
+             int(candidates["negative_ids"].map(len).sum()))
+    return len(candidates)
+
+
 def mine_hard_negatives(run: str, qrels: str, output: str, *, depth: int, keep: int, seed: int,
                         min_relevance: int = 1, source: str, answers: str | None = None,
                         corpus: str | None = None, filters: NegativeFilters | None = None,
