@@ -36,7 +36,15 @@ include: "rules/report.smk"
 include: "rules/transfer.smk"
 
 
+# A training job leaves its checkpoint folder marked finished (a time limit after its training is then no failure):
+# the run removes those of completed jobs as it ends, and as it starts (rules/common.smk, onstart); never in a dry
+# run (src/dpr_pipeline/orchestration/checkpoints.py)
+onsuccess:
+    remove_finished_trainings()
+
+
 onerror:
+    remove_finished_trainings()
     # the failed jobs' messages (file, line, fix) become the run's last lines (rules/common.smk, LAST_LINES)
     if failed_jobs():
         LAST_LINES.report = run_errors.failed_jobs_report(failed_jobs(), log)

@@ -38,11 +38,12 @@ import dpr_pipeline.stages as stages
 from dpr_pipeline.orchestration.preflight import check_plan, check_shard_groups, planned_requests
 from dpr_pipeline.orchestration.resources import (cluster_resources, failed_attempts, gpu_request, job_resources,
                                                   job_runtime, scaled, training_retries)
+from dpr_pipeline.orchestration.checkpoints import remove_finished_checkpoints
 from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
 from dpr_pipeline.orchestration.config import train_split_of, validate_config
 from dpr_pipeline.orchestration.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.orchestration.hub_models import check_offline_fetches
-from dpr_pipeline.training.stops import continuations
+from dpr_pipeline.training.stops import continuations, training_finished
 from dpr_pipeline.training.tracking import check_installed, tracking_run
 from dpr_pipeline.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
                                  dataset_file, denoise_pool_file, denoise_scores_file, denoise_shard_file, log_file,
@@ -71,6 +72,13 @@ def explain_error(error):
                               folders=result_folders, configfiles=workflow.configfiles,
                               folders_of_run={"workdir": os.getcwd(), "rundir": workflow.rundir,
                                               "basedir": workflow.basedir})
+
+
+def remove_finished_trainings():
+    """Remove the checkpoint folders of the trainings whose jobs completed (orchestration/checkpoints.py), naming
+    them in the log."""
+    for folder in remove_finished_checkpoints(os.getcwd()):
+        snakemake_logger.info(f"Removed the finished training's checkpoints {folder}")
 
 
 def failed_jobs():
@@ -113,9 +121,12 @@ RERANKED = stages.stage("reranker").fed_by
 # from the checkpoint the one before saved: the training rules get those continuations on top of --retries, which
 # stay for failures (orchestration/resources.py, training_retries). Set as the run starts (onstart: not in a dry run, not
 # in each cluster job), when --retries is known.
+# First, the finished checkpoint folders of trainings whose jobs completed go (as the run ends too: the Snakefile's
+# onsuccess and onerror), so that a training Snakemake reruns does not resume one (orchestration/checkpoints.py).
 # Under a cluster executor, the preflight then checks every job of the plan against the cluster's limits (config
 # cluster, sinfo, sacctmgr) and stops the run before its first submission when one cannot run (orchestration/preflight.py).
 onstart:
+    remove_finished_trainings()
     retries = training_retries(config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES)
     for rule_name in stages.GPU_TRAINING_RULES:
         workflow.get_rule(rule_name).restart_times = retries
@@ -174,14 +185,16 @@ def threads_of(rule_name):
 def resources_of(rule_name):
     """A rule's portable resources (docs/cluster.md): mem_mb and runtime (minutes) from config `resources`, times
     the failed attempts so far on a retry (runtime at most cluster.max_runtime; a training's attempt that stopped
-    at its time limit is no failure); GPUs (`gpu` or `gres`, config cluster.gpu_request): the stage's `processes`
+    at its time limit is no failure, nor one stopped after its training finished); GPUs (`gpu` or `gres`, config cluster.gpu_request): the stage's `processes`
     for a trainer (torchrun starts one process per GPU), 1 for the other GPU rules, none for CPU rules; nodes: 1
     for GPU rules (torchrun --standalone: one node); partition, account, QoS and constraint from config cluster."""
     first = lambda wildcards: job_resources(config, wildcards.dataset, rule_name)
     failed = lambda wildcards, attempt: attempt  # every earlier attempt of a job failed, but for a training's:
-    if rule_name in stages.GPU_TRAINING_RULES:   # one stopped at its time limit continues at the same size
-        failed = lambda wildcards, attempt: failed_attempts(attempt, continuations(checkpoint_dir(
-            stages.trained_stage(rule_name, dict(wildcards.items())), wildcards.dataset)))
+    if rule_name in stages.GPU_TRAINING_RULES:   # one stopped at its time limit continues at the same size, one
+        folder = lambda wildcards: checkpoint_dir(     # after its training finished asks the first attempt's
+            stages.trained_stage(rule_name, dict(wildcards.items())), wildcards.dataset)
+        failed = lambda wildcards, attempt: failed_attempts(attempt, continuations(folder(wildcards)),
+                                                            training_finished(folder(wildcards)))
     resources = {
         "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], failed(wildcards, attempt)),
         "runtime": lambda wildcards, attempt: job_runtime(config, first(wildcards)["runtime"],

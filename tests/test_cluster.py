@@ -3,7 +3,7 @@
 import yaml
 from conftest import REPO
 
-from dpr_pipeline.training.stops import continuations, record_stop
+from dpr_pipeline.training.stops import clear_finished, continuations, mark_finished, record_stop, training_finished
 from dpr_pipeline.orchestration.resources import (
     UNPLANNED_CONTINUATIONS,
     attempts_needed,
@@ -58,3 +58,21 @@ def test_a_continuation_asks_what_the_attempt_before_it_asked(tmp_path):
     assert continuations(tmp_path) == 2
     assert [failed_attempts(attempt, 2) for attempt in (1, 2, 3)] == [1, 1, 1]          # two time limits
     assert failed_attempts(4, 2) == 2                                                     # then one failure
+
+
+def test_an_attempt_after_a_finished_training_asks_what_the_first_asked(tmp_path):
+    """A training that finished (its model saved) and whose job was then stopped (a time limit while it wrote its
+    card, Snakemake's bookkeeping after it) has nothing left to train: its next attempt asks the first attempt's
+    memory and runtime, however many attempts failed or stopped before; a training that starts again is not
+    finished until its function returns again."""
+    assert not training_finished(tmp_path / "none")
+    record_stop(tmp_path, 120, "SIGTERM")
+    mark_finished(tmp_path)
+    assert training_finished(tmp_path) and continuations(tmp_path) == 1
+    # the CI run: a time limit mid-training (a stop), then one after the training (no stop recorded)
+    assert failed_attempts(3, continuations(tmp_path)) == 2
+    assert [failed_attempts(attempt, 1, training_finished(tmp_path)) for attempt in (2, 3, 5)] == [1, 1, 1]
+    assert scaled(2000, failed_attempts(3, 1, finished=True)) == 2000
+    assert job_runtime(CONFIG, 60, failed_attempts(3, 1, finished=True)) == 60
+    clear_finished(tmp_path)
+    assert not training_finished(tmp_path) and failed_attempts(3, continuations(tmp_path)) == 2

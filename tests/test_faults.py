@@ -32,7 +32,10 @@ from dpr_pipeline.pretraining.tokens import tokenize_corpus_shard
 from dpr_pipeline.training import trainer
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.schedule import TrainingSettings
-from dpr_pipeline.training.stops import continuations
+from dpr_pipeline.training.stops import continuations, mark_finished, record_stop, training_finished
+from dpr_pipeline.layout import checkpoint_dir, data_file, model_dir
+from dpr_pipeline.orchestration.checkpoints import remove_finished_checkpoints
+from dpr_pipeline.orchestration.resources import failed_attempts
 from dpr_pipeline.training.trainer import JobStopped
 from dpr_pipeline.orchestration.run_errors import FailedJob, failed_jobs_report, write_job_error
 
@@ -157,7 +160,7 @@ def test_kill_9_during_each_training_stage_then_rerun_ends_as_an_uninterrupted_r
         weights, expected = (load_file(f / "model" / "model.safetensors") for f in (resumed, reference))
         assert weights.keys() == expected.keys(), stage
         assert all(torch.equal(weights[name], expected[name]) for name in expected), stage
-        assert not (resumed / "checkpoints").exists(), stage
+        assert training_finished(resumed / "checkpoints"), stage         # the run removes it as it ends
 
 
 # --- damaged checkpoints -------------------------------------------------------------------------------------
@@ -315,14 +318,14 @@ def test_a_stop_after_the_training_loop_ends_the_job_at_once_and_its_rerun_has_n
                                                                                                     caplog):
     """SIGTERM while a one-process job saves its model (after the loop's last step): the job stops at once
     (JobStopped, no model written), the stop is recorded (its retry is a continuation: the same resources) and the
-    last step's checkpoint kept, so the retry trains no step and saves an uninterrupted run's model; the job
-    removes the checkpoint folder once it has ended well. A stop in the loop is recorded once."""
+    last step's checkpoint kept, so the retry trains no step and saves an uninterrupted run's model; the folder is
+    marked finished once the model is saved (the Snakemake run removes it). A stop in the loop is recorded once."""
     caplog.set_level("INFO", logger="dpr_pipeline.training.trainer")
     before = signal.getsignal(signal.SIGTERM)
     reference, stopped, rerun = [], [], []
     run_training(tiny_job, 1, checkpoint_dir=str(tmp_path / "reference"), output=tmp_path / "reference.pt",
                  results=reference)
-    assert not (tmp_path / "reference").exists()
+    assert training_finished(tmp_path / "reference")
     ckpt = tmp_path / "ckpt"
     with pytest.raises(JobStopped, match="stopped by SIGTERM outside its training steps"):
         run_training(tiny_job, 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=stopped,
@@ -332,16 +335,113 @@ def test_a_stop_after_the_training_loop_ends_the_job_at_once_and_its_rerun_has_n
     assert [json.loads(line) for line in (ckpt / "stops.jsonl").read_text().splitlines()] == [
         {"step": None, "signal": "SIGTERM"}]
     assert torch.load(ckpt / "latest" / "state.pt", weights_only=True)["step"] == 6
+    assert not training_finished(ckpt)          # stopped before the model was saved
     run_training(tiny_job, 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=rerun)
     assert "resuming training from checkpoint step 6 of 6" in caplog.text
     (model, losses), = rerun
     assert losses == reference[0][1]
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference[0][0].state_dict().values()))
-    assert not ckpt.exists()
+    assert training_finished(ckpt)
 
+    fresh = tmp_path / "fresh"
     with pytest.raises(trainer.TrainingStopped):
-        run_training(tiny_job, 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=[], stop_at="step")
-    assert continuations(ckpt) == 1
+        run_training(tiny_job, 1, checkpoint_dir=str(fresh), output=tmp_path / "model.pt", results=[], stop_at="step")
+    assert continuations(fresh) == 1 and not training_finished(fresh)
+
+
+JOB_SCRIPT = REPO / "tests" / "scripts" / "run_training_job.py"
+
+
+def test_a_time_limit_after_the_training_leaves_a_finished_checkpoint_and_the_next_attempt_continues(stage_inputs,
+                                                                                                      tmp_path):
+    """The CI failure: SIGTERM (a time limit) after the training function has returned, as the re-ranker's job
+    groups its negatives before the card and manifest. No handler is left then, so the job dies of the signal and
+    no stop is recorded; the checkpoint folder stays, marked finished, so the next attempt asks the first attempt's
+    resources (not twice them), resumes at the last step with nothing left to train and saves the same model; the
+    run removes the folder once that job has completed."""
+    kwargs = stage_spec("reranker", stage_inputs, tmp_path)
+    ckpt, model = tmp_path / checkpoint_dir("reranker", "scifact"), tmp_path / model_dir("reranker", "scifact")
+    kwargs.update(checkpoint_dir=str(ckpt), output_dir=str(model))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"kwargs": kwargs, "config": yaml.safe_load((REPO / "config.yaml").read_text())}))
+
+    def job(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(JOB_SCRIPT), str(spec), *args], cwd=tmp_path, env=child_env(),
+                              capture_output=True, text=True, timeout=600)
+
+    stopped = job("--term-in", "group_negatives")
+    assert stopped.returncode == -signal.SIGTERM, stopped.stderr[-4000:]
+    assert training_finished(ckpt) and continuations(ckpt) == 0
+    assert torch.load(ckpt / "latest" / "state.pt", weights_only=True)["step"] == 8
+    assert not (tmp_path / "manifest.json").exists()
+    trained = load_file(model / "model.safetensors")
+    # Snakemake removes a failed job's outputs; the folder is not one (its removal left the CI run's attempt 3
+    # asking 3 times the memory and runtime, and retraining from step 0)
+    shutil.rmtree(model)
+    Path(kwargs["loss_log"]).unlink()
+    assert remove_finished_checkpoints(tmp_path) == [] and ckpt.is_dir()
+    assert failed_attempts(2, continuations(ckpt), training_finished(ckpt)) == 1
+    assert failed_attempts(2, continuations(ckpt)) == 2                      # what the removed folder made it
+
+    rerun = job()
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert "resuming re-ranker from checkpoint step 8 of 8" in rerun.stderr, rerun.stderr[-4000:]
+    assert [step for step, _, _ in loss_values(Path(kwargs["loss_log"]))] == list(range(1, 9))
+    again = load_file(model / "model.safetensors")
+    assert again.keys() == trained.keys() and all(torch.equal(again[k], trained[k]) for k in trained)
+    assert json.loads((tmp_path / "manifest.json").read_text())["stage"] == "reranker"
+    assert training_finished(ckpt)
+    assert remove_finished_checkpoints(tmp_path) == [ckpt] and not ckpt.exists()
+
+
+def test_the_run_removes_the_finished_checkpoints_of_completed_jobs_only(tmp_path):
+    """remove_finished_checkpoints (the Snakefile's onstart, onsuccess and onerror): a finished training whose model
+    is in place (its job completed) loses its folder, pre-training's nested one too; a finished one whose model is
+    missing (its job stopped after the training and failed), one stopped mid-run and one under way keep theirs."""
+    def training(stage: str, *, finished: bool, model: bool) -> Path:
+        folder = tmp_path / checkpoint_dir(stage, "scifact")
+        (folder / "latest").mkdir(parents=True)
+        (folder / "latest" / "state.pt").write_bytes(b"a checkpoint")
+        record_stop(folder, 3, "SIGTERM")
+        if finished:
+            mark_finished(folder)
+        if model:
+            (tmp_path / model_dir(stage, "scifact")).mkdir(parents=True)
+            (tmp_path / model_dir(stage, "scifact") / "model.safetensors").write_bytes(b"weights")
+        return folder
+
+    completed = training("retriever1", finished=True, model=True)
+    pretrained = training("pretrain/simlm", finished=True, model=True)
+    failed = training("reranker", finished=True, model=False)
+    mid_run = training("distill", finished=False, model=False)
+    under_way = training("retriever2", finished=False, model=True)   # Snakemake's --keep-incomplete left a model
+    other = training("ablation/none", finished=True, model=False)
+    assert remove_finished_checkpoints(tmp_path) == [pretrained, completed]
+    assert not completed.exists() and not pretrained.exists() and not pretrained.parent.exists()
+    assert (tmp_path / model_dir("retriever1", "scifact") / "model.safetensors").is_file()
+    for kept in (failed, mid_run, under_way, other):
+        assert (kept / "latest" / "state.pt").is_file() and continuations(kept) == 1, kept
+    assert training_finished(failed) and not training_finished(mid_run)
+    assert remove_finished_checkpoints(tmp_path) == []
+    assert remove_finished_checkpoints(tmp_path / "elsewhere") == []
+
+
+def test_a_dry_run_removes_no_checkpoint_and_a_run_removes_those_of_completed_trainings(tmp_path, tiny_bert):
+    """The Snakefile's hooks: `snakemake -n` keeps every checkpoint folder; a run (here: ingesting the corpus)
+    removes a completed training's finished folder and keeps a failed one's."""
+    from conftest import tiny_scifact_config
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_scifact_config(str(tiny_bert))))
+    completed, failed = (tmp_path / checkpoint_dir(stage, "scifact") for stage in ("retriever1", "reranker"))
+    for folder in (completed, failed):
+        mark_finished(folder)
+    (tmp_path / model_dir("retriever1", "scifact")).mkdir(parents=True)
+    target = data_file("corpus.parquet", "scifact")
+    dry = run_snakemake(tmp_path, "-n", target, check=True)
+    assert training_finished(completed) and training_finished(failed), dry.stdout[-2000:]
+    run = run_snakemake(tmp_path, target, check=True)
+    assert not completed.exists() and training_finished(failed), run.stderr[-3000:]
+    assert f"Removed the finished training's checkpoints {completed}" in run.stderr
 
 
 @pytest.mark.parametrize("how", ["truncated", "random bytes", "empty", "foreign"])

@@ -126,7 +126,8 @@ def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(
     losses = losses_of(tmp_path / "loss_log.jsonl")
     assert len(losses) == 16
     assert np.mean(losses[-4:]) < np.mean(losses[:4]), losses
-    # the last step's checkpoint stays for the job to remove once its outputs are written (training/launch.py)
+    # the last step's checkpoint stays (a job stopped after its training resumes it with nothing to train); the
+    # Snakemake run removes the folder once the job has completed (orchestration/checkpoints.py)
     assert torch.load(tmp_path / "checkpoints" / "latest" / "state.pt", weights_only=True)["step"] == 16
     encoder = models.load_encoder(str(tmp_path / "model"))
     assert encoder.config.num_hidden_layers == 2  # the encoder and its LM head: no decoder, generator or other head

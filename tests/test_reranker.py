@@ -281,7 +281,8 @@ def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_e
     assert len(losses) == 24
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
     assert (output / "model.safetensors").is_file()
-    # the last step's checkpoint stays for the job to remove once its outputs are written (training/launch.py)
+    # the last step's checkpoint stays (a job stopped after its training resumes it with nothing to train); the
+    # Snakemake run removes the folder once the job has completed (orchestration/checkpoints.py)
     assert torch.load(checkpoints / "latest" / "state.pt", weights_only=True)["step"] == 24
 
     passages, queries = texts()

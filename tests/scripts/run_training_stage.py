@@ -49,7 +49,8 @@ def main() -> None:
 
 
 def run(spec: dict) -> None:
-    """The stage's function in one process, as its job runs it (run_training: the checkpoint folder goes after)."""
+    """The stage's function in one process, as its job runs it (run_training: the checkpoint folder is marked
+    finished after)."""
     from dpr_pipeline.training.launch import run_training
     kwargs = spec["kwargs"]
     if spec["stage"] == "pretrain":

@@ -12,7 +12,8 @@ GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_r
   runtime of every attempt is at most ``cluster.max_runtime`` (the partition's longest job) when that is set
   (:func:`job_runtime`): a training longer than that runs as several attempts, each resuming from the checkpoint
   the one before saved when its time limit's SIGTERM came (:mod:`dpr_pipeline.training.trainer`). Such a
-  continuation is not a failure: a training rule's memory and runtime scale with its failed attempts only
+  continuation is not a failure, nor is an attempt after the training has finished (one stopped while it wrote
+  its other outputs): a training rule's memory and runtime scale with its failed attempts only
   (:func:`failed_attempts`), and it gets the continuations its longest job needs on top of ``--retries``
   (:func:`training_retries`), so a real failure still has all its retries.
 * ``nodes``: 1 for the GPU rules, whose multi-GPU trainers run ``torchrun --standalone`` (one node), so that
@@ -62,11 +63,13 @@ def attempts_needed(config: Mapping[str, Any], minutes: int) -> int:
                 if sum(job_runtime(config, minutes, a) for a in range(1, attempt + 1)) >= minutes)
 
 
-def failed_attempts(attempt: int, stopped: int) -> int:
+def failed_attempts(attempt: int, stopped: int, finished: bool = False) -> int:
     """The attempts of a training job that failed, of ``attempt`` so far, ``stopped`` of the earlier ones having
     ended at a time limit or preemption with their checkpoint saved: what memory and runtime scale with, so a
-    continuation asks what the attempt before it asked."""
-    return max(1, int(attempt) - int(stopped))
+    continuation asks what the attempt before it asked. After a ``finished`` training (its model saved, the job
+    stopped before it ended: :func:`dpr_pipeline.training.stops.training_finished`) an attempt has nothing left to
+    train and asks what the first asked, whatever ended the one before."""
+    return 1 if finished else max(1, int(attempt) - int(stopped))
 
 
 #: Continuations a training rule gets beyond those its runtime plans for: a preemption, or a time limit that came

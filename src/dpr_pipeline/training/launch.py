@@ -3,9 +3,12 @@
 The Snakemake rules call ``run_training``; with ``processes > 1`` it starts
 ``torchrun --standalone --nproc_per_node N -m dpr_pipeline.training.launch SPEC`` where SPEC is a JSON file
 naming the function and its arguments, and every process calls the function (DDP with cross-device negatives).
-The training's checkpoint folder outlives the function: it goes once the function has returned (the model saved),
-and a signal that stops the job anywhere in it is recorded there as a stop (a continuation, not a failure:
-:func:`dpr_pipeline.orchestration.resources.failed_attempts`).
+The training's checkpoint folder outlives the function and the job: once the function has returned (the model saved)
+it is marked finished (:func:`dpr_pipeline.training.stops.mark_finished`), so that whatever stops the job after
+that (a time limit while it writes its card and manifest) leaves an attempt with nothing left to train, which asks
+the first attempt's resources; a signal that stops the job anywhere in the function is recorded there as a stop (a
+continuation, not a failure: :func:`dpr_pipeline.orchestration.resources.failed_attempts`). The Snakemake run
+removes the folder once the job has completed (:mod:`dpr_pipeline.orchestration.checkpoints`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import importlib
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from typing import Callable
 
 from dpr_pipeline.models.devices import require_cuda_where_allocated
 from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, visible_gpus
-from dpr_pipeline.training.stops import continuations, record_stop
+from dpr_pipeline.training.stops import clear_finished, continuations, mark_finished, record_stop
 from dpr_pipeline.training.trainer import stop_signals
 from dpr_pipeline.orchestration.job_log import quiet_third_party
 
@@ -41,6 +43,7 @@ def run_training(function: Callable, processes: int, **kwargs) -> None:
     check_processes(processes, visible_gpus(), stage)
     checkpoint_dir = Path(kwargs["checkpoint_dir"])
     stops = continuations(checkpoint_dir)
+    clear_finished(checkpoint_dir)         # a training starts (or resumes): finished again once the function returns
     # SIGTERM (time limit, preemption) in one process: the training loop stops at the end of its step, any other
     # part of the job at once (JobStopped); with workers: this process waits for them rather than die first (a job
     # step whose first process ends has its other processes killed), torchrun passing the signal on to them
@@ -50,10 +53,10 @@ def run_training(function: Callable, processes: int, **kwargs) -> None:
                 function(**kwargs)
             else:
                 _run_workers(function, processes, stage, kwargs)
+            mark_finished(checkpoint_dir)      # the model is saved: a later attempt has nothing left to train
         finally:
             if received and continuations(checkpoint_dir) == stops:    # stopped where the training loop does not record
                 record_stop(checkpoint_dir, None, signal.Signals(received[0]).name)
-    shutil.rmtree(checkpoint_dir, ignore_errors=True)     # the model is saved: a later rerun starts afresh
 
 
 def _run_workers(function: Callable, processes: int, stage: str, kwargs: dict) -> None:

@@ -282,8 +282,9 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
     DDP's averaging yields the gradient of that global loss. Otherwise the loss is the local batch's mean.
     The loss log (JSON lines: step, epoch, loss, learning_rate, seconds) is copied to ``loss_log`` at the end;
     the last step's checkpoint is saved too (a job stopped after its training loop resumes there, with nothing
-    to train), and the folder is left for the job to remove once all its outputs are written
-    (:func:`dpr_pipeline.training.launch.run_training`). ``description`` names the run in the log;
+    to train), and the folder stays: the job marks it finished (:func:`dpr_pipeline.training.launch.run_training`)
+    and the Snakemake run removes it once the job has completed (:mod:`dpr_pipeline.orchestration.checkpoints`).
+    ``description`` names the run in the log;
     ``stage`` (the job's stage) decides which settings a schedule error names (:func:`check_warmup`); ``tracking``
     (the job's `tracking` run, :mod:`dpr_pipeline.training.tracking`) also receives the loss log's scalars, from rank 0.
     """
