@@ -60,3 +60,21 @@ def test_a_negatives_table_is_checked_as_the_frame_is(tmp_path, rows):
     with pytest.raises(DataError) as table_error:
         read_negatives_table(path)
     assert str(table_error.value) == str(frame_error.value) and table_error.value.row == 2
+
+
+def test_a_slice_of_a_negatives_table_reads_its_row_groups_and_names_the_files_row(tmp_path):
+    """A denoising scores job reads its slice of the pool (``rows``): the rows asked for, whichever row groups hold
+    them, and a bad row named by its row in the file."""
+    path = tmp_path / "pool.parquet"
+    frame = pd.DataFrame({"query_id": [f"q{i}" for i in range(23)], "positive_ids": [[f"p{i}"] for i in range(23)],
+                          "positive_scores": [[1.0]] * 23, "negative_ids": [[f"n{i}", f"m{i}"] for i in range(23)],
+                          "negative_scores": [[0.5, 0.2]] * 23})
+    write_artifact(frame, path, "negatives", row_group_size=5)          # groups of rows 0-4, 5-9, ... 20-22
+    for start, stop in [(0, 5), (3, 12), (11, 23), (7, 7), (22, 23)]:
+        rows = read_negatives_table(path, slice(start, stop))
+        assert rows.column("query_id").to_pylist() == [f"q{i}" for i in range(start, stop)]
+    frame.at[13, "negative_scores"] = [0.5]                                   # row 14 of the file
+    frame.to_parquet(path, row_group_size=5)
+    with pytest.raises(DataError, match="ids and scores of different lengths") as error:
+        read_negatives_table(path, slice(11, 17))
+    assert error.value.row == 14

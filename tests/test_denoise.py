@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -192,16 +193,20 @@ def test_the_scoring_job_scores_every_positive_and_candidate_with_the_cross_enco
     assert np.isfinite(got).all() and len(set(np.round(got, 6))) > 1
 
 
-def test_scoring_in_shards_merges_to_the_pool_scored_in_one_job(tmp_path, tiny_cross_encoder):
-    """``denoise.shards: 2``: each job scores a contiguous half of the pool's queries; merged in order, the scores
-    are the one job's, and a shard scored from another pool (a query twice) is refused by name."""
+def test_scoring_in_shards_merges_to_the_pool_scored_in_one_job(tmp_path, tiny_cross_encoder, monkeypatch):
+    """``denoise.shards: 2``: each job scores a contiguous half of the pool's queries (the pool written once, a
+    row group per query here, each job reading its own); merged in order, the scores are the one job's, and a shard
+    scored from another pool (a query twice) is refused by name."""
     from dpr_pipeline.reranking.pool_scores import DENOISE_SOURCE, write_pool_scores
     from dpr_pipeline.reranking.teacher_scores import merge_score_shards
+    from dpr_pipeline.retrieval import negatives
 
+    monkeypatch.setattr(negatives, "POOL_ROW_GROUP", 1)
     files = _job_files(tmp_path)
     write_passage_store(files["corpus"], tmp_path / "passages.arrow")
     pool = str(tmp_path / "pool.parquet")
     write_denoise_pool(files["run"], files["qrels"], pool, depth=100)
+    assert pq.ParquetFile(pool).num_row_groups == 2
     job = dict(max_length=32, batch_size=2)
     whole = write_pool_scores(str(tiny_cross_encoder), pool, tmp_path / "passages.arrow", files["queries"],
                               tmp_path / "whole.parquet", **job)

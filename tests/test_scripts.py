@@ -195,6 +195,14 @@ def test_finetune_throughput(tmp_path):
     assert cached["step_tflop"] > result["step_tflop"]          # each chunk's forward runs twice
 
 
+def test_denoise_pool_memory(tmp_path):
+    output = tmp_path / "pool.json"
+    run("benchmarks/denoise_pool_memory.py", "--queries", 40, 80, "--candidates", 5, "--shards", 4, "--output", output)
+    rows = json_of(output)["rows"]
+    assert [(r["queries"], r["shard_rows"], r["whole_rows"]) for r in rows] == [(40, 10, 40), (80, 20, 80)]
+    assert all(r["shard_peak_mb"] >= 0 and r["file_mb"] > 0 for r in rows)
+
+
 def test_pair_scoring_throughput(tiny, tmp_path):
     output = tmp_path / "pairs.json"
     run("benchmarks/pair_scoring_throughput.py", "--device", "cpu", "--tokenizer", tiny["bert"], "--pairs", 24,

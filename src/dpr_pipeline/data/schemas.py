@@ -136,12 +136,24 @@ def _first_row(bad: np.ndarray) -> int | None:
     return int(rows[0]) + 1 if len(rows) else None
 
 
-def read_negatives_table(path: str | Path) -> pa.Table:
+def read_negatives_table(path: str | Path, rows: slice | None = None) -> pa.Table:
     """A negatives artifact as an Arrow table, checked as :func:`check_frame` checks it, without a Python object
-    per id: MS MARCO's mined negatives hold ~10⁸ ids, ~6 GB as a DataFrame of strings."""
+    per id: MS MARCO's mined negatives hold ~10⁸ ids, ~6 GB as a DataFrame of strings. ``rows``: only those rows
+    (a contiguous slice), reading only the row groups that hold them; their errors name the file's row."""
     parquet = open_parquet(path, "negatives artifact")
     check_schema(parquet.schema_arrow, "negatives", path)
-    table = parquet.read(columns=SCHEMAS["negatives"].names).cast(SCHEMAS["negatives"])
+    columns = SCHEMAS["negatives"].names
+    first = 0
+    if rows is None:
+        table = parquet.read(columns=columns)
+    else:
+        starts = np.cumsum([0] + [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)])
+        groups = [i for i in range(parquet.num_row_groups) if starts[i] < rows.stop and starts[i + 1] > rows.start]
+        table = parquet.read_row_groups(groups, columns=columns).slice(rows.start - int(starts[groups[0]]),
+                                                                         rows.stop - rows.start) \
+            if groups else SCHEMAS["negatives"].empty_table()
+        first = rows.start
+    table = table.cast(SCHEMAS["negatives"])
     check_keys(table.select(KEYS["negatives"]).to_pandas(), KEYS["negatives"], path)
     length = {name: pc.fill_null(pc.list_value_length(table.column(name)), 0).to_numpy()
               for name in ("positive_ids", "positive_scores", "negative_ids", "negative_scores")}
@@ -150,7 +162,7 @@ def read_negatives_table(path: str | Path) -> pa.Table:
                        | (length["negative_ids"] != length["negative_scores"])), "ids and scores of different lengths")]
     row, problem = min(((row, problem) for row, problem in problems if row is not None), default=(None, None))
     if row is not None:
-        raise DataError(path, problem, _REBUILD, row=row)
+        raise DataError(path, problem, _REBUILD, row=row + first)
     return table
 
 
@@ -164,13 +176,15 @@ def _with_metadata(schema: pa.Schema, metadata: dict[str, str] | None) -> pa.Sch
     return schema.with_metadata({**(schema.metadata or {}), **{f"dpr_pipeline.{k}": v for k, v in metadata.items()}})
 
 
-def write_artifact(frame: pd.DataFrame, path: str | Path, kind: str, metadata: dict[str, str] | None = None) -> None:
-    """Check ``frame`` against artifact ``kind`` and write it atomically (no partial file on error)."""
+def write_artifact(frame: pd.DataFrame, path: str | Path, kind: str, metadata: dict[str, str] | None = None,
+                   row_group_size: int | None = None) -> None:
+    """Check ``frame`` against artifact ``kind`` and write it atomically (no partial file on error), in row groups
+    of ``row_group_size`` rows (None: pyarrow's default, 1M) where its readers read slices."""
     check_frame(frame, kind, path)
     table = to_table(frame, kind)
     table = table.replace_schema_metadata(_with_metadata(table.schema, metadata).metadata)
     with atomic_output(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, row_group_size=row_group_size)
 
 
 def write_artifact_batches(frames: Iterable[pd.DataFrame], path: str | Path, kind: str,

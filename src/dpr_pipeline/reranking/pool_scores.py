@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dpr_pipeline.data.passage_store import PassageStore
-from dpr_pipeline.data.schemas import read_negatives_table, write_artifact
+from dpr_pipeline.data.schemas import open_parquet, read_negatives_table, write_artifact
 from dpr_pipeline.models.pair_scoring import load_scorer, score_pairs
 from dpr_pipeline.reranking.teacher_scores import shard_slice
 from dpr_pipeline.training.groups import known_id_lists, read_queries
@@ -88,10 +88,8 @@ def write_pool_scores(model_dir: str | Path, pool: str | Path, passages_path: st
     """Shard ``shard`` of ``num_shards`` of a mined stage's denoising scores: the shard's contiguous slice of the
     queries of ``pool`` (:func:`~dpr_pipeline.retrieval.negatives.write_denoise_pool`'s artifact), scored by
     :func:`score_pool`."""
-    table = read_negatives_table(pool)
-    rows = shard_slice(table.num_rows, shard, num_shards)
-    candidates = table.slice(rows.start, rows.stop - rows.start).to_pandas()
-    del table
+    rows = shard_slice(open_parquet(pool, "denoising pool").metadata.num_rows, shard, num_shards)
+    candidates = read_negatives_table(pool, rows).to_pandas()       # only the row groups of the shard's rows
     scored = score_pool(model_dir, candidates, passages_path, queries_path, source=str(pool), max_length=max_length,
                         batch_size=batch_size, bf16=bf16, first_row=rows.start + 1)
     write_artifact(scored, output, "negatives",
