@@ -95,8 +95,6 @@ def build(cache: Path, passages: int, max_queries: int, seed: int, threads: int)
 
 def _child(args) -> None:
     """Search the first ``args.child`` queries, then print peak RSS (MB) and seconds as JSON on stdout."""
-    import pandas as pd
-
     from dpr_pipeline.data.schemas import read_artifact, write_artifact
     from dpr_pipeline.retrieval.bm25 import search
 

@@ -12,7 +12,6 @@ distilled retriever on 2 CPU cores).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import yaml

@@ -12,7 +12,6 @@ claims. docs/results/small_collection.md records what such a run gives.
 from __future__ import annotations
 
 import argparse
-import gzip
 import random
 import shutil
 from pathlib import Path

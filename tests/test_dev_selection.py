@@ -12,12 +12,11 @@ import pytest
 import torch
 import yaml
 from conftest import make_tiny_bert
-from test_training import TOPICS, write_training_data
+from test_training import write_training_data
 
 from dpr_pipeline.data.passage_store import PassageStore
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.errors import ConfigError, DataError
-from dpr_pipeline.evaluation.metrics import evaluate_run
 from dpr_pipeline.models.embedding import load_text_encoder
 from dpr_pipeline.models.loading import load_encoder, load_tokenizer
 from dpr_pipeline.retrieval.encode import encode_texts

@@ -30,7 +30,6 @@ from dpr_pipeline.models.onnx_export import (
     OnnxEncoder,
     OnnxScorer,
     export_biencoder,
-    export_cross_encoder,
     sample_pairs,
     sample_texts,
     score_agreement,

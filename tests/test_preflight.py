@@ -9,7 +9,7 @@ from conftest import REPO
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration import stage_settings
-from dpr_pipeline.orchestration.cluster_facts import gpus_of, parse_partitions, read_cluster_facts, slurm_minutes
+from dpr_pipeline.orchestration.cluster_facts import gpus_of, read_cluster_facts, slurm_minutes
 from dpr_pipeline.orchestration.config import validate_config
 from dpr_pipeline.orchestration.preflight import JobRequest, check_plan, refusals
 from dpr_pipeline.orchestration.resources import cluster_resources, gpu_request, job_resources, job_runtime

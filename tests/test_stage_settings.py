@@ -2,7 +2,6 @@
 
 import copy
 import re
-import re
 
 import pytest
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import REPO, make_tiny_bert
 from test_training import write_training_data
 

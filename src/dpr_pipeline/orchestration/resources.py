@@ -27,7 +27,6 @@ GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_r
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping
 
 #: The first attempt's resources of a rule that ``resources`` does not name.

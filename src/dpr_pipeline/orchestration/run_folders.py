@@ -19,7 +19,6 @@ from __future__ import annotations
 import filecmp
 import os
 from pathlib import Path
-from typing import Iterable
 
 CONFIG_NAME = "config.yaml"
 
