@@ -39,21 +39,21 @@ COLUMNS = ["query_id", "positive_ids", "positive_scores", "negative_ids", "negat
 CHUNK_PAIRS = 1 << 18
 
 
-def score_pool(model_dir: str | Path, candidates: pd.DataFrame, passages_path: str | Path,
+def score_pool(model_dir: str | Path, candidates: pa.Table, passages_path: str | Path,
                queries_path: str | Path, *, source: str, max_length: int, batch_size: int,
                bf16: bool = False, first_row: int = 1) -> pd.DataFrame:
-    """``candidates`` (negatives schema) with ``positive_scores``/``negative_scores`` replaced by the
-    cross-encoder's θ of each (query, passage) pair: every positive, retrieved or not, and every candidate.
+    """``candidates`` (a negatives table, :func:`~dpr_pipeline.data.schemas.read_negatives_table`) as a DataFrame
+    with ``positive_scores``/``negative_scores`` replaced by the cross-encoder's θ of each (query, passage) pair:
+    every positive, retrieved or not, and every candidate.
 
     Every query must be in the queries artifact and every passage in the passage store (a DataError naming the
     row of ``source``, the pool's file, counted from ``first_row``, otherwise). Scored :data:`CHUNK_PAIRS` pairs at a
     time."""
-    table = pa.Table.from_pandas(candidates[["query_id", "positive_ids", "negative_ids"]], preserve_index=False)
     store = PassageStore.open(passages_path)
     queries = read_queries(queries_path)
-    positives, pool = known_id_lists(table, store, queries, source, first_row=first_row)
+    positives, pool = known_id_lists(candidates, store, queries, source, first_row=first_row)
     n_pos, counts = positives.lengths(), positives.lengths() + pool.lengths()
-    query_ids = list(candidates["query_id"])
+    query_ids = candidates.column("query_id").to_pylist()
     query_of_pair = np.repeat(np.arange(len(query_ids)), counts.astype(np.int64))
     pair_rows = np.concatenate([part for i in range(len(query_ids)) for part in
                                 (positives.rows[positives.offsets[i]:positives.offsets[i + 1]],
@@ -75,9 +75,9 @@ def score_pool(model_dir: str | Path, candidates: pd.DataFrame, passages_path: s
                                  f"{int(broken.sum())} pair(s), the first of row {row} of the pool of {source}. Fix: "
                                  f"set mining.<stage>.denoise.bf16: false, else check the model")
     per_row = np.split(scores, np.cumsum(counts)[:-1]) if len(counts) else []
-    return pd.DataFrame({"query_id": query_ids, "positive_ids": [list(ids) for ids in candidates["positive_ids"]],
+    return pd.DataFrame({"query_id": query_ids, "positive_ids": candidates.column("positive_ids").to_pylist(),
                          "positive_scores": [s[:p].astype(float).tolist() for s, p in zip(per_row, n_pos)],
-                         "negative_ids": [list(ids) for ids in candidates["negative_ids"]],
+                         "negative_ids": candidates.column("negative_ids").to_pylist(),
                          "negative_scores": [s[p:].astype(float).tolist() for s, p in zip(per_row, n_pos)]},
                         columns=COLUMNS)
 
@@ -89,7 +89,7 @@ def write_pool_scores(model_dir: str | Path, pool: str | Path, passages_path: st
     queries of ``pool`` (:func:`~dpr_pipeline.retrieval.negatives.write_denoise_pool`'s artifact), scored by
     :func:`score_pool`."""
     rows = shard_slice(open_parquet(pool, "denoising pool").metadata.num_rows, shard, num_shards)
-    candidates = read_negatives_table(pool, rows).to_pandas()       # only the row groups of the shard's rows
+    candidates = read_negatives_table(pool, rows)       # only the row groups of the shard's rows
     scored = score_pool(model_dir, candidates, passages_path, queries_path, source=str(pool), max_length=max_length,
                         batch_size=batch_size, bf16=bf16, first_row=rows.start + 1)
     write_artifact(scored, output, "negatives",
