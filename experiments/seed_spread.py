@@ -7,6 +7,14 @@ split first), with its margin over the stage below it (dpr_pipeline.evaluation.s
 writes results/<dataset>/seed_spread_<stage>.{json,md}. The finished run counts as its configured seed; each other
 seed costs one run of the stage (training, corpus encoding, search, evaluation: about 7 minutes for the bundled
 distilled retriever on 2 CPU cores).
+
+A mining variant reruns the stage on negatives mined with other settings (`mining.<the stage it is fed by>`), on
+every seed given and the configured one, and reports its paired difference from the runs without it (the finished
+run and the seeds this script ran before without `--mining`):
+
+    .venv/bin/python experiments/seed_spread.py retriever2 --seeds 1 2 --mining relative_margin=0.05
+
+writes results/<dataset>/seed_spread_<stage>_mining_<settings>.{json,md}.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from dpr_pipeline.stages import STAGE_BELOW
-from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES, rerun, seed_workdir, write_report
+from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES, rerun, seed_workdir, variant_name, write_report
 from dpr_pipeline.evaluation.summary import read_metrics
 from dpr_pipeline.orchestration.config import load_config, stage_params
 from dpr_pipeline.layout import dataset_file, stage_file
@@ -34,22 +42,37 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=REPO,
                         help="the finished run's working directory (its results/ and data/; default: this checkout)")
+    parser.add_argument("--mining", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="a mining variant: settings of mining.<the stage it trains on the negatives of>")
     args = parser.parse_args()
+    mining = dict(setting.split("=", 1) for setting in args.mining)
+    mining = {key: yaml.safe_load(value) for key, value in mining.items()}
+    variant = variant_name(mining)
 
     raw = load_config(args.configfile)  # validated: the seeds' configs are this one with one seed changed
     as_written = yaml.safe_load(args.configfile.read_text(encoding="utf-8"))
     configured = stage_params(raw, args.dataset, SEEDED_STAGES[args.stage])["seed"]
-    runs = {configured: read_metrics(args.workdir / stage_file(args.stage, "metrics.json", args.dataset))}
-    for seed in args.seeds:
-        if seed == configured:
+    metrics = stage_file(args.stage, "metrics.json", args.dataset)
+    finished = {configured: read_metrics(args.workdir / metrics)}
+    runs = {} if variant else dict(finished)
+    for seed in dict.fromkeys([configured, *args.seeds] if variant else args.seeds):
+        if seed in runs:
             continue
-        rerun_dir = seed_workdir(args.workdir, as_written, args.dataset, args.stage, seed)
-        runs[seed] = read_metrics(rerun(REPO, rerun_dir, args.dataset, args.stage, args.cores))
+        rerun_dir = seed_workdir(args.workdir, as_written, args.dataset, args.stage, seed, mining)
+        done = rerun_dir / metrics  # a finished rerun is read again (delete its folder to rerun it)
+        runs[seed] = read_metrics(done if done.is_file() else rerun(REPO, rerun_dir, args.dataset, args.stage,
+                                                                     args.cores))
+    baseline = None
+    if variant:  # the runs without the variant: the finished one and the seeds rerun before without --mining
+        seeds_dir = args.workdir / dataset_file("seeds", args.dataset) / args.stage
+        baseline = finished | {seed: read_metrics(seeds_dir / f"seed_{seed}" / metrics) for seed in runs
+                               if (seeds_dir / f"seed_{seed}" / metrics).is_file()}
     below = STAGE_BELOW[args.stage]
     lower = read_metrics(args.workdir / stage_file(below, "metrics.json", args.dataset))
-    stem = args.workdir / dataset_file(f"seed_spread_{args.stage}", args.dataset)
-    write_report(Path(stem), args.stage, below, runs, lower)
-    print(Path(stem).with_suffix(".md").read_text(encoding="utf-8"))
+    name = f"seed_spread_{args.stage}" + (f"_{variant}" if variant else "")
+    stem = args.workdir / dataset_file(name, args.dataset)
+    write_report(Path(stem), args.stage, below, runs, lower, variant, baseline)
+    print(Path(f"{stem}.md").read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":

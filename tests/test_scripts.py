@@ -115,6 +115,23 @@ def test_seed_spread(tmp_path):
     assert "# Seed spread of distill" in done.stdout
 
 
+def test_seed_spread_of_a_mining_variant_reads_the_runs_without_it(tmp_path):
+    """A variant's runs are Snakemake runs of the chain (their folders: tests/test_seed_spread.py); here the
+    variant's run has finished, so the script reads it (not rerun) and the run without the variant."""
+    config = load_config(REPO / "config.yaml")
+    seed = stage_params(config, "scifact", SEEDED_STAGES["retriever2"])["seed"]
+    write_metrics(tmp_path, "retriever2", 0.6)
+    write_metrics(tmp_path, STAGE_BELOW["retriever2"], 0.5)
+    workdir = tmp_path / "results" / "scifact" / "seeds" / "retriever2" / "mining_relative_margin=0.05" / f"seed_{seed}"
+    write_metrics(workdir, "retriever2", 0.65)
+    done = run("experiments/seed_spread.py", "retriever2", "--seeds", seed, "--mining", "relative_margin=0.05",
+               "--workdir", tmp_path)
+    report = json_of(tmp_path / "results" / "scifact" / "seed_spread_retriever2_mining_relative_margin=0.05.json")
+    assert report["variant"] == "mining_relative_margin=0.05"
+    assert report["paired_difference_without_variant"]["test"]["nDCG@10"]["mean"] == pytest.approx(0.05)
+    assert "without mining_relative_margin=0.05 (paired by seed): +0.0500" in done.stdout
+
+
 def test_pooled_vector_geometry(tiny, tmp_path):
     corpus = tmp_path / "corpus.parquet"
     ingest_corpus("beir", write_beir(tmp_path / "raw"), corpus)

@@ -75,6 +75,43 @@ def test_a_rerun_folder_shares_the_finished_inputs_and_drops_the_stage_itself(tm
         seed_workdir(tmp_path, config, "a", "bm25", 7)
 
 
+def test_a_mining_variant_remines_the_negatives_the_stage_trains_on(tmp_path):
+    finished = tmp_path / "results" / "a"
+    for stage in ("retriever1", "retriever2"):
+        (finished / stage).mkdir(parents=True)
+        (finished / stage / "metrics.json").write_text("{}")
+    for name in ("negatives.parquet", "negatives_filter.json", "dropped_negatives_sample.jsonl", "run_train.trec"):
+        (finished / "retriever1" / name).write_text("")
+    (tmp_path / "data").mkdir()
+    config = {"datasets": {"a": {"format": "beir", "path": "data/a", "eval_splits": ["test"],
+                                 "stages": {"mining": {"retriever1": {"depth": 100}}}}}}
+    workdir = seed_workdir(tmp_path, config, "a", "retriever2", 42, {"relative_margin": 0.05})
+    assert workdir == finished / "seeds" / "retriever2" / "mining_relative_margin=0.05" / "seed_42"
+    copy = workdir / "results" / "a"
+    # Retriever₂ trains on Retriever₁'s mined negatives: those (and what their filters dropped) are mined again
+    assert not any((copy / "retriever1" / name).exists()
+                   for name in ("negatives.parquet", "negatives_filter.json", "dropped_negatives_sample.jsonl"))
+    assert (copy / "retriever1" / "run_train.trec").exists() and not (copy / "retriever2").exists()
+    assert (finished / "retriever1" / "negatives.parquet").exists()
+    stages = yaml.safe_load((workdir / "config.yaml").read_text())["datasets"]["a"]["stages"]
+    assert stages["mining"] == {"retriever1": {"depth": 100, "relative_margin": 0.05}}
+    assert stages["retriever2"] == {"seed": 42}
+    assert config["datasets"]["a"]["stages"]["mining"] == {"retriever1": {"depth": 100}}
+
+
+def test_a_variant_is_read_against_the_runs_without_it_seed_by_seed(tmp_path):
+    without = {42: {"dev": {"nDCG@10": 0.71}}, 1: {"dev": {"nDCG@10": 0.70}}, 2: {"dev": {"nDCG@10": 0.76}}}
+    report = write_report(tmp_path / "variant", "distill", "retriever2", RUNS, BELOW, "mining_relative_margin=0.05",
+                          without)
+    paired = report["paired_difference_without_variant"]["dev"]["nDCG@10"]   # −0.01, +0.02, −0.02
+    assert paired["mean"] == pytest.approx(-0.01 / 3) and paired["min"] == pytest.approx(-0.02)
+    assert paired["sd"] == pytest.approx(0.0208167, abs=1e-6) and not paired["all_above"]
+    text = (tmp_path / "variant.md").read_text()
+    assert "# Seed spread of distill (mining_relative_margin=0.05) (seeds 42, 1, 2)" in text
+    assert ("nDCG@10 − without mining_relative_margin=0.05 (paired by seed): -0.0033 ± 0.0208 (min -0.0200, "
+            "3 seeds; not above on every seed)") in text
+
+
 def test_an_ablation_row_reruns_its_pretraining_and_its_retriever_with_the_seed(tmp_path):
     finished = tmp_path / "results" / "a"
     for stage in ("bm25", "pretrain/simlm", "ablation/simlm", "ablation/none", "checkpoints/pretrain/simlm"):

@@ -12,6 +12,13 @@ A row of SimLM's Table 7 ablation (``ablation/<method>``) is rerun whole: its pr
 take the seed (:func:`seeded_outputs`), and :func:`write_ablation_report` reads each row against ``none`` and ``mlm``
 seed by seed.
 
+A rerun may also change how the negatives the stage trains on are mined (``mining``: settings of
+``mining.<fed_by>``, e.g. ``relative_margin``, for Retriever₂ ``mining.retriever1``): its folder is
+``seeds/{S}/mining_<key>=<value>…/seed_{n}/``, the mined negatives (and their filter report) are removed too, and
+Snakemake remakes them and, through their new time stamp, every stage trained on them before S (for the distilled
+retriever: the re-ranker, its teacher). Such a variant has no finished run: its configured seed is rerun as well.
+:func:`write_report` then gives the variant's paired difference from the runs without it, seed by seed.
+
 The seed changes what the stage's config ``seed`` drives: batch order, negative draws, weights new to the model
 (the re-ranker's head) and dropout. It leaves its inputs (the stage before it, the teacher model) as they are, so
 the spread is the stage's own, not the chain's; only the distilled retriever's teacher scores are made again
@@ -31,8 +38,8 @@ from pathlib import Path
 
 import yaml
 
-from dpr_pipeline.layout import checkpoint_dir, dataset_dir, stage_file
-from dpr_pipeline.stages import ABLATION, CHAIN, PRETRAINING, family_member, member
+from dpr_pipeline.layout import checkpoint_dir, dataset_dir, negatives_filter_files, stage_file
+from dpr_pipeline.stages import ABLATION, CHAIN, PRETRAINING, family_member, member, stage as declared
 
 #: Stages a seed can be varied for (the chain's trained stages), and the config block holding their seed.
 SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}
@@ -57,14 +64,25 @@ def seeded_outputs(stage: str) -> dict[str, str]:
     return {stage: ABLATION.block, **pretrained}
 
 
-def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) -> Path:
-    """The folder of one rerun, made (once) as the module docstring says; returns it."""
+def variant_name(mining: dict | None) -> str | None:
+    """The folder name of a mining variant (``mining_relative_margin=0.05``), None for none."""
+    if not mining:
+        return None
+    return "mining_" + "_".join(f"{key}={value}" for key, value in sorted(mining.items()))
+
+
+def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int,
+                 mining: dict | None = None) -> Path:
+    """The folder of one rerun, made (once) as the module docstring says; returns it. ``mining``: settings of
+    ``mining.<the stage it trains on the negatives of>`` for this rerun (a variant), none by default."""
     remade = seeded_outputs(stage)
     finished = repo / dataset_dir(dataset)
     if not (finished / stage / "metrics.json").is_file():
         raise FileNotFoundError(f"{finished / stage / 'metrics.json'}: run the workflow for {stage} first "
                                 f"(snakemake {stage_file(stage, 'metrics.json', dataset)})")
-    workdir = finished / "seeds" / stage / f"seed_{seed}"
+    variant = variant_name(mining)
+    mined = declared(stage).fed_by if variant else None   # every trained stage trains on mined negatives
+    workdir = finished / "seeds" / stage / (variant or "") / f"seed_{seed}"
     if not (workdir / dataset_dir(dataset)).is_dir():
         copy_of = workdir / dataset_dir(dataset)
         shutil.copytree(finished, copy_of, copy_function=lambda source, target: _link_unless_rewritten(
@@ -75,9 +93,15 @@ def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int) 
                 shutil.rmtree(own, ignore_errors=True)
         for drawn in map(copy_of.joinpath, DRAWN_FOR.get(stage, ())):
             shutil.rmtree(drawn) if drawn.is_dir() else drawn.unlink(missing_ok=True)
+        if mined:  # remade from the variant's settings; the stages trained on them follow by time stamp
+            for path in (stage_file(mined, "negatives.parquet", dataset), *negatives_filter_files(mined, dataset).values()):
+                (workdir / path).unlink(missing_ok=True)
     seeded = copy.deepcopy(config)
+    stages = seeded["datasets"][dataset].setdefault("stages", {})
     for block in set(remade.values()):
-        seeded["datasets"][dataset].setdefault("stages", {}).setdefault(block, {})["seed"] = seed
+        stages.setdefault(block, {})["seed"] = seed
+    if mined:
+        stages.setdefault("mining", {}).setdefault(mined, {}).update(mining)
     (workdir / "config.yaml").write_text(yaml.safe_dump(seeded, sort_keys=False), encoding="utf-8")
     if not (workdir / "data").exists():  # the raw collections, relative to the working directory as in config.yaml
         (workdir / "data").symlink_to((repo / "data").resolve(), target_is_directory=True)
@@ -143,11 +167,12 @@ def paired_margin(upper: dict[int, dict], lower: dict[int, dict], split: str, me
     return _differences([upper[seed][split][metric] - lower[seed][split][metric] for seed in common])
 
 
-def render(stage: str, below: str | None, runs: dict[int, dict], summary: dict, margins: dict) -> str:
-    """The Markdown report: per split, each metric's mean ± sd over the seeds, the seeds' values, and the margin
-    over the stage below."""
+def render(stage: str, below: str | None, runs: dict[int, dict], summary: dict, margins: dict,
+           variant: str | None = None, against_baseline: dict | None = None) -> str:
+    """The Markdown report: per split, each metric's mean ± sd over the seeds, the seeds' values, the margin over
+    the stage below and, for a variant, its paired difference from the runs without it."""
     seeds = ", ".join(map(str, runs))
-    lines = [f"# Seed spread of {stage} (seeds {seeds})", ""]
+    lines = [f"# Seed spread of {stage}{f' ({variant})' if variant else ''} (seeds {seeds})", ""]
     for split, metrics in summary.items():
         lines += [f"## {split}", "", "| metric | mean ± sd | min | max | " + " | ".join(f"seed {s}" for s in runs)
                   + " |", "| --- | ---: | ---: | ---: |" + " ---: |" * len(runs)]
@@ -161,6 +186,10 @@ def render(stage: str, below: str | None, runs: dict[int, dict], summary: dict, 
                 verdict = ("above on every seed" if m["all_above"] else "not above on every seed")
                 lines.append(f"- {metric} − {below}: {m['mean']:+.4f} ± {m['sd']:.4f} (min {m['min']:+.4f}, "
                              f"{m['n']} seeds; {verdict})")
+        for metric, m in (against_baseline or {}).get(split, {}).items():
+            verdict = "above on every seed" if m["all_above"] else "not above on every seed"
+            lines.append(f"- {metric} − without {variant} (paired by seed): {m['mean']:+.4f} ± {m['sd']:.4f} "
+                         f"(min {m['min']:+.4f}, {m['n']} seeds; {verdict})")
         lines.append("")
     return "\n".join(lines)
 
@@ -168,23 +197,26 @@ def render(stage: str, below: str | None, runs: dict[int, dict], summary: dict, 
 def _write(output_stem: Path, report: dict, markdown: str) -> dict:
     """``<output_stem>.json`` (``report``) and ``<output_stem>.md`` (``markdown``); returns ``report``."""
     output_stem.parent.mkdir(parents=True, exist_ok=True)
-    output_stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    output_stem.with_suffix(".md").write_text(markdown, encoding="utf-8")
+    named = output_stem.name   # may hold dots (mining_relative_margin=0.05): not a suffix
+    output_stem.with_name(f"{named}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    output_stem.with_name(f"{named}.md").write_text(markdown, encoding="utf-8")
     return report
 
 
 def write_report(output_stem: Path, stage: str, below: str | None, runs: dict[int, dict],
-                 lower: dict | None) -> dict:
-    """``<output_stem>.json`` and ``.md`` for ``stage``'s seeds, with margins over ``below``'s metrics."""
+                 lower: dict | None, variant: str | None = None, baseline: dict[int, dict] | None = None) -> dict:
+    """``<output_stem>.json`` and ``.md`` for ``stage``'s seeds, with margins over ``below``'s metrics and, for a
+    ``variant``, the paired difference from ``baseline`` (the stage's runs without it, by seed) where given."""
     summary = spread(runs)
-    margins = {}
-    if lower is not None:
-        for split, metrics in summary.items():
-            if split in lower:
-                margins[split] = {m: margin(runs, lower, split, m) for m in metrics if m in lower[split]}
-    report = {"stage": stage, "below": below, "seeds": {str(s): r for s, r in runs.items()}, "spread": summary,
-              "margin_over_below": margins}
-    return _write(output_stem, report, render(stage, below, runs, summary, margins))
+    margins, against_baseline = {}, {}
+    for split, metrics in summary.items():
+        if lower is not None and split in lower:
+            margins[split] = {m: margin(runs, lower, split, m) for m in metrics if m in lower[split]}
+        if baseline:
+            against_baseline[split] = {m: paired_margin(runs, baseline, split, m) for m in metrics}
+    report = {"stage": stage, "below": below, "variant": variant, "seeds": {str(s): r for s, r in runs.items()},
+              "spread": summary, "margin_over_below": margins, "paired_difference_without_variant": against_baseline}
+    return _write(output_stem, report, render(stage, below, runs, summary, margins, variant, against_baseline))
 
 
 
