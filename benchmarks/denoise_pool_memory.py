@@ -1,7 +1,7 @@
 """Memory of a denoising scores job's read of its slice of the pool, against the pool's size.
 
 Writes a synthetic pool per size (``--queries`` train queries, each with one positive and ``--candidates`` candidate
-ids of MS MARCO's form, as ``negatives.write_denoise_pool`` writes it: row groups of ``POOL_ROW_GROUP`` queries),
+ids of MS MARCO's form, as ``negatives.write_denoise_pool`` writes it: row groups of ``NEGATIVES_ROW_GROUP`` queries),
 then, in a fresh process each, reads shard 0 of ``--shards`` as the scoring job does
 (``read_negatives_table(pool, rows)`` and its DataFrame) and, for comparison, the whole pool as one table. Reported
 per size: the file's size and each read's peak RSS above the process's RSS before it (``VmHWM`` after resetting
@@ -25,7 +25,6 @@ import pandas as pd
 
 def write_pool(path: Path, queries: int, candidates: int) -> None:
     from dpr_pipeline.data.schemas import write_artifact
-    from dpr_pipeline.retrieval.negatives import POOL_ROW_GROUP
 
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 8_841_823, size=(queries, candidates)).astype(str)
@@ -34,7 +33,7 @@ def write_pool(path: Path, queries: int, candidates: int) -> None:
                           "positive_scores": [[1.0]] * queries,
                           "negative_ids": [list(row) for row in ids],
                           "negative_scores": [list(row) for row in rng.random((queries, candidates))]})
-    write_artifact(frame, path, "negatives", row_group_size=POOL_ROW_GROUP)
+    write_artifact(frame, path, "negatives")
 
 
 def measure(pool: str, what: str, shards: int) -> None:

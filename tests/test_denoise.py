@@ -198,10 +198,10 @@ def test_scoring_in_shards_merges_to_the_pool_scored_in_one_job(tmp_path, tiny_c
     row group per query here, each job reading its own); merged in order, the scores are the one job's, and a shard
     scored from another pool (a query twice) is refused by name."""
     from dpr_pipeline.reranking.pool_scores import DENOISE_SOURCE, write_pool_scores
+    from dpr_pipeline.data import schemas
     from dpr_pipeline.reranking.teacher_scores import merge_score_shards
-    from dpr_pipeline.retrieval import negatives
 
-    monkeypatch.setattr(negatives, "POOL_ROW_GROUP", 1)
+    monkeypatch.setattr(schemas, "NEGATIVES_ROW_GROUP", 1)
     files = _job_files(tmp_path)
     write_passage_store(files["corpus"], tmp_path / "passages.arrow")
     pool = str(tmp_path / "pool.parquet")

@@ -177,8 +177,8 @@ TEACHER_ROWS = [("q0", ["d0"], ["d1", "d2"]), ("q1", ["d1", "d5"], ["d0"]), ("q2
 
 
 def score_shards(model_dir: Path, dataset, tmp_path: Path, num_shards: int) -> pd.DataFrame:
-    negatives = tmp_path / "negatives.parquet"
-    write_artifact(negatives_frame(TEACHER_ROWS), negatives, "negatives")
+    negatives = tmp_path / "negatives.parquet"   # row groups of 2 queries: a shard reads those of its rows
+    write_artifact(negatives_frame(TEACHER_ROWS), negatives, "negatives", row_group_size=2)
     shards = [tmp_path / f"teacher_{num_shards}_{shard}.parquet" for shard in range(num_shards)]
     for shard, path in enumerate(shards):
         score_teacher_shard(model_dir, negatives, dataset["passages"], dataset["queries"], path, shard=shard,
@@ -207,8 +207,7 @@ def test_teacher_shards_concatenate_to_one_shard_and_score_every_pair(tiny_cross
 
 def test_teacher_scores_only_the_pairs_the_student_draws(tiny_cross_encoder: Path, dataset, tmp_path: Path):
     negatives = tmp_path / "negatives.parquet"
-    write_artifact(negatives_frame(TEACHER_ROWS), negatives, "negatives")
-    whole = score_shards(tiny_cross_encoder, dataset, tmp_path, 1)
+    whole = score_shards(tiny_cross_encoder, dataset, tmp_path, 1)   # writes negatives.parquet in groups of 2
     draws = {"seed": 3, "negatives_per_query": 1, "epochs": 1, "batch_size": 2, "min_steps": 0}
     for num_shards in (1, 2):
         shards = [tmp_path / f"drawn_{num_shards}_{shard}.parquet" for shard in range(num_shards)]

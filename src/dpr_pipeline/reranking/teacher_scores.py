@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from dpr_pipeline.data.corpus_shards import corpus_shard_bounds
 from dpr_pipeline.data.passage_store import PassageStore
-from dpr_pipeline.data.schemas import read_artifact, read_negatives_table, write_artifact
+from dpr_pipeline.data.schemas import open_parquet, read_artifact, read_negatives_table, write_artifact
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.models.pair_scoring import load_scorer, score_pairs
 from dpr_pipeline.training.groups import QueryGroups, known_id_lists, read_queries
@@ -53,12 +53,12 @@ def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, passa
     (NaN). None: every pair.
 
     The shard's rows are written with ``positive_scores``/``negative_scores`` replaced by the teacher's
-    scores (an empty shard writes an empty artifact). Passages come from the memory-mapped passage store
-    ``passages_path``, so a shard job holds only its own pairs' strings.
+    scores (an empty shard writes an empty artifact). The job reads only the row groups holding its rows, and
+    passages from the memory-mapped passage store ``passages_path``, so it holds only its own pairs' strings.
     """
-    negatives = read_negatives_table(negatives_path)
-    rows_slice = shard_slice(negatives.num_rows, shard, num_shards)
-    rows = negatives.slice(rows_slice.start, rows_slice.stop - rows_slice.start)
+    parquet = open_parquet(negatives_path, "mined negatives")
+    rows_slice = shard_slice(parquet.metadata.num_rows, shard, num_shards)
+    rows = read_negatives_table(negatives_path, rows_slice)     # only the row groups of the shard's rows
     queries = read_queries(queries_path)
     store = PassageStore.open(passages_path)
     if draws is None:
@@ -68,14 +68,14 @@ def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, passa
     else:
         groups = QueryGroups(rows, store, queries, draws["negatives_per_query"], draws["seed"],
                              source=str(negatives_path), first_row=rows_slice.start + 1)
-        trained_groups = int(pc.sum(pc.greater(pc.list_value_length(negatives.column("negative_ids")), 0)).as_py()
-                             or 0)
+        # the epochs follow from the whole file's groups with a negative: counted a row group at a time
+        trained_groups = sum(int(pc.sum(pc.greater(pc.list_value_length(batch.column(0)), 0)).as_py() or 0)
+                             for batch in parquet.iter_batches(columns=["negative_ids"]))
         epochs = epochs_visited(trained_groups, **{key: draws[key] for key in STEP_KEYS if key in draws})
         positives, pool = groups.positive_ids, groups.negative_ids
         drawn_positives, drawn_negatives = groups.drawn(epochs)
         what = (f"the pairs the distilled retriever draws in its {epochs} epoch(s) (seed {draws['seed']}, "
                 f"{draws['negatives_per_query']} negatives per query; the others keep no score)")
-    del negatives
     query_ids = rows.column("query_id").to_pylist()
     positive_counts, negative_counts = positives.lengths().tolist(), pool.lengths().tolist()
     parts = [(ids.rows[ids.offsets[i]:ids.offsets[i + 1]], drawn[ids.offsets[i]:ids.offsets[i + 1]])

@@ -218,20 +218,14 @@ def candidate_pool(pool: str, qrels: str, *, depth: int, min_relevance: int = 1,
     return candidates, candidates.pop("negative_ranks")
 
 
-#: Queries per row group of a denoising pool: a scoring job reads the groups holding its slice (MS MARCO: 502,939
-#: queries, 123 groups of ~200 candidates each; a slice of 1/64 reads 2–3 groups more than its own ~7,900 rows).
-POOL_ROW_GROUP = 4096
-
-
 def write_denoise_pool(pool: str, qrels: str, output: str, *, depth: int, min_relevance: int = 1,
                        answers: str | None = None, corpus: str | None = None) -> int:
     """Write a mined stage's candidate pool (``pool``: a TREC run or official negatives, :func:`candidate_pool`) as
-    a negatives artifact, once for all its denoising scores' jobs (:mod:`dpr_pipeline.reranking.pool_scores`), in
-    row groups of :data:`POOL_ROW_GROUP` queries (a job reads those holding its slice); the number of its queries."""
+    a negatives artifact, once for all its denoising scores' jobs (:mod:`dpr_pipeline.reranking.pool_scores`: each
+    reads the row groups holding its slice); the number of its queries."""
     candidates, _ = candidate_pool(pool, qrels, depth=depth, min_relevance=min_relevance, answers=answers,
                                    corpus=corpus)
-    write_artifact(candidates, output, "negatives", metadata={"source": str(pool), "depth": str(depth)},
-                   row_group_size=POOL_ROW_GROUP)
+    write_artifact(candidates, output, "negatives", metadata={"source": str(pool), "depth": str(depth)})
     log.info("denoising pool of %s: %d train queries, %d candidates", pool, len(candidates),
              int(candidates["negative_ids"].map(len).sum()))
     return len(candidates)
