@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from dpr_pipeline.data.corpus_shards import corpus_shard_bounds
 from dpr_pipeline.data.passage_store import PassageStore
@@ -40,6 +41,14 @@ def shard_slice(num_rows: int, shard: int, num_shards: int) -> slice:
 
 def _split_per_row(scores: np.ndarray, counts: list[int]) -> list[list[float]]:
     return [part.tolist() for part in np.split(scores, np.cumsum(counts)[:-1])] if counts else []
+
+
+def _queries_with_negatives(parquet: pq.ParquetFile) -> int:
+    """The whole file's queries with a negative (the student's groups, which set its epochs), read one row group
+    at a time: memory of one group's ids whatever the file's size (``iter_batches`` holds more as it goes)."""
+    return sum(int(pc.sum(pc.greater(pc.list_value_length(
+        parquet.read_row_group(group, columns=["negative_ids"]).column(0)), 0)).as_py() or 0)
+        for group in range(parquet.num_row_groups))
 
 
 def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, passages_path: str | Path,
@@ -68,10 +77,8 @@ def score_teacher_shard(model_dir: str | Path, negatives_path: str | Path, passa
     else:
         groups = QueryGroups(rows, store, queries, draws["negatives_per_query"], draws["seed"],
                              source=str(negatives_path), first_row=rows_slice.start + 1)
-        # the epochs follow from the whole file's groups with a negative: counted a row group at a time
-        trained_groups = sum(int(pc.sum(pc.greater(pc.list_value_length(batch.column(0)), 0)).as_py() or 0)
-                             for batch in parquet.iter_batches(columns=["negative_ids"]))
-        epochs = epochs_visited(trained_groups, **{key: draws[key] for key in STEP_KEYS if key in draws})
+        epochs = epochs_visited(_queries_with_negatives(parquet),
+                                **{key: draws[key] for key in STEP_KEYS if key in draws})
         positives, pool = groups.positive_ids, groups.negative_ids
         drawn_positives, drawn_negatives = groups.drawn(epochs)
         what = (f"the pairs the distilled retriever draws in its {epochs} epoch(s) (seed {draws['seed']}, "
