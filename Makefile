@@ -37,11 +37,13 @@ docs: $(STAMP)
 	$(VENV)/bin/python tests/bad_inputs_catalogue.py
 
 # Before a cluster run, on the login node: every job of TARGET's plan against the config's `cluster` block and
-# what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: your config file(s) with that block
+# what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: your config file(s) with that block; CHECK_ARGS: e.g.
+# --profile <your profile> or --group-components as given to snakemake
 TARGET ?= results/msmarco/distill/metrics.json
 CONFIG ?=
+CHECK_ARGS ?=
 cluster-check: $(STAMP)
-	$(VENV)/bin/python scripts/cluster_check.py $(TARGET) $(foreach file,$(CONFIG),--configfile $(file))
+	$(VENV)/bin/python scripts/cluster_check.py $(TARGET) $(foreach file,$(CONFIG),--configfile $(file)) $(CHECK_ARGS)
 
 # On a new GPU node, before a long run: the `gpu` tests and the encode, pre-training and fine-tuning benchmarks,
 # with the device name, throughput and MFU, in gpu_check/report.md (scripts/gpu_check.py)

@@ -5,11 +5,14 @@ allows and the setting that fixes it, and exits 1; or says how many jobs it chec
 
     .venv/bin/python scripts/cluster_check.py results/msmarco/distill/metrics.json --configfile my_cluster.yaml
 
+checks the shard groups of profiles/slurm, or of `--profile <your copy>`, or `--group-components` as given to snakemake.
+
 Off the cluster (no sinfo), only the config's own limits (cluster.gpus_per_node) are checked, and it says so.
 A `--profile slurm` run does the same check before its first sbatch (rules/common.smk, onstart).
 """
 import argparse
 import sys
+from pathlib import Path
 
 import yaml
 from dag_plan import REPO, built_dag
@@ -24,11 +27,15 @@ def main(argv=None) -> int:
     parser.add_argument("targets", nargs="*", help="files or rules (none: the default target)")
     parser.add_argument("--configfile", action="append", default=[], help="as snakemake's, repeatable")
     parser.add_argument("--forceall", action="store_true", help="check every job, also those already done")
-    parser.add_argument("--jobs", type=int, help="jobs queued at once (default: the slurm profile's `jobs:`)")
+    parser.add_argument("--jobs", type=int, help="jobs queued at once (default: the profile's `jobs:`)")
+    parser.add_argument("--profile", type=Path, default=REPO / "profiles" / "slurm",
+                        help="the profile folder the run will use (default: profiles/slurm)")
+    parser.add_argument("--group-components", nargs="+", default=None, metavar="GROUP=SIZE",
+                        help="as snakemake's: replaces the profile's group-components")
     args = parser.parse_args(argv)
-    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    group_sizes = {name: int(size) for name, size in
-                   (item.rsplit("=", 1) for item in profile.get("group-components", []))}
+    profile = yaml.safe_load((args.profile / "config.yaml").read_text())
+    groups = profile.get("group-components", []) if args.group_components is None else args.group_components
+    group_sizes = {name: int(size) for name, size in (item.rsplit("=", 1) for item in groups)}
     with built_dag(args.targets, args.configfile, forceall=args.forceall) as workflow:
         jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes)
         config = workflow.config

@@ -93,7 +93,14 @@ def test_the_msmarco_plan_on_4_gpu_nodes_is_refused_with_the_settings_that_fix_i
                "fix: set datasets.msmarco.stages.pretrain.processes: 4" in message for message in gpus)
     assert any("datasets.msmarco.stages.reranker.processes: 4" in message for message in gpus)
     runtime = [message for message in found if "min; partition gpu allows 720" in message]
-    assert runtime and all("fix: set cluster.max_runtime: 720" in message for message in runtime)
+    assert runtime and all("fix: set cluster.max_runtime: 720 (a training longer than that continues from its "
+                           "checkpoint" in message for message in runtime)
+    from dpr_pipeline.orchestration.preflight import planned_requests
+
+    search = PlannedJob("dense_search", runtime=800, dataset="msmarco", stage="retriever1")
+    assert refusals(planned_requests([search], set()), config, facts) == [      # not a training: nothing continues
+        "rule dense_search (dataset msmarco): asks 800 min; partition gpu allows 720 (sinfo %l); fix: set "
+        "cluster.max_runtime: 720"]
     with pytest.raises(ConfigError, match="nothing was submitted"):
         check_plan(msmarco_training_jobs(config), config, facts)
 
@@ -201,8 +208,9 @@ def test_shard_jobs_go_in_groups_run_one_after_the_other_and_a_group_too_long_is
             for shard in range(8)]
     found = refusals(planned_requests(long, set(), sizes), CONFIG, facts)
     assert found == ["rule encode_corpus (dataset msmarco): asks 960 min for 8 shard jobs run one after the other; "
-                     "partition gpu allows 720 (sinfo %l); fix: the profile's group-components: "
-                     "encode_corpus_{dataset}_{stage}=6"]
+                     "partition gpu allows 720 (sinfo %l); fix: group-components "
+                     "encode_corpus_{dataset}_{stage}=6 (snakemake's --group-components, or in your copy of the "
+                     "profile)"]
     check_shard_groups(sizes, 1)
     with pytest.raises(ConfigError, match=r"--resources shard_gpu is None, not 1.*add `resources: \[shard_gpu=1\]`"):
         check_shard_groups(sizes, None)
