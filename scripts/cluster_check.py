@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     except ConfigError as error:
         print(f"cluster check: {len(jobs)} jobs against {against}: {error}", file=sys.stderr)
         return 1
-    print(f"cluster check: {len(jobs)} jobs (shard jobs in the profile's groups) against {against}: every job "
+    print(f"cluster check: {len(jobs)} jobs (shard jobs in their groups) against {against}: every job "
           "can run")
     return 0
 
