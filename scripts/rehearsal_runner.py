@@ -4,7 +4,7 @@ job's peak memory (``job_memory``) and wall time, and the extrapolation to the f
 with the msmarco entry's requests.
 
 ``scripts/rehearsal.py`` runs one fraction and writes ``benchmarks/rehearsal/f<fraction>/jobs.csv`` (one row per
-Slurm job: :data:`JOB_COLUMNS`) and ``summary.md``; :func:`extrapolate` reads two such runs.
+Slurm job: :data:`JOB_COLUMNS`) and ``summary.md``; :func:`extrapolate` reads two such runs or more.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -126,47 +127,71 @@ def vector_correction_mb(passages: int, encode_shards: int) -> dict[str, float]:
     return {rule: held[rule] * (FULL_WIDTH - REHEARSAL_WIDTH) * size / 2**20 for rule, size in VECTOR_BYTES.items()}
 
 
-def at_full_scale(low: float, high: float, small: float, large: float) -> float:
-    """The line a + b·F through (``small``, ``low``) and (``large``, ``high``) at F = 1, never below either
-    measurement (a drop between them is noise, not a shrinking need)."""
-    slope = (high - low) / (large - small)
-    return max(high + slope * (1 - large), low, high)
+def line(points: dict[float, float]) -> tuple[float, float]:
+    """The least-squares line a + b·F through ``points`` ({fraction: value}, two or more): ``(a, b)``."""
+    fractions = np.array(sorted(points), dtype=float)
+    values = np.array([points[f] for f in sorted(points)], dtype=float)
+    slope, intercept = np.polyfit(fractions, values, 1)
+    return float(intercept), float(slope)
+
+
+def at_full_scale(points: dict[float, float]) -> float:
+    """:func:`line` through ``points`` read at F = 1, never below a measurement (a drop between fractions is
+    noise, not a shrinking need)."""
+    intercept, slope = line(points)
+    return max(intercept + slope, *points.values())
+
+
+def held_out_error(points: dict[float, float]) -> float | None:
+    """With three fractions or more: the line through all but the largest, read at the largest, relative to what
+    was measured there (``-0.1``: 10 % under); None with two. How well the line extrapolates ``max / second``-fold."""
+    if len(points) < 3:
+        return None
+    largest = max(points)
+    intercept, slope = line({f: v for f, v in points.items() if f != largest})
+    return (intercept + slope * largest) / points[largest] - 1
 
 
 def extrapolate(runs: dict[float, pd.DataFrame], requests: dict[str, dict], processes: dict[str, int],
                 extra_mb: dict[str, float]) -> pd.DataFrame:
-    """Per rule, from two runs' jobs (``{fraction: jobs.csv}``): the largest job's peak memory and wall time at each
-    fraction, the memory's growth between them and :func:`at_full_scale` of both; the memory plus what the
-    rehearsal leaves out (``extra_mb``: :func:`vector_correction_mb`), times the rule's training processes at full
-    scale (``processes``; the rehearsal trains in one), against the rule's first-attempt request (``requests``:
-    rule -> ``mem_mb``, ``runtime`` in minutes) and the memory's share of it."""
-    (small, few), (large, many) = sorted(runs.items())
-    low, high = rule_table(few), rule_table(many)
+    """Per rule measured at two fractions or more (``runs``: {fraction: jobs.csv}): the largest job's peak memory
+    and wall time at each fraction, the memory's growth from the smallest to the largest, :func:`at_full_scale`
+    and :func:`held_out_error` of both; the memory plus what the rehearsal leaves out (``extra_mb``:
+    :func:`vector_correction_mb`), times the rule's training processes at full scale (``processes``; the rehearsal
+    trains in one), against the rule's first-attempt request (``requests``: rule -> ``mem_mb``, ``runtime`` in
+    minutes) and the memory's share of it."""
+    tables = {fraction: rule_table(jobs) for fraction, jobs in sorted(runs.items())}
     rows = []
-    for rule in sorted(set(low.index) & set(high.index)):
-        memory = at_full_scale(low.at[rule, "peak_mb"], high.at[rule, "peak_mb"], small, large)
-        need = (memory + extra_mb.get(rule, 0.0)) * processes.get(rule, 1)
-        wall = at_full_scale(low.at[rule, "wall_s"], high.at[rule, "wall_s"], small, large)
-        rows.append({"rule": rule, "jobs": int(high.at[rule, "jobs"]),
-                     f"peak_mb_at_{small:g}": low.at[rule, "peak_mb"], f"peak_mb_at_{large:g}": high.at[rule, "peak_mb"],
-                     "growth": round(high.at[rule, "peak_mb"] / low.at[rule, "peak_mb"], 2),
+    for rule in sorted({rule for table in tables.values() for rule in table.index}):
+        measured = {fraction: table.loc[rule] for fraction, table in tables.items() if rule in table.index}
+        if len(measured) < 2:
+            continue
+        peaks = {fraction: float(row["peak_mb"]) for fraction, row in measured.items()}
+        walls = {fraction: float(row["wall_s"]) for fraction, row in measured.items()}
+        need = (at_full_scale(peaks) + extra_mb.get(rule, 0.0)) * processes.get(rule, 1)
+        error = held_out_error(peaks)
+        rows.append({"rule": rule, "jobs": int(measured[max(measured)]["jobs"]),
+                     **{f"peak_mb_at_{fraction:g}": peak for fraction, peak in peaks.items()},
+                     "growth": round(peaks[max(peaks)] / peaks[min(peaks)], 2),
+                     "held_out_error": None if error is None else round(error, 3),
                      "vectors_mb": round(extra_mb.get(rule, 0.0)), "processes": processes.get(rule, 1),
-                     "extrapolated_mb": round(need),
-                     "requested_mb": requests[rule]["mem_mb"], "share_of_request": round(need / requests[rule]["mem_mb"], 3),
-                     f"wall_s_at_{small:g}": low.at[rule, "wall_s"], f"wall_s_at_{large:g}": high.at[rule, "wall_s"],
-                     "extrapolated_wall_min": round(wall / 60, 1), "requested_runtime_min": requests[rule]["runtime"]})
+                     "extrapolated_mb": round(need), "requested_mb": requests[rule]["mem_mb"],
+                     "share_of_request": round(need / requests[rule]["mem_mb"], 3),
+                     **{f"wall_s_at_{fraction:g}": wall for fraction, wall in walls.items()},
+                     "extrapolated_wall_min": round(at_full_scale(walls) / 60, 1),
+                     "requested_runtime_min": requests[rule]["runtime"]})
     return pd.DataFrame(rows).set_index("rule")
 
 
 def committed_runs(measured: str | Path) -> dict[float, pd.DataFrame]:
-    """The smallest and the largest fraction's jobs.csv under ``measured`` (``f<fraction>/jobs.csv``); a
-    DataError when fewer than two fractions were measured."""
+    """Every fraction's jobs.csv under ``measured`` (``f<fraction>/jobs.csv``); a DataError when fewer than two
+    fractions were measured."""
     runs = {float(folder.name[1:]): pd.read_csv(folder / "jobs.csv") for folder in Path(measured).glob("f*")
             if (folder / "jobs.csv").is_file()}
     if len(runs) < 2:
         raise DataError(Path(measured), f"{len(runs)} measured fraction(s), the extrapolation needs two",
-                        "run scripts/rehearsal.py --fraction F at two fractions at least 10x apart")
-    return {fraction: runs[fraction] for fraction in (min(runs), max(runs))}
+                        "run scripts/rehearsal.py --fraction F at fractions 10x and 30x apart")
+    return dict(sorted(runs.items()))
 
 
 def msmarco_extrapolation(measured: str | Path, config_file: str | Path, schema_file: str | Path) -> pd.DataFrame:
@@ -184,16 +209,22 @@ def msmarco_extrapolation(measured: str | Path, config_file: str | Path, schema_
 
 def markdown_table(table: pd.DataFrame) -> str:
     """:func:`extrapolate`'s table as docs/cluster.md shows it (memory in GB, wall time in s and min)."""
-    small, large = (float(c.split("_at_")[1]) for c in table.columns if c.startswith("peak_mb_at_"))
-    lines = [f"| rule (largest job) | jobs | peak at {small:g} / at {large:g} | growth | extrapolated to 1 "
-             f"(+ BERT-base's vectors, × processes) | requested | share | wall at {small:g} / {large:g} | extrapolated wall | requested runtime |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    fractions = [c.split("_at_")[1] for c in table.columns if c.startswith("peak_mb_at_")]
+
+    def at_each(row, what: str, scale: float, digits: int) -> str:
+        return " / ".join("–" if pd.isna(row[f"{what}_at_{f}"]) else f"{row[f'{what}_at_{f}'] / scale:.{digits}f}"
+                          for f in fractions)
+
+    lines = [f"| rule (largest job) | jobs | peak at {' / '.join(fractions)} | growth | held-out error | "
+             f"extrapolated to 1 (+ BERT-base's vectors, × processes) | requested | share | wall at "
+             f"{' / '.join(fractions)} | extrapolated wall | requested runtime |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for rule, row in table.iterrows():
         processes = f" (× {row['processes']:.0f})" if row["processes"] > 1 else ""
         processes += f" (+ {row['vectors_mb'] / 1024:.1f} GB vectors)" if row["vectors_mb"] else ""
-        lines.append(f"| `{rule}` | {row['jobs']:.0f} | {row[f'peak_mb_at_{small:g}'] / 1024:.2f} / "
-                     f"{row[f'peak_mb_at_{large:g}'] / 1024:.2f} GB | {row['growth']:.2f}× | "
-                     f"{row['extrapolated_mb'] / 1024:.1f} GB{processes} | {row['requested_mb'] / 1000:g} GB | "
-                     f"{row['share_of_request']:.0%} | {row[f'wall_s_at_{small:g}']:.0f} / {row[f'wall_s_at_{large:g}']:.0f} s | "
+        error = "–" if pd.isna(row["held_out_error"]) else f"{row['held_out_error']:+.0%}"
+        lines.append(f"| `{rule}` | {row['jobs']:.0f} | {at_each(row, 'peak_mb', 1024, 2)} GB | {row['growth']:.2f}× | "
+                     f"{error} | {row['extrapolated_mb'] / 1024:.1f} GB{processes} | {row['requested_mb'] / 1000:g} GB | "
+                     f"{row['share_of_request']:.0%} | {at_each(row, 'wall_s', 1, 0)} s | "
                      f"{row['extrapolated_wall_min']:g} min | {row['requested_runtime_min']:.0f} min |")
     return "\n".join(lines)

@@ -134,6 +134,24 @@ def test_the_extrapolation_is_the_line_through_both_fractions_at_full_scale():
     assert table.loc["t", "extrapolated_mb"] == 4 * (900 + 100_000)  # a training: times its processes
 
 
+def test_three_fractions_fit_one_line_and_say_how_well_the_two_smaller_predict_the_largest():
+    runs = {0.001: jobs([("a", 510, 1), ("b", 510, 1), ("new", 700, 1)]),
+            0.01: jobs([("a", 600, 1), ("b", 600, 1)]),
+            0.03: jobs([("a", 800, 1), ("b", 900, 1), ("new", 900, 1)])}
+    requests = {rule: {"mem_mb": 100_000, "runtime": 60} for rule in ("a", "b", "new")}
+    table = extrapolate(runs, requests, {}, {})
+    # a: on the line 500 + 10,000·F; the line through 0.001 and 0.01 reads 800 at 0.03, as measured
+    assert table.loc["a", "extrapolated_mb"] == 10_500 and table.loc["a", "held_out_error"] == 0
+    # b: 900 where the two smaller say 800 (-11.1 %); least squares: mean F 0.0136667, mean 670,
+    # Sxy 6.04 / Sxx 4.40667e-4 = slope 13,706.5, intercept 670 - 13,706.5 * 0.0136667 = 482.68: 14,189 at F = 1
+    assert table.loc["b", "held_out_error"] == -0.111 and table.loc["b", "extrapolated_mb"] == 14_189
+    # measured at two of the three fractions: their line, and no held-out fraction
+    assert table.loc["new", "extrapolated_mb"] == round(700 + 200 / 0.029 * 0.999)
+    assert pd.isna(table.loc["new", "held_out_error"]) and pd.isna(table.loc["new", "peak_mb_at_0.01"])
+    assert "| 0.50 / 0.59 / 0.88 GB |" in rehearsal.markdown_table(table)
+    assert "| 0.68 / – / 0.88 GB |" in rehearsal.markdown_table(table)
+
+
 def test_the_vectors_the_rehearsal_leaves_out_are_bert_bases_width_less_its_own():
     extra = rehearsal.vector_correction_mb(8_841_823, 32)
     assert extra["build_index"] == pytest.approx(8_841_823 * (768 - 64) * 6 / 2**20)      # ≈ 34.8 GB
