@@ -127,8 +127,9 @@ RERANKED = stages.stage("reranker").fed_by
 # cluster, sinfo, sacctmgr) and stops the run before its first submission when one cannot run (orchestration/preflight.py).
 onstart:
     remove_finished_trainings()
-    retries = training_retries(config, workflow.execution_settings.retries, stages.GPU_TRAINING_RULES)
-    for rule_name in stages.GPU_TRAINING_RULES:
+    planned = [(job.wildcards_dict.get("dataset"), job.rule.name) for job in workflow.dag.needrun_jobs()
+               if job.rule.name in stages.GPU_TRAINING_RULES]
+    for rule_name, retries in training_retries(config, workflow.execution_settings.retries, planned).items():
         workflow.get_rule(rule_name).restart_times = retries
     if not workflow.local_exec:
         group_sizes = dict(workflow.group_settings.group_components)

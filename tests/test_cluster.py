@@ -34,18 +34,22 @@ def test_retries_scale_memory_and_runtime_and_gpus_give_processes():
 
 def test_max_runtime_caps_every_attempt_and_the_continuations_come_on_top_of_the_retries():
     """cluster.max_runtime, the partition's longest job: 48 h re-ranker training asks 24 h on every attempt
-    under a 24 h cap (2 attempts resuming from the checkpoint), MS MARCO's 72 h pre-training 3 attempts, NQ's
-    120 h 5; the training rules get those continuations on top of --retries, which stay for failures."""
+    under a 24 h cap (2 attempts resuming from the checkpoint), NQ's 120 h pre-training 5; each training rule of
+    the plan gets its planned jobs' continuations on top of --retries, which stay for failures."""
     capped = {**CONFIG, "cluster": {"max_runtime": 1440}}
     assert [job_runtime(CONFIG, 2880, attempt) for attempt in (1, 2, 3)] == [2880, 5760, 8640]   # no cap
     assert [job_runtime(capped, 2880, attempt) for attempt in (1, 2, 3)] == [1440, 1440, 1440]
     assert [job_runtime(capped, 600, attempt) for attempt in (1, 2, 3)] == [600, 1200, 1440]
     assert [attempts_needed(capped, minutes) for minutes in (60, 1440, 2880, 4320)] == [1, 1, 2, 3]
     assert attempts_needed(CONFIG, 4320) == 1
-    training = ["pretrain", "train_reranker"]
     unplanned = UNPLANNED_CONTINUATIONS                                   # a preemption, an early time limit
-    assert training_retries(CONFIG, 2, training) == 2 + unplanned          # no cap: no planned continuation
-    assert training_retries(capped, 2, training) == 2 + 4 + unplanned      # nq's pretrain: 5 attempts
+    msmarco = [("msmarco", "pretrain"), ("msmarco", "train_reranker"), ("msmarco", "train_retriever")]
+    assert training_retries(CONFIG, 2, msmarco) == {rule: 2 + unplanned for _, rule in msmarco}   # no cap
+    assert training_retries(capped, 2, msmarco) == {"pretrain": 2 + 0 + unplanned,               # 24 h: 1 attempt
+                                                     "train_reranker": 2 + 0 + unplanned,
+                                                     "train_retriever": 2 + 0 + unplanned}
+    assert training_retries(capped, 2, [("nq", "pretrain")]) == {"pretrain": 2 + 4 + unplanned}  # 120 h: 5 attempts
+    assert training_retries(capped, 2, []) == {}                         # nothing planned: nothing set
 
 
 def test_a_continuation_asks_what_the_attempt_before_it_asked(tmp_path):

@@ -15,7 +15,7 @@ GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_r
   continuation is not a failure, nor is an attempt after the training has finished (one stopped while it wrote
   its other outputs): a training rule's memory and runtime scale with its failed attempts only
   (:func:`failed_attempts`), and it gets the continuations its longest job needs on top of ``--retries``
-  (:func:`training_retries`), so a real failure still has all its retries.
+  (:func:`training_retries`, for the plan's jobs), so a real failure still has all its retries.
 * ``nodes``: 1 for the GPU rules, whose multi-GPU trainers run ``torchrun --standalone`` (one node), so that
   Slurm never spreads a job's GPUs over several nodes (``sbatch --nodes=1``).
 * ``gpu``: GPU rules ask for GPUs, CPU rules for none; which rules are GPU rules follows from the stages'
@@ -76,13 +76,16 @@ def failed_attempts(attempt: int, stopped: int, finished: bool = False) -> int:
 UNPLANNED_CONTINUATIONS = 2
 
 
-def training_retries(config: Mapping[str, Any], retries: int, training_rules) -> int:
-    """The retries a training rule gets: the failures' ``retries`` plus the continuations its longest job needs
-    under ``cluster.max_runtime`` (:func:`attempts_needed`) and :data:`UNPLANNED_CONTINUATIONS`, so that
-    continuing does not spend a failure retry."""
-    needed = [attempts_needed(config, job_resources(config, dataset, rule)["runtime"])
-              for dataset in config["datasets"] for rule in training_rules]
-    return int(retries) + max(needed, default=1) - 1 + UNPLANNED_CONTINUATIONS
+def training_retries(config: Mapping[str, Any], retries: int, planned) -> dict[str, int]:
+    """Per training rule of the plan (``planned``: its training jobs' ``(dataset, rule)``), the retries it gets:
+    the failures' ``retries`` plus the continuations its longest planned job needs under ``cluster.max_runtime``
+    (:func:`attempts_needed`) and :data:`UNPLANNED_CONTINUATIONS`, so that continuing does not spend a failure
+    retry. Only the plan's jobs count: a crash is not resubmitted for the continuations of a dataset not run."""
+    needed: dict[str, int] = {}
+    for dataset, rule in planned:
+        attempts = attempts_needed(config, job_resources(config, dataset, rule)["runtime"])
+        needed[rule] = max(needed.get(rule, 1), attempts)
+    return {rule: int(retries) + attempts - 1 + UNPLANNED_CONTINUATIONS for rule, attempts in needed.items()}
 
 
 def processes_for(resources: Mapping[str, Any]) -> int:
