@@ -152,6 +152,29 @@ def test_three_fractions_fit_one_line_and_say_how_well_the_two_smaller_predict_t
     assert "| 0.68 / – / 0.88 GB |" in rehearsal.markdown_table(table)
 
 
+def test_the_walkthrough_applies_the_settings_the_preflights_lines_name():
+    """scripts/cluster_walkthrough.py follows the preflight as a user would: each `fix: set <key>: <n>` into
+    my_cluster.yaml, each `fix: group-components <group>=<n>` onto snakemake's command line; the overlay in place of
+    the fetch keeps the msmarco entry's GPU counts (what the preflight must refuse on 4-GPU nodes)."""
+    import cluster_walkthrough
+
+    output = ("- rule pretrain (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
+              "datasets.msmarco.stages.pretrain.processes: 4 (the global batch stays the same; ...)\n"
+              "- rule pretrain (dataset msmarco): asks 120 min; partition gpu allows 60 (sinfo %l); fix: set "
+              "cluster.max_runtime: 60 (a training longer than that continues ...)\n"
+              "- rule encode_corpus (dataset msmarco): asks 120 min for 8 shard jobs run one after the other; ...; "
+              "fix: group-components encode_corpus_{dataset}_{stage}=4 (snakemake's --group-components, ...) [12 jobs]")
+    settings, groups = cluster_walkthrough.fixes(output)
+    assert settings == {"datasets": {"msmarco": {"stages": {"pretrain": {"processes": 4}}}},
+                        "cluster": {"max_runtime": 60}}
+    assert groups == ["encode_corpus_{dataset}_{stage}=4"]
+    mine = cluster_walkthrough.merged({"cluster": {"account": "dprlab"}}, settings)
+    assert mine["cluster"] == {"account": "dprlab", "max_runtime": 60}
+    overlay = cluster_walkthrough.emulated_overlay()
+    assert "cluster" not in overlay
+    assert {"processes"} & set(overlay["datasets"]["msmarco"]["stages"]["pretrain"]) == set()
+
+
 def test_the_vectors_the_rehearsal_leaves_out_are_bert_bases_width_less_its_own():
     extra = rehearsal.vector_correction_mb(8_841_823, 32)
     assert extra["build_index"] == pytest.approx(8_841_823 * (768 - 64) * 6 / 2**20)      # ≈ 34.8 GB
