@@ -223,8 +223,9 @@ def markdown_table(table: pd.DataFrame) -> str:
         processes = f" (× {row['processes']:.0f})" if row["processes"] > 1 else ""
         processes += f" (+ {row['vectors_mb'] / 1024:.1f} GB vectors)" if row["vectors_mb"] else ""
         error = "–" if pd.isna(row["held_out_error"]) else f"{row['held_out_error']:+.0%}"
-        lines.append(f"| `{rule}` | {row['jobs']:.0f} | {at_each(row, 'peak_mb', 1024, 2)} GB | {row['growth']:.2f}× | "
-                     f"{error} | {row['extrapolated_mb'] / 1024:.1f} GB{processes} | {row['requested_mb'] / 1000:g} GB | "
+        lines.append(f"| `{rule}` | {row['jobs']:.0f} | {at_each(row, 'peak_mb', 1024, 2)} GB | "
+                     f"{row['growth']:.2f}× | {error} | {row['extrapolated_mb'] / 1024:.1f} GB{processes} | "
+                     f"{row['requested_mb'] / 1000:g} GB | "
                      f"{row['share_of_request']:.0%} | {at_each(row, 'wall_s', 1, 0)} s | "
                      f"{row['extrapolated_wall_min']:g} min | {row['requested_runtime_min']:.0f} min |")
     return "\n".join(lines)

@@ -144,9 +144,9 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
     if limit is not None and job.runtime > limit and job.shards > 1:
         fits = max(1, limit * job.shards // job.runtime)
         found.append(("runtime", f"{_where(job)}: asks {job.runtime} min for {job.shards} shard jobs run one after "
-                                 f"the other; partition {partition.name} allows {limit} (sinfo %l); fix: group-components "
-                                 f"{stages.shard_group(job.rule)}={fits} (snakemake's --group-components, or in your "
-                                 f"copy of the profile)"))
+                                 f"the other; partition {partition.name} allows {limit} (sinfo %l); fix: "
+                                 f"group-components {stages.shard_group(job.rule)}={fits} (snakemake's "
+                                 "--group-components, or in your copy of the profile)"))
     elif limit is not None and job.runtime > limit:
         found.append(("runtime", f"{_where(job)}: asks {job.runtime} min; partition {partition.name} allows {limit} "
                                  f"(sinfo %l); fix: set cluster.max_runtime: {limit}"
