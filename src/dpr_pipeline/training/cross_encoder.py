@@ -117,14 +117,14 @@ def mean_listwise_loss(model: torch.nn.Module, collate: Callable[[list[Group]], 
                        batch_size: int, bf16: bool = False) -> float:
     """The mean Eq. 4 loss of ``model`` over every group of ``groups`` (epoch 0's draw), in inference mode on
     the model's device (its batches are moved there)."""
-    device = model_device(model)
+    device, scorer = model_device(model), PairScorer(model)
     total = torch.zeros((), dtype=torch.float64, device=device)  # summed on the device: no sync per batch
     model.eval()
     with torch.inference_mode(), autocast(device, bf16):
         for start in range(0, len(groups), batch_size):
             examples = [groups.example(i, 0) for i in range(start, min(start + batch_size, len(groups)))]
             batch = to_device(collate(examples), device)
-            total += listwise_batch_loss(PairScorer(model), batch, Distributed()).double() * len(examples)
+            total += listwise_batch_loss(scorer, batch, Distributed()).double() * len(examples)
     return float(total) / len(groups)
 
 
