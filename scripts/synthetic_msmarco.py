@@ -88,19 +88,24 @@ def _texts(words: np.ndarray, lengths: np.ndarray) -> list[str]:
     return [" ".join(words[end - length:end]) for end, length in zip(ends, lengths)]
 
 
-def _queries(rng, words, passage_words, passage_ends, positives, shared: int = 3) -> list[str]:
+def _queries(rng, words, passage_words, passage_ends, positives, shared: int = 3,
+             taken: frozenset[str] = frozenset()) -> list[str]:
     """Per query: ``shared`` words of each of its positive passages, then words of the vocabulary up to a
-    ~6-word length, shuffled."""
+    ~6-word length, shuffled; drawn again while its text is in ``taken`` (an evaluation split's queries never
+    repeat a train query's text, which ingestion refuses as leakage)."""
     lengths = lognormal_lengths(rng, len(positives), *QUERY_WORDS, low=2)
     texts = []
     for pids, length in zip(positives, lengths):
-        chosen = []
-        for pid in pids:
-            own = passage_words[(passage_ends[pid - 1] if pid else 0):passage_ends[pid]]
-            chosen.extend(rng.choice(own, size=min(shared, len(own)), replace=False))
-        chosen.extend(zipf_words(rng, words, max(0, int(length) - len(chosen))))
-        rng.shuffle(chosen)
-        texts.append(" ".join(chosen))
+        text = None
+        while text is None or text in taken:
+            chosen = []
+            for pid in pids:
+                own = passage_words[(passage_ends[pid - 1] if pid else 0):passage_ends[pid]]
+                chosen.extend(rng.choice(own, size=min(shared, len(own)), replace=False))
+            chosen.extend(zipf_words(rng, words, max(0, int(length) - len(chosen))))
+            rng.shuffle(chosen)
+            text = " ".join(chosen)
+        texts.append(text)
     return texts
 
 
@@ -137,8 +142,10 @@ def write_synthetic_msmarco(out: str | Path, fraction: float, tokenizer, seed: i
     dev_extra = FULL["dev_qrels"] / FULL["dev_queries"] - 1
     dev_positives = _positives(rng, sizes.dev_queries, sizes.passages, dev_extra)
     dev_qids = 1_200_000 + rng.choice(np.arange(1, 100_000), size=sizes.dev_queries, replace=False)
+    train_texts: frozenset[str] = frozenset()
     for name, qids, positives in (("train", train_qids, train_positives), ("dev.small", dev_qids, dev_positives)):
-        texts = _queries(rng, words, passage_words, passage_ends, positives)
+        texts = _queries(rng, words, passage_words, passage_ends, positives, taken=train_texts)
+        train_texts = train_texts or frozenset(texts)
         _write_tsv(out / f"queries.{name}.tsv", zip(qids, texts))
         _write_tsv(out / f"qrels.{name}.tsv", ((q, 0, p, 1) for q, ps in zip(qids, positives) for p in ps))
 
@@ -154,7 +161,7 @@ def write_synthetic_msmarco(out: str | Path, fraction: float, tokenizer, seed: i
         qids = 2_000_000 + int(year) * 1000 + np.arange(TREC_DL_TOPICS)
         positives = [[int(p)] for p in rng.choice(sizes.passages, size=TREC_DL_TOPICS)]
         _write_tsv(out / f"msmarco-test{year}-queries.tsv",
-                   zip(qids, _queries(rng, words, passage_words, passage_ends, positives)))
+                   zip(qids, _queries(rng, words, passage_words, passage_ends, positives, taken=train_texts)))
         rows = []
         for qid, (positive,) in zip(qids[:judged], positives[:judged]):
             others = rng.choice(sizes.passages, size=TREC_DL_JUDGED_PER_TOPIC, replace=False)
