@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 import yaml
+from snakemake.utils import update_config
+
 from dpr_pipeline.models.loading import load_tokenizer
 
 # this script's own modules, beside it in scripts/
@@ -85,12 +87,6 @@ def fixes(output: str) -> tuple[dict, list[str]]:
     return overlay, sorted(set(re.findall(r"fix: group-components (\S+=\d+)", output)))
 
 
-def merged(base: dict, extra: dict) -> dict:
-    for key, value in extra.items():
-        base[key] = merged(base.get(key, {}), value) if isinstance(value, dict) else value
-    return base
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.001, help="of MS MARCO, for the synthetic data")
@@ -134,7 +130,8 @@ def main() -> None:
     for attempt in range(3):
         settings, named_groups = fixes(output)
         groups = sorted(set(groups) | set(named_groups))
-        mine = merged(yaml.safe_load((clone / "my_cluster.yaml").read_text()), settings)
+        mine = yaml.safe_load((clone / "my_cluster.yaml").read_text())
+        update_config(mine, settings)                      # as snakemake overlays a config file
         (clone / "my_cluster.yaml").write_text(yaml.safe_dump(mine, sort_keys=False))
         extra = [f"CHECK_ARGS=--group-components {' '.join(groups)}"] if groups else []
         log += ["The settings its lines name, in my_cluster.yaml:", "", "```yaml",

@@ -182,7 +182,8 @@ def test_the_walkthrough_applies_the_settings_the_preflights_lines_name():
     assert settings == {"datasets": {"msmarco": {"stages": {"pretrain": {"processes": 4}}}},
                         "cluster": {"max_runtime": 60}}
     assert groups == ["encode_corpus_{dataset}_{stage}=4"]
-    mine = cluster_walkthrough.merged({"cluster": {"account": "dprlab"}}, settings)
+    mine = {"cluster": {"account": "dprlab"}}
+    cluster_walkthrough.update_config(mine, settings)
     assert mine["cluster"] == {"account": "dprlab", "max_runtime": 60}
     overlay = cluster_walkthrough.emulated_overlay()
     assert "cluster" not in overlay
