@@ -22,7 +22,7 @@ example: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/snakemake --lint
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m "not slow"

@@ -15,7 +15,9 @@ benchmarks/rehearsal/config.yaml, without its cluster block and with the msmarco
 node's GPUs are count-only, so jobs are told the CPU is meant (DPR_PIPELINE_ALLOW_CPU=1).
 
 Writes benchmarks/rehearsal/walkthrough/summary.md: each step's command and output, the run's Slurm jobs by state
-and the most queued at once; exits non-zero when a step did not do what the docs say.
+and the most queued at once; exits non-zero when a step did not do what the docs say. With `--dry-run` step 5 is
+`snakemake -n` (its plan, nothing submitted) and with `--venv` step 1 uses an installed environment instead of
+`make install`: what tests/test_rehearsal.py's Slurm test runs, in about a minute.
 """
 
 import argparse
@@ -87,11 +89,44 @@ def fixes(output: str) -> tuple[dict, list[str]]:
     return overlay, sorted(set(re.findall(r"fix: group-components (\S+=\d+)", output)))
 
 
+def literal_command(log: list[str], command: list[str], clone: Path, env: dict) -> bool:
+    """Run ``command`` in ``clone``, counting the jobs queued or running every 5 s; add its outcome, its Slurm jobs
+    by state and the most queued at once to ``log``. True when it completed."""
+    queued: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(5):
+            listing = subprocess.run(["squeue", "-h", "-u", "root"], capture_output=True, text=True).stdout
+            queued.append(len(listing.splitlines()))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    began = time.monotonic()
+    status, _ = step(log, "5. The literal command", command, clone, env)
+    minutes = (time.monotonic() - began) / 60
+    stop.set()
+    jobs = slurm_jobs(clone / "logs" / "slurm")
+    states: dict[str, int] = {}
+    for row in sacct(jobs).values():
+        states[row["state"]] = states.get(row["state"], 0) + 1
+    limit = subprocess.run(["sacctmgr", "-n", "-P", "show", "assoc", "user=root", "account=dprlab",
+                            "format=maxsubmit"], capture_output=True, text=True).stdout.split()
+    completed = status == 0 and (clone / TARGET).is_file()
+    log += [f"**{'Completed' if completed else 'FAILED'}** in {minutes:.1f} min: "
+            f"{len(jobs)} Slurm jobs, states {states}; at most {max(queued, default=0)} queued or running at once "
+            f"(MaxSubmitJobs {limit[0] if limit else 'unset'})."]
+    return completed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.001, help="of MS MARCO, for the synthetic data")
     parser.add_argument("--work", type=Path, default=REPO / "rehearsal" / "walkthrough", help="work folder")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "rehearsal" / "walkthrough")
+    parser.add_argument("--venv", type=Path, help="an installed environment (this checkout's .venv) in place of "
+                        "step 1's make install; the clone's code then runs from where that environment installed it")
+    parser.add_argument("--dry-run", action="store_true", help="step 5 as snakemake -n: the plan, nothing submitted")
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
@@ -108,7 +143,12 @@ def main() -> None:
     failures = []
 
     # 1. Install
-    if step(log, "1. Install: make install", ["make", "install"], clone, shown=2)[0]:
+    make = ["make"]
+    if args.venv:
+        (clone / ".venv").symlink_to(args.venv.resolve())
+        make += ["-o", ".venv/.installed"]           # installed: make must not reinstall into it
+        log += ["## 1. Install: skipped", "", f"(--venv: {args.venv.resolve()})", ""]
+    elif step(log, "1. Install: make install", ["make", "install"], clone, shown=2)[0]:
         failures.append("make install failed")
     # 2. The cluster block; the fetch's replacement beside it
     (clone / "my_cluster.yaml").write_text(yaml.safe_dump(CLUSTER_BLOCK, sort_keys=False))
@@ -122,7 +162,7 @@ def main() -> None:
     log += ["## 4. Data in place of the fetch (written before step 3: the overlay's models are folders)", "",
             ", ".join(f"{k} {v:,}" for k, v in counts.items()), ""]
     # 3. The preflight, and the settings it names, until it passes
-    check = ["make", "cluster-check", f"CONFIG={' '.join(CONFIGS[1:])}"]
+    check = [*make, "cluster-check", f"CONFIG={' '.join(CONFIGS[1:])}"]
     status, output = step(log, "3. The preflight", check, clone)
     if status == 0 or "asks 8 GPUs on one node" not in output or "partition gpu allows 60" not in output:
         failures.append("the preflight did not refuse 8 GPUs on 4-GPU nodes and more than 60 minutes")
@@ -142,35 +182,17 @@ def main() -> None:
     else:
         failures.append("the preflight still refuses the plan with the settings it named")
 
-    # 5. The literal command, watched
-    queued: list[int] = []
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(5):
-            listing = subprocess.run(["squeue", "-h", "-u", "root"], capture_output=True, text=True).stdout
-            queued.append(len(listing.splitlines()))
-
+    # 5. The literal command (watched), or its plan
     env = {**os.environ, "PATH": f"{clone / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "DPR_PIPELINE_ALLOW_CPU": "1"}
     command = ["snakemake", "--profile", "slurm", TARGET, "--configfile", *CONFIGS]
     command += ["--group-components", *groups] if groups else []
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    began = time.monotonic()
-    status, output = step(log, "5. The literal command", command, clone, env)
-    minutes = (time.monotonic() - began) / 60
-    stop.set()
-    jobs = slurm_jobs(clone / "logs" / "slurm")
-    states: dict[str, int] = {}
-    for row in sacct(jobs).values():
-        states[row["state"]] = states.get(row["state"], 0) + 1
-    limit = subprocess.run(["sacctmgr", "-n", "-P", "show", "assoc", "user=root", "account=dprlab",
-                            "format=maxsubmit"], capture_output=True, text=True).stdout.split()
-    log += [f"**{'Completed' if status == 0 and (clone / TARGET).is_file() else 'FAILED'}** in {minutes:.1f} min: "
-            f"{len(jobs)} Slurm jobs, states {states}; at most {max(queued, default=0)} queued or running at once "
-            f"(MaxSubmitJobs {limit[0] if limit else 'unset'})."]
-    if status or not (clone / TARGET).is_file():
+    if args.dry_run:
+        status, output = step(log, "5. The literal command's plan (--dry-run)", [*command, "-n"], clone, env,
+                              shown=12)
+        if status or "distill" not in output:
+            failures.append("the literal command's plan failed")
+    elif not literal_command(log, command, clone, env):
         failures.append("the literal command did not complete")
     if failures:
         log += ["", "Did not do what docs/cluster.md says: " + "; ".join(failures) + "."]

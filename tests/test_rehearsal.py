@@ -241,3 +241,19 @@ def test_the_rehearsal_runs_the_chain_under_slurm_at_a_tiny_fraction(tmp_path):
     assert set(run["state"]) == {"COMPLETED"} and (run["rule"] == "encode_corpus").sum() == 3 * 2
     assert (run["peak_mb"] > 0).all()
     assert "**Completed**" in summary.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_the_walkthrough_follows_docs_cluster_md_to_the_literal_commands_plan(tmp_path):
+    """scripts/cluster_walkthrough.py --dry-run on the real one-node Slurm (4-GPU node, 60-minute GPU partition):
+    the preflight refuses the plan, passes with the settings its lines name, and the literal command plans the
+    chain (its committed full run: benchmarks/rehearsal/walkthrough/summary.md); skipped where Slurm cannot start."""
+    if os.geteuid() != 0 or not (shutil.which("apt-get") or shutil.which("slurmctld")):
+        pytest.skip("Slurm cannot be started here: scripts/slurm/start needs root and apt-get (or Slurm)")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_walkthrough.py"), "--fraction", "2e-5",
+                           "--dry-run", "--venv", sys.prefix, "--work", str(tmp_path / "work"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900)
+    summary = tmp_path / "out" / "summary.md"
+    assert done.returncode == 0, (summary.read_text() if summary.exists() else "") + done.stderr[-4000:]
+    assert "asks 8 GPUs on one node" in summary.read_text() and "every job can run" in summary.read_text()

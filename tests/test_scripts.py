@@ -33,6 +33,7 @@ FOLDERS = ("experiments", "benchmarks", "scripts")
 
 #: Scripts whose run is another test's: the script, and the test that runs it.
 RUN_ELSEWHERE = {
+    "scripts/cluster_walkthrough.py": "tests/test_rehearsal.py (--dry-run on the test Slurm, slurm tier)",
     "scripts/config_reference.py": "tests/test_config_reference.py (--check, fast tier)",
     "scripts/dag_plan.py": "tests/test_stages.py (--rules, fast tier) and tests/test_additions.py",
     "scripts/gpu_check.py": "tests/test_gpu_check.py (no GPU: its message, fast tier; --smoke --allow-cpu, slow)",
