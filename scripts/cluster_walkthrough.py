@@ -17,7 +17,7 @@ node's GPUs are count-only, so jobs are told the CPU is meant (DPR_PIPELINE_ALLO
 Writes benchmarks/rehearsal/walkthrough/summary.md: each step's command and output, the run's Slurm jobs by state
 and the most queued at once; exits non-zero when a step did not do what the docs say. With `--dry-run` step 5 is
 `snakemake -n` (its plan, nothing submitted) and with `--venv` step 1 uses an installed environment instead of
-`make install`: what tests/test_rehearsal.py's Slurm test runs, in about a minute.
+`make install`: what tests/test_rehearsal.py's Slurm test runs, in seconds.
 """
 
 import argparse
