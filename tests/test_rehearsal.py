@@ -221,14 +221,19 @@ def test_every_rules_extrapolated_memory_is_within_80_percent_of_its_msmarco_req
     assert over.empty, f"extrapolated to full MS MARCO above {HEADROOM:.0%} of the request:\n{over.to_string()}"
 
 
+def skip_without_slurm() -> None:
+    """Skips the calling test where the scripts cannot start the one-node Slurm (scripts/slurm/start)."""
+    if os.geteuid() != 0 or not (shutil.which("apt-get") or shutil.which("slurmctld")):
+        pytest.skip("Slurm cannot be started here: scripts/slurm/start needs root and apt-get (or Slurm)")
+
+
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_the_rehearsal_runs_the_chain_under_slurm_at_a_tiny_fraction(tmp_path):
     """scripts/rehearsal.py at 1/5,000 (1,768 passages: more than the search depth, 1,000) with 2 shards per sharded
     stage (the CI run; the measured runs keep the
     msmarco entry's 32/32/64), through the real one-node Slurm; skipped where it cannot start."""
-    if os.geteuid() != 0 or not (shutil.which("apt-get") or shutil.which("slurmctld")):
-        pytest.skip("Slurm cannot be started here: scripts/slurm/start needs root and apt-get (or Slurm)")
+    skip_without_slurm()
     (tmp_path / "shards.yaml").write_text(yaml.safe_dump({"datasets": {"msmarco": {"stages": {
         "pretrain": {"tokenize_shards": 2}, "retriever": {"encode_shards": 2}, "reranker": {"teacher_shards": 2}}}}}))
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearsal.py"), "--fraction", "2e-4",
@@ -249,11 +254,11 @@ def test_the_walkthrough_follows_docs_cluster_md_to_the_literal_commands_plan(tm
     """scripts/cluster_walkthrough.py --dry-run on the real one-node Slurm (4-GPU node, 60-minute GPU partition):
     the preflight refuses the plan, passes with the settings its lines name, and the literal command plans the
     chain (its committed full run: benchmarks/rehearsal/walkthrough/summary.md); skipped where Slurm cannot start."""
-    if os.geteuid() != 0 or not (shutil.which("apt-get") or shutil.which("slurmctld")):
-        pytest.skip("Slurm cannot be started here: scripts/slurm/start needs root and apt-get (or Slurm)")
+    skip_without_slurm()
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_walkthrough.py"), "--fraction", "2e-5",
                            "--dry-run", "--venv", sys.prefix, "--work", str(tmp_path / "work"),
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900)
     summary = tmp_path / "out" / "summary.md"
     assert done.returncode == 0, (summary.read_text() if summary.exists() else "") + done.stderr[-4000:]
-    assert "asks 8 GPUs on one node" in summary.read_text() and "every job can run" in summary.read_text()
+    steps = summary.read_text()
+    assert "asks 8 GPUs on one node" in steps and "every job can run" in steps
