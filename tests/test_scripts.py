@@ -181,6 +181,17 @@ def test_bm25_search_memory(tmp_path):
     assert all(row["peak_rss_mb"] > 0 for row in result["rows"]) and output.with_suffix(".md").exists()
 
 
+def test_dense_search_throughput(tmp_path):
+    output = tmp_path / "search.json"
+    run("benchmarks/dense_search_throughput.py", "--device", "cpu", "--passages", 3000, "--dim", 32, "--queries",
+        64, "--check-queries", 16, "--depth", 50, "--batch-size", 32, "--output", output)
+    size, = json_of(output)["sizes"]
+    assert size["passages"] == 3000 and size["torch_ranked_qps"] > 0 and size["faiss_cpu_ranked_qps"] > 0
+    agreement = size["agreement"]
+    assert agreement["queries"] == 16 and agreement["max_score_difference"] < 1e-5
+    assert agreement["docs_in_one_list_only"] == 0                  # near-ties at most swap places inside the lists
+
+
 def test_encode_throughput(tiny, tmp_path):
     output = tmp_path / "encode.json"
     run("benchmarks/encode_throughput.py", "--model", tiny["mean"], "--passages", 16, "--repeats", 1,

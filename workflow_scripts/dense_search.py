@@ -11,4 +11,4 @@ with logged(snakemake.log[0], snakemake.threads):
                  tag=f"dpr_pipeline-{snakemake.wildcards.stage}",
                  hnsw_ef_search=index["hnsw_ef_search"] if index["kind"] == "hnsw" else None,
                  ivf_nprobe=index["ivf_nprobe"] if index["kind"] == "ivfpq" else None,
-                 bf16=p["bf16"])
+                 bf16=p["bf16"], search_device=index["search_device"])

@@ -1,8 +1,10 @@
 """Dense retrieval: encode the queries, search a faiss index of :mod:`.dense_index`, write a TREC run.
 
-Search runs on the GPUs when faiss-gpu is installed and a GPU is visible (``faiss.get_num_gpus()``), with the
-index sharded over all visible GPUs in float32 (the same hits and scores as on the CPU, up to float rounding of
-near-ties); otherwise, and for HNSW (no GPU version), on the CPU with faiss-cpu.
+Where CUDA is visible the search runs on the GPU: a ``flat`` index exactly in PyTorch
+(:mod:`.torch_flat_search`: the same hits as faiss-cpu, up to the order of scores equal within float rounding), an
+``ivfpq`` index with faiss's GPU build (sharded over the visible GPUs; without that build the job stops and names
+the fix); ``hnsw`` has no GPU version and searches on the CPU. Without CUDA, or with ``use_gpu=False``
+(`index.search_device: cpu`), everything searches on the CPU with faiss-cpu.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from typing import Iterator, Sequence
 
 import faiss
 import numpy as np
+import torch
 
 from dpr_pipeline.data.trec_runs import rank_order, write_trec_run
-from dpr_pipeline.errors import DataError
+from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.retrieval.dense_index import read_index_ids
 from dpr_pipeline.retrieval.encode import encode_queries
+from dpr_pipeline.retrieval.torch_flat_search import TorchFlatIndex
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +38,8 @@ def search_index(index_path: str | Path, ids_path: str | Path, query_ids: Sequen
 
     A query gets fewer than ``depth`` hits only when the index holds fewer vectors (or an approximate
     index finds fewer). ``hnsw_ef_search`` / ``ivf_nprobe`` tune the approximate kinds. ``use_gpu``: None
-    (default) searches on the GPUs when :func:`gpus_available`, True insists on it, False stays on the CPU.
+    (default) searches on the GPU where CUDA is visible (module docstring), True insists on it, False stays on the
+    CPU.
     """
     if depth < 1 or batch_size < 1:
         raise ValueError(f"depth ({depth}) and batch_size ({batch_size}) must be >= 1")
@@ -49,7 +54,14 @@ def search_index(index_path: str | Path, ids_path: str | Path, query_ids: Sequen
         raise DataError(index_path, f"the index has dimension {index.d}, the queries {query_vectors.shape[1]}",
                         "search with the model that encoded the corpus")
     _set_search_parameters(index, hnsw_ef_search, ivf_nprobe)
-    index = _search_device(index, use_gpu)
+    yield from ranked_hits(_search_device(index, use_gpu), doc_ids, query_ids, query_vectors, depth=depth,
+                           batch_size=batch_size)
+
+
+def ranked_hits(index: faiss.Index | TorchFlatIndex, doc_ids: np.ndarray, query_ids: Sequence[str],
+                query_vectors: np.ndarray, *, depth: int,
+                batch_size: int) -> Iterator[tuple[str, list[tuple[str, float]]]]:
+    """:func:`search_index`'s hits from an open index (row ``i`` is ``doc_ids[i]``) on its device."""
     for start in range(0, len(query_ids), batch_size):
         batch = np.ascontiguousarray(query_vectors[start:start + batch_size], dtype=np.float32)
         scores, rows = _search_past_ties(index, batch, depth)
@@ -59,7 +71,8 @@ def search_index(index_path: str | Path, ids_path: str | Path, query_ids: Sequen
             yield query_id, hits[:depth]
 
 
-def _search_past_ties(index: faiss.Index, batch: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+def _search_past_ties(index: faiss.Index | TorchFlatIndex, batch: np.ndarray,
+                      depth: int) -> tuple[np.ndarray, np.ndarray]:
     """``index.search`` deep enough that every hit scoring exactly the ``depth``-th score is among the results.
 
     Which of several equal-scored vectors faiss returns at the cut is its own (device-dependent) choice; searching
@@ -80,44 +93,39 @@ def _search_past_ties(index: faiss.Index, batch: np.ndarray, depth: int) -> tupl
 
 def _cuda_gpus() -> int:
     """CUDA GPUs visible to PyTorch (0 without CUDA)."""
-    import torch
-
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def gpus_available() -> int:
-    """GPUs faiss can search on: 0 without faiss-gpu (faiss-cpu has no GPU code) or without a visible GPU."""
+    """GPUs faiss itself can search on: 0 without faiss-gpu (faiss-cpu has no GPU code) or without a visible GPU."""
     if not hasattr(faiss, "StandardGpuResources"):
         return 0
     return int(faiss.get_num_gpus())
 
 
-def cpu_search_note(cuda_gpus: int, faiss_gpus: int) -> str | None:
-    """The log line of a search that stays on the CPU although CUDA sees ``cuda_gpus`` GPUs, because this faiss
-    (``faiss_gpus``: the GPUs it can use) is the CPU build; None where there is nothing to say."""
-    if cuda_gpus == 0 or faiss_gpus > 0:
-        return None
-    return (f"searching on the CPU: {cuda_gpus} CUDA GPU(s) visible, but this faiss ({faiss.__version__}) has no GPU "
-            "support. Install faiss's GPU build to search on them: the project's `gpu` extra (docs/cluster.md, "
-            "'Software')")
-
-
-def _search_device(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
-    """The index itself (CPU), or a copy sharded over every visible GPU (flat and IVF kinds)."""
-    gpus = gpus_available()
-    if use_gpu is False or (use_gpu is None and gpus == 0):
-        if use_gpu is None and (note := cpu_search_note(_cuda_gpus(), gpus)):
-            logger.warning(note)
+def _search_device(index: faiss.Index, use_gpu: bool | None) -> faiss.Index | TorchFlatIndex:
+    """The index itself (CPU), its vectors on the GPU (flat) or a faiss-gpu copy sharded over the GPUs (ivfpq)."""
+    cuda = _cuda_gpus()
+    if use_gpu is False or (use_gpu is None and cuda == 0):
         return index
-    if gpus == 0:
-        raise RuntimeError("use_gpu=True but faiss sees no GPU (install faiss-gpu and run where a GPU is visible)")
+    if cuda == 0:
+        raise RuntimeError("use_gpu=True but torch sees no CUDA GPU")
     if isinstance(index, faiss.IndexHNSW):
         logger.info("HNSW has no GPU version: searching on the CPU")
         return index
+    if isinstance(index, faiss.IndexFlat):
+        logger.info("searching exactly on %s (PyTorch, float32)", torch.cuda.get_device_name(0))
+        return TorchFlatIndex(index, "cuda")
+    if gpus_available() == 0:
+        raise ConfigError(
+            f"a {type(index).__name__} index is searched on the GPU by faiss's GPU build, which this faiss "
+            f"({faiss.__version__}) is not, and {cuda} CUDA GPU(s) are visible. Fix: install the project's `gpu` "
+            "extra in the jobs' environment (docs/cluster.md, 'Software'), or search on the CPU: "
+            "stages.retriever.index.search_device: cpu")
     options = faiss.GpuMultipleClonerOptions()
     options.shard = True            # each GPU holds 1/n of the vectors
     options.useFloat16 = False      # float32 as on the CPU: the same scores
-    logger.info("searching on %d GPU(s) (faiss-gpu)", gpus)
+    logger.info("searching on %d GPU(s) (faiss-gpu)", gpus_available())
     return faiss.index_cpu_to_all_gpus(index, co=options)
 
 
@@ -145,12 +153,14 @@ def _set_search_parameters(index: faiss.Index, hnsw_ef_search: int | None, ivf_n
 def dense_search(model_path: str, index_path: str | Path, ids_path: str | Path, queries_parquet: str | Path,
                  output_run: str | Path, *, depth: int, query_max_length: int | None, batch_size: int, tag: str,
                  search_batch_size: int = 1024, hnsw_ef_search: int | None = None,
-                 ivf_nprobe: int | None = None, bf16: bool = False) -> None:
+                 ivf_nprobe: int | None = None, bf16: bool = False, search_device: str = "auto") -> None:
     """Encode the queries (``batch_size`` at a time, cut at ``query_max_length`` tokens; None: the model's own
-    max_seq_length), search the index and write a TREC run atomically."""
+    max_seq_length), search the index (``search_device`` ``auto``: on the GPU where CUDA is visible, ``cpu``: on
+    the CPU) and write a TREC run atomically."""
     query_ids, vectors = encode_queries(model_path, queries_parquet, max_length=query_max_length,
                                         batch_size=batch_size, bf16=bf16)
     logger.info("searching %s for %d queries (depth %d)", index_path, len(query_ids), depth)
     hits = search_index(index_path, ids_path, query_ids, vectors, depth=depth, batch_size=search_batch_size,
-                        hnsw_ef_search=hnsw_ef_search, ivf_nprobe=ivf_nprobe)
+                        hnsw_ef_search=hnsw_ef_search, ivf_nprobe=ivf_nprobe,
+                        use_gpu=False if search_device == "cpu" else None)
     write_trec_run(hits, output_run, tag)
