@@ -149,12 +149,18 @@ class Data:
 
 
 def test_the_trainer_with_micro_batch_size_trains_the_weights_of_the_one_pass(bert_dir, tmp_path):
-    """train(): batches of 8 queries in chunks of 2 (the gradient cache) end with the one-pass run's weights."""
+    """train(): batches of 8 queries in chunks of 2 (the gradient cache) end with the one-pass run's weights, and
+    the encoder never sees more than a chunk: 2 queries or 2 x 3 passages a forward pass (8 and 24 in one pass),
+    each chunk encoded twice (without, then with the graph)."""
     tokenizer = load_tokenizer(str(bert_dir))
     collate = BiEncoderCollator(tokenizer, 16, 32)
-    weights = {}
+    weights, rows = {}, {}
     for micro in (None, 2):
         model = without_dropout(fresh_model(bert_dir, 0.0))
+        rows[micro] = []
+        model.encoder.transformer.register_forward_pre_hook(
+            lambda module, args, kwargs, seen=rows[micro]: seen.append(len((args or [kwargs["input_ids"]])[0])),
+            with_kwargs=True)
         settings = TrainingSettings(learning_rate=1e-3, warmup_steps=1, batch_size=8, train_steps=3, seed=5,
                                     micro_batch_size=micro)
         train(model, Data(make_groups(16)), collate, LOSSES["distillation"], settings, tmp_path / f"ckpt{micro}",
@@ -162,6 +168,8 @@ def test_the_trainer_with_micro_batch_size_trains_the_weights_of_the_one_pass(be
         weights[micro] = model.encoder.state_dict()
         losses = (tmp_path / f"loss{micro}.jsonl").read_text()
     assert losses.count("\n") == 3
+    assert sorted(set(rows[None])) == [8, 24] and len(rows[None]) == 3 * 2                # 3 steps, one pass each
+    assert sorted(set(rows[2])) == [2, 6] and len(rows[2]) == 3 * 4 * 2 * 2               # 4 chunks, twice each
     start = fresh_model(bert_dir, 0.0).encoder.state_dict()
     assert max((weights[None][n] - start[n]).abs().max().item() for n in start) > 1e-3
     for name in start:
@@ -232,12 +240,12 @@ def test_the_msmarco_config_has_the_same_global_batch_and_recipe_at_4_and_8_gpus
         for stage in training_blocks():
             params = stage_params(config, "msmarco", stage.block)
             processes = stage_params(config, "msmarco", stage.shares or stage.block)["processes"]
-            share = params["batch_size"] // processes
-            assert params["batch_size"] % processes == 0 and share % (params["micro_batch_size"] or share) == 0
+            share, micro = params["batch_size"] // processes, params["micro_batch_size"]
+            assert params["batch_size"] % processes == 0 and (micro == "auto" or share % (micro or share) == 0)
             recipe[stage.name] = {key: params.get(key) for key in
                                   ("batch_size", "negatives_per_query", "micro_batch_size", "learning_rate",
                                    "train_steps", "epochs", "max_length", "passage_max_length")}
-            recipe[stage.name]["per_pass"] = min(share, params["micro_batch_size"] or share)
+            recipe[stage.name]["per_pass"] = micro if micro == "auto" else min(share, micro or share)
             recipe[stage.name]["processes"] = processes
         recipes[gpus] = recipe
     assert {name: r["processes"] for name, r in recipes[8].items()} == {
@@ -249,6 +257,7 @@ def test_the_msmarco_config_has_the_same_global_batch_and_recipe_at_4_and_8_gpus
     assert recipes[4] == recipes[8]
     assert recipes[8]["reranker"]["batch_size"] == 64 and recipes[8]["reranker"]["per_pass"] == 2
     assert recipes[8]["pretrain"]["batch_size"] == 2048 and recipes[8]["pretrain"]["per_pass"] == 256
+    assert {recipes[8][name]["per_pass"] for name in ("retriever1", "retriever2", "distill")} == {"auto"}
 
 
 def test_the_validator_refuses_a_chunk_that_does_not_divide_the_share_with_the_fix():

@@ -349,7 +349,8 @@ def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert,
 
 def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypatch):
     """``micro_batch_size``: Eq. 4 is a mean over queries, so the gradient summed over micro-batches (each loss
-    weighted by its share) is the whole batch's; and a training run logs the same losses either way."""
+    weighted by its share) is the whole batch's; and a training run logs the same losses either way, in one forward
+    pass a step or in one a query."""
     from dpr_pipeline.models.devices import autocast
     from dpr_pipeline.models.pair_scoring import load_scorer
     from dpr_pipeline.training.cross_encoder import PairScorer, listwise_batch_loss, make_collate
@@ -386,12 +387,21 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 2,
               "max_length": MAX_LENGTH, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
               "gradient_checkpointing": False, "bf16": False}
-    losses = {}
+    losses, forwards = {}, {}
+
+    def counted_load(*args, **kwargs):                  # the forward passes of the run in progress
+        loaded = load_cross_encoder(*args, **kwargs)
+        loaded.register_forward_pre_hook(lambda *_: forwards[run].append(1))
+        return loaded
+
+    monkeypatch.setattr("dpr_pipeline.training.cross_encoder.load_cross_encoder", counted_load)
     for run, micro_batch_size in (("whole", None), ("micro", 1)):
+        forwards[run] = []
         train_reranker(negatives, dataset["passages"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
                        tmp_path / f"{run}.jsonl", {**params, "micro_batch_size": micro_batch_size})
         losses[run] = [json.loads(line)["loss"] for line in (tmp_path / f"{run}.jsonl").open()]
     assert len(losses["whole"]) == 4 and losses["micro"] == pytest.approx(losses["whole"], rel=1e-4)
+    assert len(forwards["whole"]) == 4 and len(forwards["micro"]) == 4 * 4      # 4 steps of 4 queries, 1 a pass
 
 
 @pytest.mark.slow

@@ -79,6 +79,11 @@ def to_device(batch: dict, device: torch.device, non_blocking: bool = False) -> 
             else value for key, value in batch.items()}
 
 
+def gpu_memory_gib(device: torch.device) -> float | None:
+    """The total memory (GiB) of ``device`` when it is a GPU, else None."""
+    return torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda" else None
+
+
 def default_device() -> torch.device:
     """Where inference runs: the GPU when there is one (a job given GPUs without CUDA stops:
     :func:`require_cuda_where_allocated`)."""

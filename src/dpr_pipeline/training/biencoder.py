@@ -16,14 +16,17 @@ from pathlib import Path
 import torch
 
 from dpr_pipeline.atomic_writes import atomic_output
+from dpr_pipeline.models.devices import gpu_memory_gib
 from dpr_pipeline.models.embedding import Prompts, TextEncoder, load_text_encoder, save_text_encoder
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.models.packing import pack, packed_attention_for, worth_packing
 from dpr_pipeline.training.dev_selection import select
+from dpr_pipeline.stages import settings_block
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.grad_cache import joined
 from dpr_pipeline.training.groups import read_query_groups
 from dpr_pipeline.training.losses import contrastive_loss, distillation_loss
+from dpr_pipeline.training.pass_memory import model_size, resolve_micro_batch
 from dpr_pipeline.training.schedule import STEP_KEYS, epochs_visited
 from dpr_pipeline.training.selection_record import write_selection
 from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings
@@ -160,6 +163,11 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     step = distillation_step(settings.temperature, settings.alpha) if distill \
         else contrastive_step(settings.temperature)
     description = "distilled retriever" if distill else "retriever"
+    training = resolve_micro_batch(
+        training, min(training.batch_size, len(groups)) // dist.world_size,
+        settings.query_max_length + (1 + settings.negatives_per_query) * settings.passage_max_length,
+        gpu_memory_gib(dist.device), **model_size(encoder.transformer),
+        setting=f"stages.{settings_block(stage) or settings.BLOCK}.micro_batch_size")
     with packed_attention_for(encoder.transformer, f"{description} training") as packed:
         collate = BiEncoderCollator(tokenizer, settings.query_max_length, settings.passage_max_length, prompts,
                                     packed)

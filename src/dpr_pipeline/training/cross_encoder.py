@@ -20,14 +20,16 @@ from typing import Callable
 import torch
 
 from dpr_pipeline.atomic_writes import atomic_output
-from dpr_pipeline.models.devices import autocast, model_device, to_device
+from dpr_pipeline.models.devices import autocast, gpu_memory_gib, model_device, to_device
 from dpr_pipeline.models.embedding import declared_prompts
 from dpr_pipeline.models.loading import load_cross_encoder, load_tokenizer
 from dpr_pipeline.models.packing import PackedBatch, pack, packed_attention_for, worth_packing
 from dpr_pipeline.models.pair_scoring import encode_pairs, load_scorer
+from dpr_pipeline.stages import settings_block
 from dpr_pipeline.training.distributed import Distributed
 from dpr_pipeline.training.groups import Group, QueryGroups, read_query_groups
 from dpr_pipeline.training.losses import listwise_loss
+from dpr_pipeline.training.pass_memory import model_size, resolve_micro_batch
 from dpr_pipeline.training.settings import RerankerSettings
 from dpr_pipeline.training.trainer import train
 
@@ -167,6 +169,10 @@ def train_reranker(negatives_path: str | Path, passages_path: str | Path, querie
     if declared:
         log.warning("the re-ranker's plm %s declares prompts %s, which the re-ranker does not apply (it is "
                     "fine-tuned on the bare pairs; docs/prompts.md)", settings.plm, declared)
+    training = resolve_micro_batch(
+        training, min(training.batch_size, len(groups)) // dist.world_size,
+        (1 + settings.negatives_per_query) * settings.max_length, gpu_memory_gib(dist.device), **model_size(model),
+        setting=f"stages.{settings_block(stage) or settings.BLOCK}.micro_batch_size")
     head_known = model.config.model_type in PACKED_HEADS
     with packed_attention_for(model, "re-ranker training", None if head_known else
                               f"no packed head for a {model.config.model_type!r} classifier") as packed:

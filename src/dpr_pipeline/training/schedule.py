@@ -30,7 +30,9 @@ class TrainingSettings:
     max_grad_norm: float = 1.0
     head_learning_rate: float | None = None  # the task head's (parameters outside the base model), if not learning_rate
     warmup_ratio: float | None = None  # warm-up as a fraction of the run; replaces warmup_steps when set
-    micro_batch_size: int | None = None  # examples per process per forward pass (gradient cache or accumulation)
+    # examples per process per forward pass (gradient cache or accumulation); "auto": chosen by the stage for its GPU
+    # (training/pass_memory.py) before the loop starts
+    micro_batch_size: int | str | None = None
 
     def warmup(self, steps: int) -> int:
         """Warm-up steps of a run of ``steps``: ``warmup_ratio`` of it when set, else ``warmup_steps``."""
@@ -99,11 +101,12 @@ def check_warmup(settings: TrainingSettings, steps: int, num_examples: int, desc
                       f"{steps // 2}, or train longer (epochs or train_steps)")
 
 
-def check_micro_batch(batch_size: int, processes: int, micro_batch_size: int | None, setting: str) -> None:
+def check_micro_batch(batch_size: int, processes: int, micro_batch_size: int | str | None, setting: str) -> None:
     """``micro_batch_size`` must divide a process's share of ``batch_size`` (``batch_size / processes``), so that
     the chunks, like the global batch and its negatives, are the same whatever ``processes`` is: else a ConfigError
-    naming ``setting`` (where it is set) and a value that would do."""
-    if not micro_batch_size or batch_size % processes or (batch_size // processes) % micro_batch_size == 0:
+    naming ``setting`` (where it is set) and a value that would do. ``auto`` (the stage chooses a divisor for its
+    GPU: :mod:`dpr_pipeline.training.pass_memory`) passes."""
+    if not micro_batch_size or micro_batch_size == "auto" or batch_size % processes or (batch_size // processes) % micro_batch_size == 0:
         return
     share = batch_size // processes
     fits = max(d for d in range(1, min(share, micro_batch_size) + 1) if share % d == 0)

@@ -293,6 +293,9 @@ def train(model: torch.nn.Module, data: TrainingData, collate: Callable[[list], 
         raise ValueError(f"batch_size {settings.batch_size} ({len(data)} examples) does not split evenly over "
                          f"{dist.world_size} processes")
     share = min(settings.batch_size, len(data)) // dist.world_size
+    if settings.micro_batch_size == "auto":
+        raise ValueError("micro_batch_size auto: the stage chooses it for its GPU before training "
+                         "(training/pass_memory.py resolve_micro_batch)")
     chunk = settings.micro_batch_size if settings.micro_batch_size and settings.micro_batch_size < share else None
     check_micro_batch(settings.batch_size, dist.world_size, settings.micro_batch_size,
                       f"stages.{settings_block(stage) or '<stage>'}.micro_batch_size")
