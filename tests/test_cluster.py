@@ -1,8 +1,11 @@
 """Portable job resources (config `resources`, per dataset, attempt-scaled) and shard-bounded teacher reads."""
 
+import pytest
 import yaml
 from conftest import REPO
 
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.orchestration.config import validate_config
 from dpr_pipeline.training.stops import clear_finished, continuations, mark_finished, record_stop, training_finished
 from dpr_pipeline.orchestration.resources import (
     UNPLANNED_CONTINUATIONS,
@@ -15,7 +18,7 @@ from dpr_pipeline.orchestration.resources import (
     training_retries,
 )
 
-CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
+CONFIG = validate_config({**yaml.safe_load((REPO / "config.yaml").read_text()), "run_datasets": ["scifact", "msmarco", "nq"]})
 
 
 def test_resources_merge_default_rule_and_dataset():
@@ -36,20 +39,45 @@ def test_max_runtime_caps_every_attempt_and_the_continuations_come_on_top_of_the
     """cluster.max_runtime, the partition's longest job: 48 h re-ranker training asks 24 h on every attempt
     under a 24 h cap (2 attempts resuming from the checkpoint), NQ's 120 h pre-training 5; each training rule of
     the plan gets its planned jobs' continuations on top of --retries, which stay for failures."""
-    capped = {**CONFIG, "cluster": {"max_runtime": 1440}}
-    assert [job_runtime(CONFIG, 2880, attempt) for attempt in (1, 2, 3)] == [2880, 5760, 8640]   # no cap
+    capped, uncapped = {**CONFIG, "cluster": {"max_runtime": 1440}}, {**CONFIG, "cluster": {"max_runtime": None}}
+    assert [job_runtime(uncapped, 2880, attempt) for attempt in (1, 2, 3)] == [2880, 5760, 8640]   # no cap
     assert [job_runtime(capped, 2880, attempt) for attempt in (1, 2, 3)] == [1440, 1440, 1440]
     assert [job_runtime(capped, 600, attempt) for attempt in (1, 2, 3)] == [600, 1200, 1440]
     assert [attempts_needed(capped, minutes) for minutes in (60, 1440, 2880, 4320)] == [1, 1, 2, 3]
-    assert attempts_needed(CONFIG, 4320) == 1
+    assert attempts_needed(uncapped, 4320) == 1
     unplanned = UNPLANNED_CONTINUATIONS                                   # a preemption, an early time limit
     msmarco = [("msmarco", "pretrain"), ("msmarco", "train_reranker"), ("msmarco", "train_retriever")]
-    assert training_retries(CONFIG, 2, msmarco) == {rule: 2 + unplanned for _, rule in msmarco}   # no cap
+    assert training_retries(uncapped, 2, msmarco) == {rule: 2 + unplanned for _, rule in msmarco}   # no cap
     assert training_retries(capped, 2, msmarco) == {"pretrain": 2 + 0 + unplanned,               # 24 h: 1 attempt
                                                      "train_reranker": 2 + 0 + unplanned,
                                                      "train_retriever": 2 + 0 + unplanned}
     assert training_retries(capped, 2, [("nq", "pretrain")]) == {"pretrain": 2 + 4 + unplanned}  # 120 h: 5 attempts
     assert training_retries(capped, 2, []) == {}                         # nothing planned: nothing set
+
+
+def test_a_trainings_gpu_minutes_are_split_over_its_processes_and_plan_its_continuations():
+    """msmarco's trainings are written in GPU-minutes: pre-training's 8 x 24 h asks 24 h on 8 GPUs and 96 h on 2,
+    which under a 12 h cap is 8 attempts where 8 GPUs need 2 (the continuations planned, none spent from --retries);
+    a more specific level's runtime replaces them, and a rule that trains nothing cannot use them."""
+    on_gpus = lambda processes, **cluster: {**CONFIG, "cluster": cluster, "datasets": {**CONFIG["datasets"], "msmarco": {
+        **CONFIG["datasets"]["msmarco"], "stages": {**CONFIG["datasets"]["msmarco"]["stages"], "pretrain": {
+            **CONFIG["datasets"]["msmarco"]["stages"]["pretrain"], "processes": processes}}}}}
+    assert job_resources(on_gpus(8), "msmarco", "pretrain")["runtime"] == 1440
+    assert job_resources(on_gpus(2), "msmarco", "pretrain")["runtime"] == 5760
+    assert job_resources(on_gpus(3), "msmarco", "pretrain")["runtime"] == 3840
+    plan = [("msmarco", "pretrain")]
+    assert training_retries(on_gpus(8, max_runtime=720), 2, plan) == {"pretrain": 2 + 1 + UNPLANNED_CONTINUATIONS}
+    assert training_retries(on_gpus(2, max_runtime=720), 2, plan) == {"pretrain": 2 + 7 + UNPLANNED_CONTINUATIONS}
+    overridden = on_gpus(2)
+    msmarco = overridden["datasets"]["msmarco"]
+    overridden["datasets"]["msmarco"] = {**msmarco, "resources": {**msmarco["resources"], "pretrain": {"runtime": 90}}}
+    assert job_resources(overridden, "msmarco", "pretrain")["runtime"] == 90
+    both = {**msmarco["resources"]["pretrain"], "runtime": 80}          # a --configfile overlay merged into it
+    overridden["datasets"]["msmarco"] = {**msmarco, "resources": {**msmarco["resources"], "pretrain": both}}
+    assert job_resources(overridden, "msmarco", "pretrain")["runtime"] == 80
+    with pytest.raises(ConfigError, match=r"resources.evaluate.gpu_minutes: only the training rules .* Fix: set "
+                                          r"resources.evaluate.runtime"):
+        job_resources({**CONFIG, "resources": {"evaluate": {"gpu_minutes": 60}}}, "scifact", "evaluate")
 
 
 def test_a_continuation_asks_what_the_attempt_before_it_asked(tmp_path):

@@ -27,19 +27,37 @@ GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_r
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
+
+from dpr_pipeline import stages
+from dpr_pipeline.errors import ConfigError
+from dpr_pipeline.orchestration.config import stage_params
 
 #: The first attempt's resources of a rule that ``resources`` does not name.
 BUILTIN_DEFAULT = {"threads": 1, "mem_mb": 4000, "runtime": 60}
 
 
 def job_resources(config: Mapping[str, Any], dataset: str, rule: str) -> dict[str, int]:
-    """``threads``, ``mem_mb``, ``runtime`` (minutes) of ``rule``'s first attempt for ``dataset``."""
+    """``threads``, ``mem_mb``, ``runtime`` (minutes) of ``rule``'s first attempt for ``dataset``: a training rule's
+    ``gpu_minutes`` over its stage's ``processes`` where the most specific level that sets either sets that alone
+    (a ``runtime`` beside them, as a ``--configfile`` overlay merges it in, wins)."""
     resources = config.get("resources") or {}
-    merged = {**BUILTIN_DEFAULT, **(resources.get("default") or {}), **(resources.get(rule) or {})}
-    per_dataset = (config["datasets"][dataset].get("resources") or {})
-    merged.update(per_dataset.get("default") or {})
-    merged.update(per_dataset.get(rule) or {})
+    per_dataset = config["datasets"][dataset].get("resources") or {}
+    merged = dict(BUILTIN_DEFAULT)
+    for level in (resources.get("default"), resources.get(rule), per_dataset.get("default"), per_dataset.get(rule)):
+        if {"runtime", "gpu_minutes"} & set(level or ()):
+            merged.pop("runtime", None), merged.pop("gpu_minutes", None)    # the more specific level's own
+        merged.update(level or {})
+        if "runtime" in (level or ()):
+            merged.pop("gpu_minutes", None)
+    if "gpu_minutes" in merged:
+        if rule not in stages.GPU_TRAINING_RULES:
+            raise ConfigError(f"resources.{rule}.gpu_minutes: only the training rules "
+                              f"({', '.join(stages.GPU_TRAINING_RULES)}) split GPU-minutes over their processes. "
+                              f"Fix: set resources.{rule}.runtime")
+        processes = stage_params(dict(config), dataset, stages.GPU_TRAINING_RULES[rule])["processes"]
+        merged["runtime"] = math.ceil(merged.pop("gpu_minutes") / processes)
     return merged
 
 
