@@ -46,7 +46,7 @@ def job_request(rule: str, wildcards: Mapping[str, str], resources: Mapping[str,
                       resources.get("slurm_partition"), resources.get("slurm_account"))
 
 
-def group_size(rule: str, group_sizes: Mapping[str, int] | None) -> int:
+def _group_size(rule: str, group_sizes: Mapping[str, int] | None) -> int:
     """The shard jobs of ``rule`` one submission runs (``group_sizes``: Snakemake's ``--group-components``); 1 for
     a rule whose jobs are not grouped."""
     return (group_sizes or {}).get(stages.shard_group(rule), 1) if rule in stages.SHARD_GROUPS else 1
@@ -66,14 +66,14 @@ def planned_requests(jobs, local_rules, group_sizes: Mapping[str, int] | None = 
             continue
         request = replace(job_request(rule, wildcards, dict(job.resources.items()), job.threads),
                           attempts=1 + (retries or {}).get(rule, 0))
-        if group_size(rule, group_sizes) > 1:
+        if _group_size(rule, group_sizes) > 1:
             piece = (stages.shard_group(rule), tuple(wildcards.get(name) for name in stages.SHARD_GROUPS[rule]))
             groups.setdefault(piece, []).append((int(wildcards.get("shard", 0)), request))
         else:
             requests.append(request)
     for members in groups.values():
         members = [request for _, request in sorted(members, key=lambda member: member[0])]
-        size = group_size(members[0].rule, group_sizes)
+        size = _group_size(members[0].rule, group_sizes)
         requests += [_in_series(members[start:start + size]) for start in range(0, len(members), size)]
     return requests
 
@@ -157,7 +157,7 @@ def retry_caps(config: Mapping[str, Any], facts: ClusterFacts | None, rule: str,
     partition = _partition_of(cluster_resources(config, gpu_rule).get("slurm_partition"), facts)
     largest = _gpu_nodes(partition, config, gpu_rule).most("mem_mb") if partition is not None else 0
     limit = _time_limit(partition, _job_qos(config, facts))
-    return RetryCaps(largest or None, limit[0] // group_size(rule, group_sizes) if limit else None)
+    return RetryCaps(largest or None, limit[0] // _group_size(rule, group_sizes) if limit else None)
 
 
 def _largest_attempt(job: JobRequest, config: Mapping[str, Any], caps: RetryCaps) -> JobRequest:
