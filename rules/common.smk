@@ -35,9 +35,9 @@ if WORKING_DIRECTORY_CONFIG := working_directory_config(workflow.basedir, os.get
 
 import dpr_pipeline.orchestration.stage_settings as settings
 import dpr_pipeline.stages as stages
-from dpr_pipeline.orchestration.preflight import check_plan, check_shard_groups, planned_requests
+from dpr_pipeline.orchestration.preflight import check_plan, check_shard_groups, planned_requests, retry_caps
 from dpr_pipeline.orchestration.resources import (cluster_resources, failed_attempts, gpu_request, job_resources,
-                                                  job_runtime, scaled, training_retries)
+                                                  job_runtime, planned_trainings, scaled, training_retries)
 from dpr_pipeline.orchestration.checkpoints import remove_finished_checkpoints
 from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
 from dpr_pipeline.orchestration.config import train_split_of, validate_config
@@ -117,25 +117,40 @@ CROSS_ENCODERS = stages.chain(stages.CROSS_ENCODER)
 RERANKED = stages.stage("reranker").fed_by
 
 
+# The cluster's facts and the shard groups' sizes the plan was checked against (onstart, under a cluster executor): no
+# retry grows past the largest node of its partition, nor past its partition's or QoS's time limit (preflight.py,
+# retry_caps). None in a dry run, a local run and inside the cluster jobs, which submit nothing.
+SUBMITTED_TO = {"facts": None, "group_sizes": {}}
+
+
+def retry_caps_of(rule_name):
+    """How far a retry of `rule_name`'s jobs may grow (`fetch`: the fetch jobs'), from SUBMITTED_TO."""
+    return retry_caps(config, SUBMITTED_TO["facts"], rule_name, SUBMITTED_TO["group_sizes"])
+
+
 # A training longer than the cluster's longest job (cluster.max_runtime) runs as several attempts, each continuing
 # from the checkpoint the one before saved: the training rules get those continuations on top of --retries, which
 # stay for failures (orchestration/resources.py, training_retries). Set as the run starts (onstart: not in a dry run, not
 # in each cluster job), when --retries is known.
 # First, the finished checkpoint folders of trainings whose jobs completed go (as the run ends too: the Snakefile's
 # onsuccess and onerror), so that a training Snakemake reruns does not resume one (orchestration/checkpoints.py).
-# Under a cluster executor, the preflight then checks every job of the plan against the cluster's limits (config
-# cluster, sinfo, sacctmgr) and stops the run before its first submission when one cannot run (orchestration/preflight.py).
+# Under a cluster executor, the preflight then checks every job of the plan, at its first attempt and at the last its
+# retries can make, against the cluster's limits (config cluster, sinfo, sacctmgr) and stops the run before its
+# first submission when one cannot run (orchestration/preflight.py); the facts it read then bound how far each retry
+# grows (SUBMITTED_TO, read by resources_of).
 onstart:
     remove_finished_trainings()
-    planned = [(job.wildcards_dict.get("dataset"), job.rule.name) for job in workflow.dag.needrun_jobs()
-               if job.rule.name in stages.GPU_TRAINING_RULES]
+    planned = planned_trainings(workflow.dag.needrun_jobs())
     for rule_name, retries in training_retries(config, workflow.execution_settings.retries, planned).items():
         workflow.get_rule(rule_name).restart_times = retries
     if not workflow.local_exec:
         group_sizes = dict(workflow.group_settings.group_components)
         check_shard_groups(group_sizes, dict(workflow.resource_settings.resources).get("shard_gpu"))
-        check_plan(planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes), config,
-                   read_cluster_facts(), jobs_at_once=workflow.resource_settings.nodes)
+        facts = read_cluster_facts()
+        check_plan(planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes,
+                                    {rule.name: rule.restart_times for rule in workflow.rules}),
+                   config, facts, jobs_at_once=workflow.resource_settings.nodes, group_sizes=group_sizes)
+        SUBMITTED_TO.update(facts=facts, group_sizes=group_sizes)
 
 
 # A shard job (stages.SHARD_GROUPS) also asks one `shard_gpu`, counted per group job (local scope): a cluster
@@ -185,7 +200,8 @@ def threads_of(rule_name):
 
 def resources_of(rule_name):
     """A rule's portable resources (docs/cluster.md): mem_mb and runtime (minutes) from config `resources`, times
-    the failed attempts so far on a retry (runtime at most cluster.max_runtime; a training's attempt that stopped
+    the failed attempts so far on a retry, up to what the cluster allows (retry_caps_of; runtime at most
+    cluster.max_runtime; a training's attempt that stopped
     at its time limit is no failure, nor one stopped after its training finished); GPUs (`gpu` or `gres`, config cluster.gpu_request): the stage's `processes`
     for a trainer (torchrun starts one process per GPU), 1 for the other GPU rules, none for CPU rules; nodes: 1
     for GPU rules (torchrun --standalone: one node); partition, account, QoS and constraint from config cluster."""
@@ -197,9 +213,11 @@ def resources_of(rule_name):
         failed = lambda wildcards, attempt: failed_attempts(attempt, continuations(folder(wildcards)),
                                                             training_finished(folder(wildcards)))
     resources = {
-        "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], failed(wildcards, attempt)),
+        "mem_mb": lambda wildcards, attempt: scaled(first(wildcards)["mem_mb"], failed(wildcards, attempt),
+                                                   retry_caps_of(rule_name).mem_mb),
         "runtime": lambda wildcards, attempt: job_runtime(config, first(wildcards)["runtime"],
-                                                          failed(wildcards, attempt)),
+                                                          failed(wildcards, attempt),
+                                                          retry_caps_of(rule_name).runtime),
         **cluster_resources(config, rule_name in stages.GPU_RULES),
     }
     if rule_name in stages.GPU_TRAINING_RULES:

@@ -21,11 +21,13 @@ FETCH = config["fetch"]
 
 
 def fetch_resources(dataset):
-    """mem_mb and runtime of a fetch job (config `resources.fetch`, per dataset too), growing with each retry."""
+    """mem_mb and runtime of a fetch job (config `resources.fetch`, per dataset too), growing with each retry up to
+    what the cluster allows (retry_caps_of)."""
     first = job_resources(config, dataset, "fetch")
     return {
-        "mem_mb": lambda wildcards, attempt: scaled(first["mem_mb"], attempt),
-        "runtime": lambda wildcards, attempt: job_runtime(config, first["runtime"], attempt),
+        "mem_mb": lambda wildcards, attempt: scaled(first["mem_mb"], attempt, retry_caps_of("fetch").mem_mb),
+        "runtime": lambda wildcards, attempt: job_runtime(config, first["runtime"], attempt,
+                                                          retry_caps_of("fetch").runtime),
         "gpu": 0,
         **cluster_resources(config, gpu_rule=False),
     }

@@ -5,7 +5,8 @@ allows and the setting that fixes it, and exits 1; or says how many jobs it chec
 
     .venv/bin/python scripts/cluster_check.py results/msmarco/distill/metrics.json --configfile my_cluster.yaml
 
-checks the shard groups of profiles/slurm, or of `--profile <your copy>`, or `--group-components` as given to snakemake.
+checks the shard groups and retries of profiles/slurm, or of `--profile <your copy>`, or `--group-components` and
+`--retries` as given to snakemake; each job at its first attempt and at the last its retries can make.
 
 Off the cluster (no sinfo), only the config's own limits (cluster.gpus_per_node) are checked, and it says so.
 A `--profile slurm` run does the same check before its first sbatch (rules/common.smk, onstart).
@@ -20,6 +21,7 @@ from dag_plan import REPO, built_dag
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
 from dpr_pipeline.orchestration.preflight import check_plan, planned_requests
+from dpr_pipeline.orchestration.resources import planned_trainings, training_retries
 
 
 def main(argv=None) -> int:
@@ -32,14 +34,18 @@ def main(argv=None) -> int:
                         help="the profile folder the run will use (default: profiles/slurm)")
     parser.add_argument("--group-components", nargs="+", default=None, metavar="GROUP=SIZE",
                         help="as snakemake's: replaces the profile's group-components")
+    parser.add_argument("--retries", type=int, help="as snakemake's (default: the profile's `retries:`)")
     args = parser.parse_args(argv)
     profile = yaml.safe_load((args.profile / "config.yaml").read_text())
     groups = profile.get("group-components", []) if args.group_components is None else args.group_components
     group_sizes = {name: int(size) for name, size in (item.rsplit("=", 1) for item in groups)}
+    retries = profile.get("retries", 0) if args.retries is None else args.retries
     try:
         with built_dag(args.targets, args.configfile, forceall=args.forceall) as workflow:
-            jobs = planned_requests(workflow.dag.needrun_jobs(), workflow._localrules, group_sizes)
-            config = workflow.config
+            config, needrun = workflow.config, list(workflow.dag.needrun_jobs())
+            rule_retries = {**{rule.name: retries for rule in workflow.rules},       # as rules/common.smk's onstart
+                            **training_retries(config, retries, planned_trainings(needrun))}
+            jobs = planned_requests(needrun, workflow._localrules, group_sizes, rule_retries)
     except ConfigError as error:
         print(f"cluster check: the config: {error}", file=sys.stderr)
         return 1
@@ -48,7 +54,7 @@ def main(argv=None) -> int:
                "the config's cluster block only (no sinfo here: partitions, time limits and nodes unchecked)")
     try:
         jobs_at_once = args.jobs or profile["jobs"]
-        check_plan(jobs, config, facts, jobs_at_once)
+        check_plan(jobs, config, facts, jobs_at_once, group_sizes)
     except ConfigError as error:
         print(f"cluster check: {len(jobs)} jobs against {against}: {error}", file=sys.stderr)
         return 1

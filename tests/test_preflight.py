@@ -9,34 +9,46 @@ from conftest import REPO
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration import stage_settings
-from dpr_pipeline.orchestration.cluster_facts import gpus_of, read_cluster_facts, slurm_minutes
+from dpr_pipeline.orchestration.cluster_facts import (Association, Qos, gpus_of, parse_associations, parse_qos,
+                                                      parse_tres, read_cluster_facts, slurm_minutes)
 from dpr_pipeline.orchestration.config import validate_config
-from dpr_pipeline.orchestration.preflight import JobRequest, check_plan, refusals
-from dpr_pipeline.orchestration.resources import cluster_resources, gpu_request, job_resources, job_runtime
+from dpr_pipeline.orchestration.preflight import JobRequest, RetryCaps, check_plan, refusals, retry_caps
+from dpr_pipeline.orchestration.resources import cluster_resources, gpu_request, job_resources, job_runtime, scaled
 
 # A typical site: a CPU partition (2 days), a GPU partition of 4-GPU nodes with a 12 h limit, a short debug one.
 SINFO_PARTITIONS = "cpu*|2-00:00:00|up\ngpu|12:00:00|up\ndebug|30:00|up\n"
 SINFO_NODES = ("cpu|c001|64|256000|(null)\ncpu|c002|64|256000|(null)\n"
                "gpu|g001|64|512000|gpu:a100:4(S:0-1)\ngpu|g002|64|512000|gpu:a100:4(S:0-1)\n"
                "debug|g003|32|128000|gpu:2\n")
-SACCTMGR = "ir-lab|80\n"
+# sacctmgr -nP show assoc user=alice format=account,maxsubmit,defaultqos,qos; sacctmgr -nP show qos format=name,
+# maxsubmitjobsperuser,maxwall,maxtresperuser,maxtres: the default QoS `normal`, without limits of its own
+SACCTMGR = "ir-lab|80|normal|normal\n"
+SACCTMGR_QOS = "normal||||\n"
 SCONTROL_CONFIG = "AccountingStorageEnforce = associations,limits,qos\nClusterName = uni\n"
 
 CONFIG = validate_config(yaml.safe_load((REPO / "config.yaml").read_text()))
 
 
 def fake_slurm(outputs):
-    """A subprocess.run answering each command (its first two words) with canned output; others: not found."""
+    """A subprocess.run answering each command (its first words) with canned output (None: it fails); others: not
+    found."""
     def run(command, **_):
         for prefix, text in outputs.items():
             if command[:len(prefix.split())] == prefix.split():
-                return subprocess.CompletedProcess(command, 0, text, "")
+                return subprocess.CompletedProcess(command, 0 if text is not None else 1, text or "", "")
         raise FileNotFoundError(command[0])
     return run
 
 
-TYPICAL = fake_slurm({"sinfo -h -N": SINFO_NODES, "sinfo -h": SINFO_PARTITIONS, "sacctmgr -nP": SACCTMGR,
-                      "scontrol show": SCONTROL_CONFIG})
+TYPICAL_OUTPUTS = {"sinfo -h -N": SINFO_NODES, "sinfo -h": SINFO_PARTITIONS, "sacctmgr -nP show assoc": SACCTMGR,
+                   "sacctmgr -nP show qos": SACCTMGR_QOS, "scontrol show": SCONTROL_CONFIG}
+TYPICAL = fake_slurm(TYPICAL_OUTPUTS)
+# A stricter site: the same cluster, its default QoS allowing 20 jobs submitted per user, 8 h a job and 4 GPUs per
+# user; a `long` QoS allowing 2 days and 8 GPUs.
+STRICT_QOS = ("normal|20|08:00:00|gres/gpu=4|\n"
+              "long|10|2-00:00:00|cpu=128,gres/gpu=8,mem=1000G|gres/gpu=8\n")
+STRICT = fake_slurm({**TYPICAL_OUTPUTS, "sacctmgr -nP show assoc": "ir-lab|80|normal|long,normal\n",
+                     "sacctmgr -nP show qos": STRICT_QOS})
 
 
 def with_cluster(**cluster):
@@ -145,18 +157,17 @@ def test_without_sinfo_the_configs_own_limits_are_checked():
 
 def test_more_jobs_at_once_than_the_user_may_submit():
     facts = read_cluster_facts(TYPICAL, user="alice")
-    assert facts.max_submit == {"ir-lab": 80}
+    assert facts.associations == (Association("ir-lab", 80, "normal", ("normal",)),)
     assert refusals([], CONFIG, facts, jobs_at_once=80) == []
     assert refusals([], CONFIG, facts, jobs_at_once=100) == [
         "Snakemake may queue 100 jobs at once (--jobs, the profile's `jobs:`) but user alice may submit 80 "
-        "(sacctmgr MaxSubmitJobs); fix: --jobs 80"]
+        "(sacctmgr MaxSubmitJobs); fix: --jobs 80 (or `jobs: 80` in your copy of the profile)"]
     both = refusals([], with_cluster(account="physics"), facts, jobs_at_once=100)   # no limit known for physics
     assert len(both) == 1 and both[0].startswith("cluster.account is 'physics'")
 
 
 def test_a_user_without_an_account_where_one_is_required():
-    facts = read_cluster_facts(fake_slurm({"sinfo -h -N": SINFO_NODES, "sinfo -h": SINFO_PARTITIONS,
-                                           "sacctmgr -nP": "", "scontrol show": SCONTROL_CONFIG}), user="bob")
+    facts = read_cluster_facts(fake_slurm({**TYPICAL_OUTPUTS, "sacctmgr -nP show assoc": ""}), user="bob")
     assert refusals([], CONFIG, facts) == [
         "user bob has no Slurm account and this cluster requires one (AccountingStorageEnforce=associations); fix: "
         "ask the cluster's administrators for one, then set cluster.account"]
@@ -224,3 +235,174 @@ def test_the_slurm_profile_groups_every_shard_rule_under_its_workflow_name():
     groups = dict(item.rsplit("=", 1) for item in profile["group-components"])
     assert set(groups) == {stages.shard_group(rule) for rule in stages.SHARD_GROUPS}
     assert profile["resources"] == ["shard_gpu=1"]
+
+
+# --- QoS limits (sacctmgr show qos) -------------------------------------------------------------------------------
+
+def test_sacctmgr_associations_qos_and_tres_are_parsed_from_its_own_lines():
+    assert parse_associations("ir-lab|80|normal|long,normal\nphysics||||\n") == (
+        Association("ir-lab", 80, "normal", ("long", "normal")), Association("physics", None, None, ()))
+    assert parse_tres("cpu=128,gres/gpu=8,mem=1000G") == {"cpu": 128, "gres/gpu": 8}    # memory has a unit: left out
+    assert parse_tres("gres/gpu:a100=2") == {"gres/gpu:a100": 2} and parse_tres("") == {}
+    assert parse_qos(STRICT_QOS) == {
+        "normal": Qos("normal", 20, 480, {"gres/gpu": 4}, {}),
+        "long": Qos("long", 10, 2880, {"cpu": 128, "gres/gpu": 8}, {"gres/gpu": 8})}
+    assert parse_qos("normal||||\n") == {"normal": Qos("normal")}                         # empty fields: no limit
+
+
+def test_the_qos_a_job_runs_under_is_the_default_else_the_only_one():
+    assert Association("ir-lab", qos=("long", "normal"), default_qos="long").job_qos() == "long"
+    assert Association("ir-lab", qos=("normal",)).job_qos() == "normal"
+    assert Association("ir-lab", qos=("long", "normal")).job_qos() is None     # Slurm's root default or `normal`
+
+
+def test_the_default_qos_limits_submissions_runtime_and_gpus_of_cpu_and_gpu_jobs():
+    """The strict site's default QoS: 20 jobs submitted per user (the profile queues 50), 8 h a job (CPU jobs too),
+    4 GPUs per user: each refused before the first sbatch, naming the QoS, sacctmgr's field and the fix."""
+    facts = read_cluster_facts(STRICT, user="alice")
+    config = with_cluster(gpu_partition="gpu", cpu_partition="cpu", max_runtime=None)
+    store = JobRequest("passage_store", "msmarco", 0, 8, 64000, 600, "cpu", None)
+    reranker = JobRequest("train_reranker", "msmarco", 8, 32, 256000, 480, "gpu", None)
+    debug = JobRequest("train_retriever", "scifact", 2, 8, 4000, 20, "debug", None)   # typeless GPUs, no type asked
+    assert refusals([store, reranker, debug], config, facts, jobs_at_once=50) == [
+        "Snakemake may queue 50 jobs at once (--jobs, the profile's `jobs:`) but user alice may submit 20 (sacctmgr "
+        "QoS normal MaxSubmitPU); fix: --jobs 20 (or `jobs: 20` in your copy of the profile)",
+        "rule passage_store (dataset msmarco): asks 600 min; QoS normal allows 480 (sacctmgr MaxWall); fix: set "
+        "cluster.max_runtime: 480",
+        "rule train_reranker (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
+        "datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size bounds "
+        "each GPU's memory), or a partition with 8-GPU nodes (cluster.gpu_partition)",
+        "rule train_reranker (dataset msmarco): asks 8 GPUs; QoS normal allows 4 (sacctmgr MaxTRESPU gres/gpu=4); "
+        "fix: set datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size "
+        "bounds each GPU's memory), or a QoS that allows 8 (cluster.qos)"]
+    long = with_cluster(gpu_partition="gpu", cpu_partition="cpu", max_runtime=None, qos="long")
+    assert refusals([store, reranker, debug], long, facts, jobs_at_once=10) == [      # cluster.qos: its limits
+        "rule train_reranker (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
+        "datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size bounds "
+        "each GPU's memory), or a partition with 8-GPU nodes (cluster.gpu_partition)"]
+    assert refusals([store], long, facts, jobs_at_once=11)[0].endswith("may submit 10 (sacctmgr QoS long "
+                                                                        "MaxSubmitPU); fix: --jobs 10 (or `jobs: 10` "
+                                                                        "in your copy of the profile)")
+
+
+def test_a_qos_the_cluster_lacks_is_refused_and_an_unknown_qos_leaves_its_limits_unchecked():
+    facts = read_cluster_facts(STRICT, user="alice")
+    assert refusals([], with_cluster(qos="gpu-long"), facts) == [
+        "cluster.qos is 'gpu-long', which is not a QoS of this cluster (sacctmgr show qos: long, normal); fix: set "
+        "cluster.qos to one of them, or null"]
+    store = JobRequest("passage_store", "msmarco", 0, 8, 64000, 600, "cpu", None)
+    no_qos = read_cluster_facts(fake_slurm({**TYPICAL_OUTPUTS, "sacctmgr -nP show assoc": "ir-lab|80|normal|normal\n",
+                                            "sacctmgr -nP show qos": None}), user="alice")
+    assert no_qos.qos is None and refusals([store], CONFIG, no_qos, jobs_at_once=50) == []   # sacctmgr failed
+    several = read_cluster_facts(fake_slurm({**TYPICAL_OUTPUTS, "sacctmgr -nP show assoc": "ir-lab|80||long,normal\n",
+                                             "sacctmgr -nP show qos": STRICT_QOS}), user="alice")
+    assert refusals([store], CONFIG, several, jobs_at_once=50) == []        # no default QoS: which applies is unknown
+
+
+# --- typed GPUs (cluster.gpu_model) -------------------------------------------------------------------------------
+
+def test_a_gpu_type_the_partitions_nodes_lack_is_refused_naming_the_types_they_have():
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    encode = JobRequest("encode_corpus", "msmarco", 1, 8, 32000, 60, "gpu", None)
+    assert refusals([encode], with_cluster(gpu_model="a100"), facts) == []
+    assert refusals([encode], with_cluster(gpu_model="v100"), facts) == [
+        "rule encode_corpus (dataset msmarco): asks GPUs of type v100 (cluster.gpu_model); the nodes of partition "
+        "gpu have GPUs of type a100 (sinfo %G); fix: set cluster.gpu_model to one of them, or null"]
+    on_debug = JobRequest("encode_corpus", "msmarco", 1, 8, 32000, 20, "debug", None)
+    assert refusals([on_debug], with_cluster(gpu_model="a100"), facts) == [
+        "rule encode_corpus (dataset msmarco): asks GPUs of type a100 (cluster.gpu_model); the nodes of partition "
+        "debug have GPUs without a type (sinfo %G: gpu:N), which no typed request gets; fix: set "
+        "cluster.gpu_model: null"]
+    cpu_job = JobRequest("passage_store", "msmarco", 0, 8, 32000, 20, "debug", None)
+    assert refusals([cpu_job], with_cluster(gpu_model="a100"), facts) == []          # CPU jobs ask no type
+
+
+def test_a_typed_request_sees_only_the_nodes_of_its_type():
+    """A partition of 8 untyped-GPU nodes and 4-GPU a100 nodes: an a100 job gets at most 4 GPUs."""
+    mixed = fake_slurm({**TYPICAL_OUTPUTS, "sinfo -h": "gpu*|12:00:00|up\n",
+                        "sinfo -h -N": "gpu|g001|64|512000|gpu:8\ngpu|g002|64|256000|gpu:a100:4(S:0-1)\n"})
+    facts = read_cluster_facts(mixed, user="alice")
+    encode = JobRequest("encode_corpus", "msmarco", 8, 8, 32000, 60, "gpu", None)
+    assert refusals([encode], CONFIG, facts) == []
+    assert refusals([encode], with_cluster(gpu_model="a100"), facts) == [
+        "rule encode_corpus (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: a "
+        "partition with 8-GPU nodes (cluster.gpu_partition)"]
+    assert retry_caps(with_cluster(gpu_model="a100", gpu_partition="gpu"), facts, "encode_corpus").mem_mb == 256000
+
+
+# --- retries: grown at most to what the cluster allows ------------------------------------------------------------
+
+def test_a_retry_grows_at_most_to_the_largest_node_and_the_time_limit_never_below_the_first_attempt():
+    assert [scaled(256000, attempt, 512000) for attempt in (1, 2, 3)] == [256000, 512000, 512000]
+    assert scaled(600000, 2, 512000) == 600000                           # the first attempt as asked (refused apart)
+    assert [job_runtime(CONFIG, 600, attempt, 720) for attempt in (1, 2)] == [600, 720]
+    assert job_runtime(CONFIG, 1000, 2, 1440) == 1440                   # cluster.max_runtime (1440) too
+
+
+def test_retry_caps_come_from_the_partition_the_qos_and_the_shard_groups():
+    """The GPU partition's largest node (512 GB) and 12 h, the CPU partition's (256 GB) and 2 days, the QoS's 8 h
+    where it is smaller, a teacher-score group's 8 shards sharing the 12 h: 90 minutes each. A failed group of eight
+    1-hour shards then asks 8 x 90 = 720 minutes, not -t 960."""
+    config = with_cluster(gpu_partition="gpu", cpu_partition="cpu")
+    facts = read_cluster_facts(TYPICAL, user="alice")
+    groups = {"teacher_scores_shard_{dataset}": 8}
+    assert retry_caps(config, facts, "train_reranker") == RetryCaps(512000, 720)
+    assert retry_caps(config, facts, "passage_store") == RetryCaps(256000, 2880)
+    assert retry_caps(config, facts, "fetch") == RetryCaps(256000, 2880)              # the fetch jobs: CPU jobs
+    assert retry_caps(config, facts, "teacher_scores_shard", groups) == RetryCaps(512000, 90)
+    assert sum(job_runtime(config, 60, 2, retry_caps(config, facts, "teacher_scores_shard", groups).runtime)
+               for _ in range(8)) == 720
+    strict = read_cluster_facts(STRICT, user="alice")
+    assert retry_caps(config, strict, "train_reranker") == RetryCaps(512000, 480)     # QoS normal: MaxWall 8 h
+    assert retry_caps(config, strict, "passage_store") == RetryCaps(256000, 480)
+    assert retry_caps(config, None, "train_reranker") == RetryCaps()                  # no sinfo: nothing known
+
+
+def test_the_last_attempt_a_job_can_make_is_checked_and_refused_where_no_node_holds_it():
+    """A partition whose largest node (1 TB) has no GPUs and whose 8-GPU nodes have 256 GB: pre-training asking
+    128 GB passes at its first attempt, but with 3 retries its last asks 4 x 128 GB = 512 GB (under the 1 TB cap)
+    with its 8 GPUs, which no node holds: refused, naming the attempt and the fixes."""
+    mixed = fake_slurm({**TYPICAL_OUTPUTS, "sinfo -h": "big*|1-00:00:00|up\n",
+                        "sinfo -h -N": "big|b001|64|1024000|(null)\nbig|b002|64|256000|gpu:8\n"})
+    facts = read_cluster_facts(mixed, user="alice")
+    from dpr_pipeline.orchestration.preflight import planned_requests
+
+    pretrain = PlannedJob("pretrain", threads=32, mem_mb=128000, runtime=600, dataset="msmarco", method="simlm")
+    pretrain.resources.update(gpu=8, slurm_partition="big")
+    assert refusals(planned_requests([pretrain], set()), CONFIG, facts) == []           # no retries
+    assert refusals(planned_requests([pretrain], set(), retries={"pretrain": 1}), CONFIG, facts) == []   # 256 GB fits
+    assert refusals(planned_requests([pretrain], set(), retries={"pretrain": 3}), CONFIG, facts) == [
+        "rule pretrain (dataset msmarco), its attempt 4 after 3 failed: asks 8 GPUs, 32 CPUs and 512000 MB together, "
+        "which no single node of partition big has; fix: datasets.msmarco.resources.pretrain.mem_mb or "
+        "datasets.msmarco.resources.pretrain.threads, or fewer retries (--retries)"]
+
+
+@pytest.mark.slow
+def test_the_rules_resources_grow_on_retries_only_to_the_caps_of_the_facts_the_run_was_checked_against(
+        tmp_path, monkeypatch):
+    """Snakemake's own evaluation of the rules' resources per attempt (rules/common.smk resources_of): without the
+    facts (a dry run, inside a job) a retry doubles and triples; with those onstart stores, the training's memory
+    stops at the GPU partition's largest node (512 GB) and its runtime at 12 h, and an encoding shard's runtime at
+    12 h / 8 (its group of 8)."""
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    monkeypatch.chdir(REPO)                                             # built_dag runs from the repository root
+    from dag_plan import built_dag
+
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump({
+        "cluster": {"gpu_partition": "gpu", "cpu_partition": "cpu"},
+        "datasets": {"scifact": {"resources": {"train_retriever": {"mem_mb": 200000, "runtime": 300}}}}}))
+    with built_dag(["results/scifact/retriever1/metrics.json"], [str(tmp_path / "big.yaml")]) as workflow:
+        jobs = {job.rule.name: job for job in workflow.dag.jobs}
+
+        def attempts(rule):
+            job, asked = jobs[rule], []
+            for attempt in (1, 2, 3):
+                job.attempt = attempt
+                asked.append((job.resources["mem_mb"], job.resources["runtime"]))
+            return asked
+
+        assert attempts("train_retriever") == [(200000, 300), (400000, 600), (600000, 900)]
+        workflow.globals["SUBMITTED_TO"].update(facts=read_cluster_facts(TYPICAL, user="alice"),
+                                                group_sizes={"encode_corpus_{dataset}_{stage}": 8})
+        assert attempts("train_retriever") == [(200000, 300), (400000, 600), (512000, 720)]
+        assert [runtime for _, runtime in attempts("encode_corpus")] == [60, 90, 90]

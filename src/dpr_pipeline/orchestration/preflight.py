@@ -1,23 +1,26 @@
 """The preflight: every job of a plan checked against the cluster's limits before anything is submitted.
 
-A job that asks more GPUs than one node of its partition has, more time than its partition allows, more memory
-or CPUs than its partition's largest node, a partition that does not exist or has no GPUs, or an account that is
-not the user's would be rejected by sbatch or pend forever. :func:`refusals` finds every such job of a plan (its
-rule, dataset and resources: :class:`JobRequest`) from the config's ``cluster`` block and what the cluster says
+A job that asks more GPUs than one node of its partition has (or GPUs of a type its nodes lack), more time than
+its partition or QoS allows, more memory or CPUs than its partition's largest node, more GPUs than its QoS allows, a
+partition that does not exist or has no GPUs, an account that is not the user's or a QoS the cluster lacks, and
+more jobs queued at once than the user may submit, would be rejected by sbatch or pend forever. :func:`refusals`
+finds every such job of a plan (its rule, dataset and resources: :class:`JobRequest`), at its first attempt and at
+the largest its retries can make, from the config's ``cluster`` block and what the cluster says
 (:mod:`dpr_pipeline.orchestration.cluster_facts`), one message per kind of job naming the rule, what it asks, what the
 cluster allows and the setting that fixes it. :func:`check_plan` raises them together (``make cluster-check``;
-every run under a cluster executor, before its first submission: rules/common.smk's ``onstart``).
+every run under a cluster executor, before its first submission: rules/common.smk's ``onstart``). The same facts
+bound how far a retry grows (:func:`retry_caps`, which the rules' resources read).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline import stages
-from dpr_pipeline.orchestration.cluster_facts import ClusterFacts, Partition
-from dpr_pipeline.orchestration.resources import requested_gpus
+from dpr_pipeline.orchestration.cluster_facts import Association, ClusterFacts, Partition, Qos
+from dpr_pipeline.orchestration.resources import cluster_resources, job_runtime, requested_gpus, scaled
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class JobRequest:
     partition: str | None        # None: the cluster's default
     account: str | None
     shards: int = 1              # shard jobs run one after the other in this one submission (a shard group)
+    attempts: int = 1            # the most attempts Snakemake makes (its rule's retries + 1)
+    attempt: int = 1             # which attempt this request is
 
 
 def job_request(rule: str, wildcards: Mapping[str, str], resources: Mapping[str, Any], threads: int) -> JobRequest:
@@ -41,28 +46,34 @@ def job_request(rule: str, wildcards: Mapping[str, str], resources: Mapping[str,
                       resources.get("slurm_partition"), resources.get("slurm_account"))
 
 
-def planned_requests(jobs, local_rules, group_sizes: Mapping[str, int] | None = None) -> list[JobRequest]:
+def _group_size(rule: str, group_sizes: Mapping[str, int] | None) -> int:
+    """The shard jobs of ``rule`` one submission runs (``group_sizes``: Snakemake's ``--group-components``); 1 for
+    a rule whose jobs are not grouped."""
+    return (group_sizes or {}).get(stages.shard_group(rule), 1) if rule in stages.SHARD_GROUPS else 1
+
+
+def planned_requests(jobs, local_rules, group_sizes: Mapping[str, int] | None = None,
+                     retries: Mapping[str, int] | None = None) -> list[JobRequest]:
     """The submissions of Snakemake jobs (a DAG's): not those of ``local_rules`` (run on the host Snakemake runs
     on: the fetch jobs, for example) nor those that run nothing; the shard jobs of a piece of work
     (:data:`dpr_pipeline.stages.SHARD_GROUPS`) in submissions of ``group_sizes[<its group>]`` shards each (Snakemake's
     ``--group-components``), one after the other on one GPU (``--resources shard_gpu=1``): the runtimes summed, the
-    rest their largest."""
-    group_sizes = group_sizes or {}
+    rest their largest. ``retries``: per rule, the retries Snakemake gives its jobs (none where not named)."""
     requests, groups = [], {}
     for job in jobs:
         rule, wildcards = job.rule.name, dict(job.wildcards_dict)
         if rule in local_rules or job.rule.norun:
             continue
-        request = job_request(rule, wildcards, dict(job.resources.items()), job.threads)
-        template = stages.shard_group(rule) if rule in stages.SHARD_GROUPS else None
-        if template is not None and group_sizes.get(template, 1) > 1:
-            piece = tuple(wildcards.get(name) for name in stages.SHARD_GROUPS[rule])
-            groups.setdefault((template, piece), []).append((int(wildcards.get("shard", 0)), request))
+        request = replace(job_request(rule, wildcards, dict(job.resources.items()), job.threads),
+                          attempts=1 + (retries or {}).get(rule, 0))
+        if _group_size(rule, group_sizes) > 1:
+            piece = (stages.shard_group(rule), tuple(wildcards.get(name) for name in stages.SHARD_GROUPS[rule]))
+            groups.setdefault(piece, []).append((int(wildcards.get("shard", 0)), request))
         else:
             requests.append(request)
-    for (template, _), members in groups.items():
+    for members in groups.values():
         members = [request for _, request in sorted(members, key=lambda member: member[0])]
-        size = group_sizes[template]
+        size = _group_size(members[0].rule, group_sizes)
         requests += [_in_series(members[start:start + size]) for start in range(0, len(members), size)]
     return requests
 
@@ -84,11 +95,82 @@ def _in_series(members: list[JobRequest]) -> JobRequest:
     first = members[0]
     return JobRequest(first.rule, first.dataset, max(m.gpus for m in members), max(m.threads for m in members),
                       max(m.mem_mb for m in members), sum(m.runtime for m in members), first.partition,
-                      first.account, shards=len(members))
+                      first.account, shards=len(members), attempts=first.attempts)
+
+
+@dataclass(frozen=True)
+class RetryCaps:
+    """The most a retry of a rule's jobs may grow to (None: no cap): memory in MB, runtime in minutes."""
+    mem_mb: int | None = None
+    runtime: int | None = None
+
+
+def _partition_of(name: str | None, facts: ClusterFacts) -> Partition | None:
+    """The partition a job asking ``name`` (a comma-separated list: its first; None: the default) gets."""
+    name = name or facts.default_partition
+    return facts.partitions.get(name.split(",")[0]) if name else None
+
+
+def _gpu_nodes(partition: Partition, config: Mapping[str, Any], gpu_job: bool) -> Partition:
+    """``partition`` as a job sees it: for a GPU job asking a type (``cluster.gpu_model``), only its nodes with GPUs
+    of that type."""
+    model = (config.get("cluster") or {}).get("gpu_model")
+    if not gpu_job or not model:
+        return partition
+    return replace(partition, nodes=tuple(node for node in partition.nodes if model in node.gpu_models))
+
+
+def _associations(config: Mapping[str, Any], facts: ClusterFacts) -> list[Association]:
+    """The user's associations the jobs may run under: cluster.account's, or every one where it is null."""
+    account = (config.get("cluster") or {}).get("account")
+    return [a for a in facts.associations or () if account is None or a.account == account]
+
+
+def _job_qos(config: Mapping[str, Any], facts: ClusterFacts | None) -> list[Qos]:
+    """The QoS whose limits the jobs run under, as far as ``sacctmgr`` tells: ``cluster.qos``, else the default
+    (or only) QoS of each association the jobs may run under; none where unknown."""
+    if facts is None or facts.qos is None:
+        return []
+    named = (config.get("cluster") or {}).get("qos")
+    names = {named} if named else {association.job_qos() for association in _associations(config, facts)}
+    return [facts.qos[name] for name in sorted(names - {None}) if name in facts.qos]
+
+
+def _time_limit(partition: Partition | None, qos: list[Qos]) -> tuple[int, str] | None:
+    """The smallest time limit of the partition's (``sinfo %l``) and the QoS's (``MaxWall``), with what says so."""
+    limits = [(q.max_wall, f"QoS {q.name} allows {q.max_wall} (sacctmgr MaxWall)") for q in qos]
+    if partition is not None:
+        limits.append((partition.max_minutes, f"partition {partition.name} allows {partition.max_minutes} (sinfo %l)"))
+    return min(((minutes, said) for minutes, said in limits if minutes is not None), default=None)
+
+
+def retry_caps(config: Mapping[str, Any], facts: ClusterFacts | None, rule: str,
+               group_sizes: Mapping[str, int] | None = None) -> RetryCaps:
+    """What a retry of ``rule``'s jobs may grow to on this cluster (``fetch``: the fetch jobs): the memory of the
+    largest node of its partition (with GPUs of ``cluster.gpu_model`` for a GPU rule asking a type), and the
+    smaller of its partition's time limit and its QoS's ``MaxWall``, shared among the shard jobs one submission runs
+    one after the other (``group_sizes``); nothing where ``facts`` is None (no ``sinfo``: a dry run, off the
+    cluster). A job's first attempt is as configured (and checked by :func:`refusals`)."""
+    if facts is None:
+        return RetryCaps()
+    gpu_rule = rule in stages.GPU_RULES
+    partition = _partition_of(cluster_resources(config, gpu_rule).get("slurm_partition"), facts)
+    largest = _gpu_nodes(partition, config, gpu_rule).most("mem_mb") if partition is not None else 0
+    limit = _time_limit(partition, _job_qos(config, facts))
+    return RetryCaps(largest or None, limit[0] // _group_size(rule, group_sizes) if limit else None)
+
+
+def _largest_attempt(job: JobRequest, config: Mapping[str, Any], caps: RetryCaps) -> JobRequest:
+    """``job``'s last attempt, every earlier one failed: memory and runtime grown as the rules grow them
+    (rules/common.smk's resources_of), each shard of a group by its own."""
+    member_runtime = job_runtime(config, job.runtime // job.shards, job.attempts, caps.runtime)
+    return replace(job, mem_mb=scaled(job.mem_mb, job.attempts, caps.mem_mb), runtime=member_runtime * job.shards,
+                   attempt=job.attempts)
 
 
 def _where(job: JobRequest) -> str:
-    return f"rule {job.rule}" + (f" (dataset {job.dataset})" if job.dataset else "")
+    return (f"rule {job.rule}" + (f" (dataset {job.dataset})" if job.dataset else "")
+            + (f", its attempt {job.attempt} after {job.attempt - 1} failed" if job.attempt > 1 else ""))
 
 
 def _resources_key(job: JobRequest, key: str) -> str:
@@ -99,18 +181,44 @@ def _partition_key(job: JobRequest) -> str:
     return "cluster.gpu_partition" if job.gpus else "cluster.cpu_partition"
 
 
-def _gpu_fix(job: JobRequest, most: int) -> str:
+def _gpu_fix(job: JobRequest, most: int, otherwise: str) -> str:
+    """The fix of a job asking more GPUs than ``most``: fewer training processes, or ``otherwise``."""
     block = stages.GPU_TRAINING_RULES.get(job.rule)
-    if block and job.dataset:
+    if block and job.dataset and most:
         return (f"set datasets.{job.dataset}.stages.{block}.processes: {most} (the global batch stays the same; "
-                f"micro_batch_size bounds each GPU's memory), or a partition with larger nodes "
-                f"({_partition_key(job)})")
-    return f"a partition with {job.gpus}-GPU nodes ({_partition_key(job)})"
+                f"micro_batch_size bounds each GPU's memory), or {otherwise}")
+    return otherwise
+
+
+def _gpu_model_refusal(job: JobRequest, model: str, partition: Partition) -> str:
+    models = sorted({name for node in partition.nodes for name in node.gpu_models})
+    have = (f"GPUs of type {', '.join(models)} (sinfo %G); fix: set cluster.gpu_model to one of them, or null"
+            if models else "GPUs without a type (sinfo %G: gpu:N), which no typed request gets; fix: set "
+                           "cluster.gpu_model: null")
+    return (f"{_where(job)}: asks GPUs of type {model} (cluster.gpu_model); the nodes of partition "
+            f"{partition.name} have {have}")
+
+
+def _qos_gpu_refusals(job: JobRequest, model: str | None, qos: list[Qos]) -> list[tuple[str, str]]:
+    """A job asking more GPUs than a QoS lets one user (``MaxTRESPU``) or one job (``MaxTRES``) have."""
+    names = ["gres/gpu"] + ([f"gres/gpu:{model}"] if model else [])
+    found = []
+    for q in qos:
+        limits = [(tres[name], f"{field} {name}={tres[name]}") for field, tres in
+                  (("MaxTRESPU", q.max_tres_per_user), ("MaxTRES", q.max_tres_per_job)) for name in names
+                  if name in tres]
+        if limits and job.gpus > min(limits)[0]:
+            most, said = min(limits)
+            fix = _gpu_fix(job, most, f"a QoS that allows {job.gpus} (cluster.qos)")
+            found.append(("qos-gpus", f"{_where(job)}: asks {job.gpus} GPUs; QoS {q.name} allows {most} (sacctmgr "
+                                       f"{said}); fix: {fix}"))
+    return found
 
 
 def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFacts | None) -> list[tuple[str, str]]:
     """``(kind, message)`` of each limit ``job`` breaks."""
     cluster = config.get("cluster") or {}
+    model = cluster.get("gpu_model")
     found: list[tuple[str, str]] = []
     partition: Partition | None = None
     name = job.partition or (facts.default_partition if facts else None)
@@ -125,31 +233,39 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
                                            f"(sinfo: {', '.join(sorted(facts.partitions))}); fix: set "
                                            f"{_partition_key(job)} to one of them"))
             else:
-                partition = facts.partitions[name.split(",")[0]]
+                partition = _partition_of(name, facts)
     most_gpus = cluster.get("gpus_per_node")
     if partition is not None and job.gpus:
         on_nodes = partition.most("gpus")
+        typed = _gpu_nodes(partition, config, True)
         if on_nodes == 0:
             found.append(("no-gpus", f"{_where(job)}: asks {job.gpus} GPU(s) but partition {partition.name} has no "
                                      f"node with GPUs (sinfo %G); fix: set cluster.gpu_partition to a GPU partition"))
-        elif most_gpus is not None and most_gpus > on_nodes:
-            found.append(("gpus-per-node", f"cluster.gpus_per_node is {most_gpus} but the nodes of partition "
-                                           f"{partition.name} have at most {on_nodes} GPUs (sinfo); fix: set "
-                                           f"cluster.gpus_per_node: {on_nodes}"))
+        elif not typed.nodes:
+            found.append(("gpu-model", _gpu_model_refusal(job, model, partition)))
+        else:
+            partition, on_nodes = typed, typed.most("gpus")
+            if most_gpus is not None and most_gpus > on_nodes:
+                found.append(("gpus-per-node", f"cluster.gpus_per_node is {most_gpus} but the nodes of partition "
+                                               f"{partition.name} have at most {on_nodes} GPUs (sinfo); fix: set "
+                                               f"cluster.gpus_per_node: {on_nodes}"))
         most_gpus = on_nodes if most_gpus is None else min(most_gpus, on_nodes)
     if most_gpus and job.gpus > most_gpus:
+        fix = _gpu_fix(job, most_gpus, f"a partition with {job.gpus}-GPU nodes ({_partition_key(job)})")
         found.append(("gpus", f"{_where(job)}: asks {job.gpus} GPUs on one node; a node of the GPU partition has "
-                              f"{most_gpus}; fix: {_gpu_fix(job, most_gpus)}"))
-    limit = partition.max_minutes if partition is not None else None
-    if limit is not None and job.runtime > limit and job.shards > 1:
-        fits = max(1, limit * job.shards // job.runtime)
+                              f"{most_gpus}; fix: {fix}"))
+    qos = _job_qos(config, facts)
+    if job.gpus:
+        found += _qos_gpu_refusals(job, model, qos)
+    limit = _time_limit(partition, qos)
+    if limit is not None and job.runtime > limit[0] and job.shards > 1:
+        fits = max(1, limit[0] * job.shards // job.runtime)
         found.append(("runtime", f"{_where(job)}: asks {job.runtime} min for {job.shards} shard jobs run one after "
-                                 f"the other; partition {partition.name} allows {limit} (sinfo %l); fix: "
-                                 f"group-components {stages.shard_group(job.rule)}={fits} (snakemake's "
-                                 "--group-components, or in your copy of the profile)"))
-    elif limit is not None and job.runtime > limit:
-        found.append(("runtime", f"{_where(job)}: asks {job.runtime} min; partition {partition.name} allows {limit} "
-                                 f"(sinfo %l); fix: set cluster.max_runtime: {limit}"
+                                 f"the other; {limit[1]}; fix: group-components {stages.shard_group(job.rule)}={fits} "
+                                 "(snakemake's --group-components, or in your copy of the profile)"))
+    elif limit is not None and job.runtime > limit[0]:
+        found.append(("runtime", f"{_where(job)}: asks {job.runtime} min; {limit[1]}; fix: set cluster.max_runtime: "
+                                 f"{limit[0]}"
                                  + (" (a training longer than that continues from its checkpoint in the next attempt)"
                                     if job.rule in stages.GPU_TRAINING_RULES else "")))
     if partition is not None and partition.nodes:
@@ -165,7 +281,8 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
         if not fits and not found:
             found.append(("node", f"{_where(job)}: asks {job.gpus} GPUs, {job.threads} CPUs and {job.mem_mb} MB "
                                   f"together, which no single node of partition {partition.name} has; fix: "
-                                  f"{_resources_key(job, 'mem_mb')} or {_resources_key(job, 'threads')}"))
+                                  f"{_resources_key(job, 'mem_mb')} or {_resources_key(job, 'threads')}"
+                                  + (", or fewer retries (--retries)" if job.attempt > 1 else "")))
     if partition is not None and not partition.up:
         found.append(("down", f"{_where(job)}: partition {partition.name} is not up (sinfo %a); fix: wait, or set "
                               f"{_partition_key(job)}"))
@@ -173,33 +290,49 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
 
 
 def _account_refusals(config: Mapping[str, Any], facts: ClusterFacts | None, jobs_at_once: int | None) -> list[str]:
-    account = (config.get("cluster") or {}).get("account")
-    if facts is None or facts.accounts is None:
+    cluster = config.get("cluster") or {}
+    account, named_qos = cluster.get("account"), cluster.get("qos")
+    if facts is None:
         return []
     found = []
-    if account is not None and account not in facts.accounts:
+    if facts.accounts is not None and account is not None and account not in facts.accounts:
         mine = ", ".join(sorted(facts.accounts)) or "none"
         found.append(f"cluster.account is {account!r}, which is not an account of user {facts.user} (sacctmgr: "
                      f"{mine}); fix: set cluster.account to one of them")
-    if account is None and not facts.accounts and facts.accounts_enforced:
+    if facts.accounts is not None and account is None and not facts.accounts and facts.accounts_enforced:
         found.append(f"user {facts.user} has no Slurm account and this cluster requires one (AccountingStorageEnforce="
                      "associations); fix: ask the cluster's administrators for one, then set cluster.account")
-    limits = [limit for name, limit in facts.max_submit.items() if account is None or name == account]
-    if jobs_at_once is not None and limits and jobs_at_once > min(limits):
+    if facts.qos is not None and named_qos is not None and named_qos not in facts.qos:
+        found.append(f"cluster.qos is {named_qos!r}, which is not a QoS of this cluster (sacctmgr show qos: "
+                     f"{', '.join(sorted(facts.qos)) or 'none'}); fix: set cluster.qos to one of them, or null")
+    limits = [(a.max_submit, "sacctmgr MaxSubmitJobs") for a in _associations(config, facts)
+              if a.max_submit is not None]
+    limits += [(q.max_submit_per_user, f"sacctmgr QoS {q.name} MaxSubmitPU") for q in _job_qos(config, facts)
+               if q.max_submit_per_user is not None]
+    if jobs_at_once is not None and limits and jobs_at_once > min(limits)[0]:
+        most, said = min(limits)
         found.append(f"Snakemake may queue {jobs_at_once} jobs at once (--jobs, the profile's `jobs:`) but user "
-                     f"{facts.user} may submit {min(limits)} (sacctmgr MaxSubmitJobs); fix: --jobs {min(limits)}")
+                     f"{facts.user} may submit {most} ({said}); fix: --jobs {most} (or `jobs: {most}` in your copy "
+                     "of the profile)")
     return found
 
 
 def refusals(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None,
-             jobs_at_once: int | None = None) -> list[str]:
-    """Every limit the plan's ``jobs`` break: one message per rule, dataset and kind of limit (with the number of
-    jobs where more than one), the account's and the submit limit's (``jobs_at_once``: Snakemake's ``--jobs``)
-    first. ``facts`` None: only the config's own limits (``cluster.gpus_per_node``)."""
+             jobs_at_once: int | None = None, group_sizes: Mapping[str, int] | None = None) -> list[str]:
+    """Every limit the plan's ``jobs`` break, at their first attempt and at the last their retries can make (grown
+    as far as :func:`retry_caps` lets it, the shard groups of ``group_sizes``): one message per rule, dataset and
+    kind of limit (with the number of jobs where more than one), the account's, the QoS's and the submit limit's
+    (``jobs_at_once``: Snakemake's ``--jobs``) first. ``facts`` None: only the config's own limits
+    (``cluster.gpus_per_node``)."""
     found = {message: None for message in _account_refusals(config, facts, jobs_at_once)}
     counts: dict[tuple, list] = {}
     for job in jobs:
-        for kind, message in _job_refusals(job, config, facts):
+        first = _job_refusals(job, config, facts)
+        last = _largest_attempt(job, config, retry_caps(config, facts, job.rule, group_sizes))
+        kinds = {kind for kind, _ in first}
+        retried = [(f"retry {kind}", message) for kind, message in _job_refusals(last, config, facts)
+                   if kind not in kinds] if last.attempt > 1 else []
+        for kind, message in first + retried:
             counts.setdefault((job.rule, job.dataset, kind), [message, 0])[1] += 1
     for message, number in counts.values():
         found[message + (f" [{number} jobs]" if number > 1 else "")] = None
@@ -207,9 +340,9 @@ def refusals(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: Clust
 
 
 def check_plan(jobs: Iterable[JobRequest], config: Mapping[str, Any], facts: ClusterFacts | None,
-               jobs_at_once: int | None = None) -> None:
+               jobs_at_once: int | None = None, group_sizes: Mapping[str, int] | None = None) -> None:
     """Raise :class:`ConfigError` listing every refusal of :func:`refusals`; nothing is submitted then."""
-    found = refusals(jobs, config, facts, jobs_at_once)
+    found = refusals(jobs, config, facts, jobs_at_once, group_sizes)
     if found:
         raise ConfigError("the cluster cannot run this plan as configured; nothing was submitted:\n  - "
                           + "\n  - ".join(found))

@@ -8,8 +8,10 @@ GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_r
 * ``threads``, ``mem_mb``, ``runtime`` of a rule's first attempt come from the config's ``resources`` section
   (``resources.<rule>``, falling back to ``resources.default``), overridden per dataset under
   ``datasets.<name>.resources.<rule>`` (MS MARCO needs hours and tens of GB where the bundled SciFact needs
-  minutes and one GB). A retry (``--retries``) multiplies memory and runtime by the attempt number; the
-  runtime of every attempt is at most ``cluster.max_runtime`` (the partition's longest job) when that is set
+  minutes and one GB). A retry (``--retries``) multiplies memory and runtime by the attempt number, up to what the
+  cluster allows (the largest node of the job's partition, its time limit and the QoS's ``MaxWall``, read as the run
+  starts: :func:`dpr_pipeline.orchestration.preflight.retry_caps`); the runtime of every attempt is at most
+  ``cluster.max_runtime`` (the partition's longest job) when that is set
   (:func:`job_runtime`): a training longer than that runs as several attempts, each resuming from the checkpoint
   the one before saved when its time limit's SIGTERM came (:mod:`dpr_pipeline.training.trainer`). Such a
   continuation is not a failure, nor is an attempt after the training has finished (one stopped while it wrote
@@ -28,7 +30,7 @@ GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_r
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from dpr_pipeline import stages
 from dpr_pipeline.errors import ConfigError
@@ -61,16 +63,19 @@ def job_resources(config: Mapping[str, Any], dataset: str, rule: str) -> dict[st
     return merged
 
 
-def scaled(value: int, attempt: int) -> int:
-    """Memory or runtime of attempt ``attempt`` (1-based): the first attempt's times the attempt number."""
-    return int(value) * max(1, int(attempt))
+def scaled(value: int, attempt: int, cap: int | None = None) -> int:
+    """Memory or runtime of attempt ``attempt`` (1-based): the first attempt's ``value`` times the attempt number,
+    grown to at most ``cap`` (None: no cap); never less than ``value``, which the preflight checks."""
+    grown = int(value) * max(1, int(attempt))
+    return grown if cap is None else max(int(value), min(grown, int(cap)))
 
 
-def job_runtime(config: Mapping[str, Any], minutes: int, attempt: int) -> int:
-    """Runtime (minutes) of attempt ``attempt`` of a job whose first asks ``minutes``: :func:`scaled`, capped at
-    the config's ``cluster.max_runtime`` when set."""
-    cap = (config.get("cluster") or {}).get("max_runtime")
-    return scaled(minutes, attempt) if cap is None else min(scaled(minutes, attempt), int(cap))
+def job_runtime(config: Mapping[str, Any], minutes: int, attempt: int, cap: int | None = None) -> int:
+    """Runtime (minutes) of attempt ``attempt`` of a job whose first asks ``minutes``: :func:`scaled` (grown to at
+    most ``cap``), and at most the config's ``cluster.max_runtime`` when set."""
+    most = (config.get("cluster") or {}).get("max_runtime")
+    runtime = scaled(minutes, attempt, cap)
+    return runtime if most is None else min(runtime, int(most))
 
 
 def attempts_needed(config: Mapping[str, Any], minutes: int) -> int:
@@ -104,6 +109,13 @@ def training_retries(config: Mapping[str, Any], retries: int, planned) -> dict[s
         attempts = attempts_needed(config, job_resources(config, dataset, rule)["runtime"])
         needed[rule] = max(needed.get(rule, 1), attempts)
     return {rule: int(retries) + attempts - 1 + UNPLANNED_CONTINUATIONS for rule, attempts in needed.items()}
+
+
+def planned_trainings(jobs: Iterable) -> list[tuple[str, str]]:
+    """The ``(dataset, rule)`` of the training jobs among Snakemake ``jobs`` (:func:`training_retries`'s
+    ``planned``)."""
+    return [(job.wildcards_dict.get("dataset"), job.rule.name) for job in jobs
+            if job.rule.name in stages.GPU_TRAINING_RULES]
 
 
 def processes_for(resources: Mapping[str, Any]) -> int:
