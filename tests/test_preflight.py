@@ -10,7 +10,7 @@ from conftest import REPO
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration import stage_settings
 from dpr_pipeline.orchestration.cluster_facts import (Association, Qos, gpus_of, parse_associations, parse_qos,
-                                                      parse_tres, read_cluster_facts, slurm_minutes)
+                                                      parse_tres, read_cluster_facts, slurm_minutes, takes_jobs)
 from dpr_pipeline.orchestration.config import validate_config
 from dpr_pipeline.orchestration.preflight import JobRequest, RetryCaps, check_plan, refusals, retry_caps
 from dpr_pipeline.orchestration.resources import cluster_resources, gpu_request, job_resources, job_runtime, scaled
@@ -406,3 +406,24 @@ def test_the_rules_resources_grow_on_retries_only_to_the_caps_of_the_facts_the_r
                                                 group_sizes={"encode_corpus_{dataset}_{stage}": 8})
         assert attempts("train_retriever") == [(200000, 300), (400000, 600), (512000, 720)]
         assert [runtime for _, runtime in attempts("encode_corpus")] == [60, 90, 90]
+
+
+def test_offline_nodes_are_not_counted_and_a_partition_without_a_node_that_takes_jobs_is_refused():
+    """sinfo %t: a down, drained or not responding node takes no job. The gpu partition's 8-GPU node is down, so
+    8 GPUs on one node are refused as on 4-GPU nodes; with every GPU node offline, no GPU job can run at all."""
+    assert [takes_jobs(state) for state in ("idle", "mix", "alloc", "idle~", "comp", "plnd")] == [True] * 6
+    assert [takes_jobs(state) for state in ("down*", "down", "drain", "drng", "idle*", "fail", "maint", "futr",
+                                            "resv", "unk*")] == [False] * 10
+    nodes = SINFO_NODES.replace("\n", "|idle\n") + "gpu|g009|64|512000|gpu:a100:8|down*\n"
+    facts = read_cluster_facts(fake_slurm({**TYPICAL_OUTPUTS, "sinfo -h -N": nodes}), user="alice")
+    assert facts.partitions["gpu"].most("gpus") == 4 and facts.partitions["gpu"].offline == ("g009 (down*)",)
+    eight = JobRequest("pretrain", "msmarco", 8, 32, 256000, 600, "gpu", None)
+    assert any("asks 8 GPUs on one node; a node of the GPU partition has 4" in line
+               for line in refusals([eight], CONFIG, facts))
+    all_down = nodes.replace("gpu:a100:4(S:0-1)|idle", "gpu:a100:4(S:0-1)|drain")
+    facts = read_cluster_facts(fake_slurm({**TYPICAL_OUTPUTS, "sinfo -h -N": all_down}), user="alice")
+    four = JobRequest("train_retriever", "msmarco", 4, 16, 128000, 480, "gpu", None)
+    assert refusals([four], CONFIG, facts) == [
+        "rule train_retriever (dataset msmarco): no node of partition gpu takes jobs (sinfo %t: g001 (drain), "
+        "g002 (drain), g009 (down*)); fix: wait until its nodes are back, or set cluster.gpu_partition to another "
+        "partition"]

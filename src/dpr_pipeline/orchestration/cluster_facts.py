@@ -19,7 +19,9 @@ from typing import Callable
 #: ``sinfo`` formats: one line per partition (name with ``*`` for the default, time limit, availability) and one
 #: per node and partition (partition, node, CPUs, memory in MB, generic resources).
 PARTITION_FORMAT = "%P|%l|%a"
-NODE_FORMAT = "%R|%N|%c|%m|%G"
+NODE_FORMAT = "%R|%N|%c|%m|%G|%t"
+#: ``sinfo %t`` states of a node that takes jobs (a state ending in ``*`` does not respond: it takes none).
+TAKES_JOBS = frozenset({"idle", "mix", "mixed", "alloc", "allocated", "comp", "completing", "plnd", "planned"})
 #: ``sacctmgr -nP show`` formats: one line per association of the user (account, MaxSubmitJobs, default QoS, the
 #: QoS it may use) and one per QoS (name, MaxSubmitJobsPerUser, MaxWall, MaxTRESPerUser, MaxTRES per job).
 ASSOCIATION_FORMAT = "account,maxsubmit,defaultqos,qos"
@@ -40,7 +42,8 @@ class Partition:
     name: str
     max_minutes: int | None        # None: no limit (INFINITE)
     up: bool = True
-    nodes: tuple[Node, ...] = ()
+    nodes: tuple[Node, ...] = ()           # those that take jobs (sinfo %t)
+    offline: tuple[str, ...] = ()          # the others: "name (state)", down, drained, not responding ...
 
     def most(self, attribute: str) -> int:
         """The largest ``cpus``, ``mem_mb`` or ``gpus`` of one of its nodes (0 without nodes)."""
@@ -126,8 +129,12 @@ def gpus_of(gres: str) -> tuple[int, tuple[str, ...]]:
 def parse_partitions(partition_lines: str, node_lines: str) -> tuple[dict[str, Partition], str | None]:
     """Partitions and the default one from ``sinfo -h -o PARTITION_FORMAT`` and ``sinfo -h -N -o NODE_FORMAT``."""
     nodes: dict[str, list[Node]] = {}
+    offline: dict[str, list[str]] = {}
     for line in filter(None, map(str.strip, node_lines.splitlines())):
-        partition, name, cpus, mem_mb, gres = line.split("|")
+        partition, name, cpus, mem_mb, gres, state = (line.split("|") + ["idle"])[:6]   # no %t: as if idle
+        if not takes_jobs(state):
+            offline.setdefault(partition, []).append(f"{name} ({state})")
+            continue
         gpus, models = gpus_of(gres)
         nodes.setdefault(partition, []).append(
             Node(name, int(cpus.rstrip("+")), int(mem_mb.rstrip("+")), gpus, models))
@@ -136,8 +143,14 @@ def parse_partitions(partition_lines: str, node_lines: str) -> tuple[dict[str, P
         name, limit, availability = line.split("|")
         if name.endswith("*"):
             name = default = name[:-1]
-        partitions[name] = Partition(name, slurm_minutes(limit), availability == "up", tuple(nodes.get(name, ())))
+        partitions[name] = Partition(name, slurm_minutes(limit), availability == "up", tuple(nodes.get(name, ())),
+                                     tuple(offline.get(name, ())))
     return partitions, default
+
+
+def takes_jobs(state: str) -> bool:
+    """Whether a node in ``sinfo %t`` state ``state`` takes new jobs (:data:`TAKES_JOBS`, and it responds)."""
+    return "*" not in state and state.strip().rstrip("~#!%$@^-+").lower() in TAKES_JOBS
 
 
 def parse_tres(text: str) -> dict[str, int]:

@@ -234,6 +234,11 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
                                            f"{_partition_key(job)} to one of them"))
             else:
                 partition = _partition_of(name, facts)
+    if partition is not None and partition.offline and not partition.nodes:
+        found.append(("offline", f"{_where(job)}: no node of partition {partition.name} takes jobs (sinfo %t: "
+                                 f"{', '.join(partition.offline)}); fix: wait until its nodes are back, or set "
+                                 f"{_partition_key(job)} to another partition"))
+        return found
     most_gpus = cluster.get("gpus_per_node")
     if partition is not None and job.gpus:
         on_nodes = partition.most("gpus")
