@@ -201,10 +201,10 @@ def threads_of(rule_name):
 def resources_of(rule_name):
     """A rule's portable resources (docs/cluster.md): mem_mb and runtime (minutes) from config `resources`, times
     the failed attempts so far on a retry, up to what the cluster allows (retry_caps_of; runtime at most
-    cluster.max_runtime; a training's attempt that stopped
-    at its time limit is no failure, nor one stopped after its training finished); GPUs (`gpu` or `gres`, config cluster.gpu_request): the stage's `processes`
-    for a trainer (torchrun starts one process per GPU), 1 for the other GPU rules, none for CPU rules; nodes: 1
-    for GPU rules (torchrun --standalone: one node); partition, account, QoS and constraint from config cluster."""
+    cluster.max_runtime; a training's attempt that stopped at its time limit is no failure, nor one stopped after
+    its training finished); GPUs (`gpu` or `gres`, config cluster.gpu_request): the stage's `processes` for a
+    trainer (torchrun starts one process per GPU), 1 for the other GPU rules, none for CPU rules; nodes: 1 for GPU
+    rules (torchrun --standalone: one node); partition, account, QoS and constraint from config cluster."""
     first = lambda wildcards: job_resources(config, wildcards.dataset, rule_name)
     failed = lambda wildcards, attempt: attempt  # every earlier attempt of a job failed, but for a training's:
     if rule_name in stages.GPU_TRAINING_RULES:   # one stopped at its time limit continues at the same size, one
