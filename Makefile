@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: install example test test-fast lint docs gpu-check cluster-check clean
+.PHONY: install example test test-avx2 test-fast lint docs gpu-check cluster-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ example: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/snakemake --lint
 	$(VENV)/bin/python -m pytest -q --durations=25
+
+# The suite as on a CPU without AVX512 (AMD Zen 3): float32 instead of bf16 autocast, PyTorch's AVX2 kernels
+test-avx2: $(STAMP)
+	ATEN_CPU_CAPABILITY=avx2 DPR_PIPELINE_CPU_BF16=0 $(MAKE) test
 
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m "not slow"

@@ -126,3 +126,15 @@ def test_only_variables_that_give_gpus_count_as_an_allocation():
     assert devices.allocated_gpus({"CUDA_VISIBLE_DEVICES": "", "SLURM_GPUS_ON_NODE": "0", "SLURM_JOB_GPUS": "-1"}) == {}
     assert devices.allocated_gpus({"CUDA_VISIBLE_DEVICES": "0", "SLURM_GPUS_ON_NODE": "4"}) == {
         "SLURM_GPUS_ON_NODE": "4", "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_the_float32_path_of_a_cpu_without_native_bf16_can_be_taken_on_one_with_it(monkeypatch):
+    """DPR_PIPELINE_CPU_BF16=0 (`make test-avx2`): bf16 autocast stays off on the CPU, as on an AVX2-only machine;
+    a GPU keeps it."""
+    devices.cpu_has_native_bf16.cache_clear()
+    monkeypatch.setenv(devices.CPU_BF16_VARIABLE, "0")
+    try:
+        assert not devices.cpu_has_native_bf16()
+        assert not devices.uses_bf16(torch.device("cpu"), True) and devices.uses_bf16(torch.device("cuda"), True)
+    finally:
+        devices.cpu_has_native_bf16.cache_clear()

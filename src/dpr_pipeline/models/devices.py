@@ -19,6 +19,9 @@ GPU_COUNT_VARIABLES = ("SLURM_GPUS_ON_NODE", "SLURM_GPUS")
 #: Set to 1 where GPU jobs are meant to run on the CPU although GPUs were allocated (a Slurm with fake GPUs: the
 #: rehearsal, tests/test_slurm.py).
 ALLOW_CPU_VARIABLE = "DPR_PIPELINE_ALLOW_CPU"
+#: Set to 0 to take the float32 path of a CPU without native bf16 on one that has it (with
+#: ATEN_CPU_CAPABILITY=avx2 for PyTorch's kernels: `make test-avx2` emulates an AVX2-only machine).
+CPU_BF16_VARIABLE = "DPR_PIPELINE_CPU_BF16"
 #: The oldest NVIDIA driver each CUDA release of a torch wheel runs on (NVIDIA's CUDA toolkit release notes).
 MIN_DRIVER = {"13.0": "580", "12.9": "575", "12.8": "570", "12.6": "560", "12.4": "550", "12.1": "530",
               "11.8": "520"}
@@ -94,7 +97,10 @@ def default_device() -> torch.device:
 @functools.cache
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 matrix products in hardware (Intel AMX or AVX512-BF16), where bf16
-    autocast runs ~2.5x faster than float32; elsewhere it is emulated and slower, so it stays off."""
+    autocast runs ~2.5x faster than float32; elsewhere it is emulated and slower, so it stays off. False also
+    where ``DPR_PIPELINE_CPU_BF16=0`` says to act as such a CPU."""
+    if os.environ.get(CPU_BF16_VARIABLE) == "0":
+        return False
     try:
         flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
