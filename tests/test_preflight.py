@@ -10,6 +10,7 @@ from conftest import REPO
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration import stage_settings
 from dpr_pipeline.orchestration.cluster_facts import gpus_of, read_cluster_facts, slurm_minutes
+from dpr_pipeline.orchestration.cluster_site import site_label
 from dpr_pipeline.orchestration.config import validate_config
 from dpr_pipeline.orchestration.preflight import JobRequest, check_plan, refusals
 from dpr_pipeline.orchestration.resources import cluster_resources, gpu_request, job_resources, job_runtime
@@ -93,14 +94,14 @@ def test_the_msmarco_plan_on_4_gpu_nodes_is_refused_with_the_settings_that_fix_i
                "fix: set datasets.msmarco.stages.pretrain.processes: 4" in message for message in gpus)
     assert any("datasets.msmarco.stages.reranker.processes: 4" in message for message in gpus)
     runtime = [message for message in found if "min; partition gpu allows 720" in message]
-    assert runtime and all("fix: set cluster.max_runtime: 720 (a training longer than that continues from its "
-                           "checkpoint" in message for message in runtime)
+    assert runtime and all(f"fix: set cluster.max_runtime: 720 in {site_label()} (a training longer than that "
+                           "continues from its checkpoint" in message for message in runtime)
     from dpr_pipeline.orchestration.preflight import planned_requests
 
     search = PlannedJob("dense_search", runtime=800, dataset="msmarco", stage="retriever1")
     assert refusals(planned_requests([search], set()), config, facts) == [      # not a training: nothing continues
         "rule dense_search (dataset msmarco): asks 800 min; partition gpu allows 720 (sinfo %l); fix: set "
-        "cluster.max_runtime: 720"]
+        f"cluster.max_runtime: 720 in {site_label()}"]
     with pytest.raises(ConfigError, match="nothing was submitted"):
         check_plan(msmarco_training_jobs(config), config, facts)
 
@@ -120,7 +121,7 @@ def test_partitions_accounts_and_node_sizes_are_checked():
     assert found[0].startswith("cluster.account is 'physics', which is not an account of user alice "
                                "(sacctmgr: ir-lab)")
     assert found[1] == ("rule encode_corpus (dataset msmarco): partition gpu-a100 does not exist here (sinfo: cpu, "
-                        "debug, gpu); fix: set cluster.gpu_partition to one of them [2 jobs]")
+                        f"debug, gpu); fix: set cluster.gpu_partition in {site_label()} to one of them [2 jobs]")
     no_gpus = JobRequest("encode_corpus", "msmarco", 1, 8, 64000, 120, None, None)     # default partition: cpu
     assert "has no node with GPUs" in refusals([no_gpus], CONFIG, facts)[0]
     big = JobRequest("passage_store", "msmarco", 0, 128, 1024000, 60, "cpu", None)
@@ -159,7 +160,7 @@ def test_a_user_without_an_account_where_one_is_required():
                                            "sacctmgr -nP": "", "scontrol show": SCONTROL_CONFIG}), user="bob")
     assert refusals([], CONFIG, facts) == [
         "user bob has no Slurm account and this cluster requires one (AccountingStorageEnforce=associations); fix: "
-        "ask the cluster's administrators for one, then set cluster.account"]
+        f"ask the cluster's administrators for one, then set cluster.account in {site_label()}"]
 
 
 def test_the_rules_cluster_resources_follow_the_config():

@@ -25,6 +25,7 @@ from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES
+from dpr_pipeline.orchestration.cluster_site import SITE_ENV
 from dpr_pipeline.orchestration.config import load_config, stage_params
 from dpr_pipeline.layout import data_file, stage_file
 from dpr_pipeline.stages import ABLATION, PRETRAINING, STAGE_BELOW, member, stage
@@ -249,15 +250,19 @@ def test_grad_cache_memory():
 
 
 def test_cluster_check(tmp_path):
-    """The preflight off a real plan: 2-GPU training where a node has 1 GPU is refused, naming the setting."""
-    (tmp_path / "cluster.yaml").write_text("cluster: {gpus_per_node: 1}\n"
-                                           "datasets: {scifact: {stages: {retriever: {processes: 2}}}}\n")
+    """The preflight off a real plan, the cluster block read from the site file as a run reads it: 2-GPU training
+    where a node has 1 GPU is refused, naming the settings and the site file."""
+    site = tmp_path / "site.yaml"
+    site.write_text("cluster: {gpus_per_node: 1}\n")
+    (tmp_path / "processes.yaml").write_text("datasets: {scifact: {stages: {retriever: {processes: 2}}}}\n")
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_check.py"),
                            "results/scifact/retriever1/metrics.json", "--forceall", "--configfile",
-                           str(tmp_path / "cluster.yaml")], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           str(tmp_path / "processes.yaml")], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, SITE_ENV: str(site)})
     assert done.returncode == 1, done.stdout + done.stderr
     assert ("rule train_retriever (dataset scifact): asks 2 GPUs on one node; a node of the GPU partition has 1; "
             "fix: set datasets.scifact.stages.retriever.processes: 1") in done.stderr
+    assert f"or a partition with larger nodes (cluster.gpu_partition in {site})" in done.stderr
 
 
 def test_onnx_export_speed(tiny, tmp_path):

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline import stages
 from dpr_pipeline.orchestration.cluster_facts import ClusterFacts, Partition
+from dpr_pipeline.orchestration.cluster_site import site_label
 from dpr_pipeline.orchestration.resources import requested_gpus
 
 
@@ -95,8 +96,14 @@ def _resources_key(job: JobRequest, key: str) -> str:
     return f"datasets.{job.dataset}.resources.{job.rule}.{key}" if job.dataset else f"resources.{job.rule}.{key}"
 
 
+def _in_site(setting: str) -> str:
+    """A fix's cluster key (with its value) and the file to set it in: the site file, or how to make one
+    (:mod:`dpr_pipeline.orchestration.cluster_site`)."""
+    return f"{setting} in {site_label()}"
+
+
 def _partition_key(job: JobRequest) -> str:
-    return "cluster.gpu_partition" if job.gpus else "cluster.cpu_partition"
+    return _in_site("cluster.gpu_partition" if job.gpus else "cluster.cpu_partition")
 
 
 def _gpu_fix(job: JobRequest, most: int) -> str:
@@ -131,11 +138,12 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
         on_nodes = partition.most("gpus")
         if on_nodes == 0:
             found.append(("no-gpus", f"{_where(job)}: asks {job.gpus} GPU(s) but partition {partition.name} has no "
-                                     f"node with GPUs (sinfo %G); fix: set cluster.gpu_partition to a GPU partition"))
+                                     f"node with GPUs (sinfo %G); fix: set {_in_site('cluster.gpu_partition')} to a "
+                                     "GPU partition"))
         elif most_gpus is not None and most_gpus > on_nodes:
             found.append(("gpus-per-node", f"cluster.gpus_per_node is {most_gpus} but the nodes of partition "
                                            f"{partition.name} have at most {on_nodes} GPUs (sinfo); fix: set "
-                                           f"cluster.gpus_per_node: {on_nodes}"))
+                                           f"{_in_site(f'cluster.gpus_per_node: {on_nodes}')}"))
         most_gpus = on_nodes if most_gpus is None else min(most_gpus, on_nodes)
     if most_gpus and job.gpus > most_gpus:
         found.append(("gpus", f"{_where(job)}: asks {job.gpus} GPUs on one node; a node of the GPU partition has "
@@ -149,7 +157,7 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
                                  "--group-components, or in your copy of the profile)"))
     elif limit is not None and job.runtime > limit:
         found.append(("runtime", f"{_where(job)}: asks {job.runtime} min; partition {partition.name} allows {limit} "
-                                 f"(sinfo %l); fix: set cluster.max_runtime: {limit}"
+                                 f"(sinfo %l); fix: set {_in_site(f'cluster.max_runtime: {limit}')}"
                                  + (" (a training longer than that continues from its checkpoint in the next attempt)"
                                     if job.rule in stages.GPU_TRAINING_RULES else "")))
     if partition is not None and partition.nodes:
@@ -180,10 +188,11 @@ def _account_refusals(config: Mapping[str, Any], facts: ClusterFacts | None, job
     if account is not None and account not in facts.accounts:
         mine = ", ".join(sorted(facts.accounts)) or "none"
         found.append(f"cluster.account is {account!r}, which is not an account of user {facts.user} (sacctmgr: "
-                     f"{mine}); fix: set cluster.account to one of them")
+                     f"{mine}); fix: set {_in_site('cluster.account')} to one of them")
     if account is None and not facts.accounts and facts.accounts_enforced:
         found.append(f"user {facts.user} has no Slurm account and this cluster requires one (AccountingStorageEnforce="
-                     "associations); fix: ask the cluster's administrators for one, then set cluster.account")
+                     f"associations); fix: ask the cluster's administrators for one, then set "
+                     f"{_in_site('cluster.account')}")
     limits = [limit for name, limit in facts.max_submit.items() if account is None or name == account]
     if jobs_at_once is not None and limits and jobs_at_once > min(limits):
         found.append(f"Snakemake may queue {jobs_at_once} jobs at once (--jobs, the profile's `jobs:`) but user "
