@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: install example test test-fast lint docs gpu-check cluster-check clean
+.PHONY: install example test test-fast lint docs gpu-check site cluster-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -36,9 +36,14 @@ docs: $(STAMP)
 	$(VENV)/bin/python scripts/config_reference.py
 	$(VENV)/bin/python tests/bad_inputs_catalogue.py
 
-# Before a cluster run, on the login node: every job of TARGET's plan against the config's `cluster` block and
-# what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: your config file(s) with that block; CHECK_ARGS: e.g.
-# --profile <your profile> or --group-components as given to snakemake
+# On a cluster's login node, once: site.yaml (or $DPR_PIPELINE_SITE's file), the config's `cluster` block proposed
+# from what sinfo, scontrol and sacctmgr say, for you to review; an existing one is kept (the proposal goes beside it)
+site: $(STAMP)
+	$(VENV)/bin/python scripts/site_probe.py
+
+# Before a cluster run, on the login node: every job of TARGET's plan against the site file's `cluster` block and
+# what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: config file(s) the run is also given with
+# --configfile, if any; CHECK_ARGS: e.g. --profile <your profile> or --group-components as given to snakemake
 TARGET ?= results/msmarco/distill/metrics.json
 CONFIG ?=
 CHECK_ARGS ?=
