@@ -50,7 +50,7 @@ from dpr_pipeline.orchestration.hub_models import check_offline_fetches
 CATEGORIES = {
     "data": "Raw dataset files",
     "config": "config.yaml",
-    "site": "site.yaml, the cluster's site file (docs/cluster.md)",
+    "site": "site.yaml (the cluster's site file)",
     "model": "Model settings and folders",
     "artifact": "Files one stage writes and a later one reads",
 }
