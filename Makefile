@@ -6,15 +6,25 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
+# On a GPU cluster whose NVIDIA driver is older than PyPI's torch needs (docs/cluster.md, Software), e.g.
+#   make install TORCH_CUDA=cu126
+# installs constraints.txt's torch version as the PyTorch index's build for that CUDA release (torch==<version>+cu126)
+TORCH_CUDA ?=
+TORCH_WHEEL = $(if $(TORCH_CUDA),"torch==$(shell sed -n 's/^torch==//p' constraints.txt)+$(TORCH_CUDA)" \
+	--extra-index-url https://download.pytorch.org/whl/$(TORCH_CUDA))
+
 .PHONY: install example test test-fast lint docs gpu-check site cluster-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test]'
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test]' $(TORCH_WHEEL)
 	touch $(STAMP)
 
 install: $(STAMP)
+ifneq ($(TORCH_CUDA),)
+	$(VENV)/bin/python -m pip install -c constraints.txt $(TORCH_WHEEL)
+endif
 
 example: $(STAMP)
 	$(VENV)/bin/snakemake
