@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     output = args.output or site_path()
     found = probe_site()
     when = time.strftime("%Y-%m-%d")
-    header = ("The site file (docs/cluster.md): the config's cluster block, read by every run from this folder. "
+    header = ("The site file (docs/cluster.md): the config's cluster block, read by every run. "
               + (f"Proposed by `make site` on {when} from sinfo, scontrol and sacctmgr: review each value (its "
                  "comment names the command that gave it), then `make cluster-check`." if found is not None else
                  f"A template written by `make site` on {when}, where sinfo did not answer (no Slurm here): "

@@ -82,7 +82,8 @@ def test_the_typical_cluster_gives_a_site_file_that_validates_and_round_trips(tm
     update_config(config, site)                                     # as the run merges it: a valid whole
     validate_config(config)
     text = (tmp_path / "site.yaml").read_text()
-    assert "  gpu_partition: gpu   # sinfo -N: the partition with GPU nodes (%G); also with GPUs: debug (2 a node)" in text
+    assert ("  gpu_partition: gpu   # sinfo -N: the partition with GPU nodes (%G); also with GPUs: debug (2 a "
+            "node)") in text
     assert "  max_runtime: 720   # sinfo: partition gpu's time limit (%l)" in text
     assert "  account: ir-lab   # sacctmgr show assoc user=alice: your one account" in text
     assert ("  qos: gpu-short   # scontrol show partition gpu: AllowQos=gpu-short,gpu-long; sacctmgr show assoc: "
