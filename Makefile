@@ -6,15 +6,25 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: install example test test-avx2 test-fast lint docs gpu-check cluster-check clean
+# On a GPU cluster whose NVIDIA driver is older than PyPI's torch needs (docs/cluster.md, Software), e.g.
+#   make install TORCH_CUDA=cu126
+# installs constraints.txt's torch version as the PyTorch index's build for that CUDA release (torch==<version>+cu126)
+TORCH_CUDA ?=
+TORCH_WHEEL = $(if $(TORCH_CUDA),"torch==$(shell sed -n 's/^torch==//p' constraints.txt)+$(TORCH_CUDA)" \
+	--extra-index-url https://download.pytorch.org/whl/$(TORCH_CUDA))
+
+.PHONY: install example test test-avx2 test-fast lint docs gpu-check site cluster-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test]'
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[test]' $(TORCH_WHEEL)
 	touch $(STAMP)
 
 install: $(STAMP)
+ifneq ($(TORCH_CUDA),)
+	$(VENV)/bin/python -m pip install -c constraints.txt $(TORCH_WHEEL)
+endif
 
 example: $(STAMP)
 	$(VENV)/bin/snakemake
@@ -40,9 +50,14 @@ docs: $(STAMP)
 	$(VENV)/bin/python scripts/config_reference.py
 	$(VENV)/bin/python tests/bad_inputs_catalogue.py
 
-# Before a cluster run, on the login node: every job of TARGET's plan against the config's `cluster` block and
-# what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: your config file(s) with that block; CHECK_ARGS: e.g.
-# --profile <your profile> or --group-components as given to snakemake
+# On a cluster's login node, once: site.yaml (or $DPR_PIPELINE_SITE's file), the config's `cluster` block proposed
+# from what sinfo, scontrol and sacctmgr say, for you to review; an existing one is kept (the proposal goes beside it)
+site: $(STAMP)
+	$(VENV)/bin/python scripts/site_probe.py
+
+# Before a cluster run, on the login node: every job of TARGET's plan against the site file's `cluster` block and
+# what sinfo/sacctmgr say (scripts/cluster_check.py); CONFIG: config file(s) the run is also given with
+# --configfile, if any; CHECK_ARGS: e.g. --profile <your profile> or --group-components as given to snakemake
 TARGET ?= results/msmarco/distill/metrics.json
 CONFIG ?=
 CHECK_ARGS ?=

@@ -40,6 +40,7 @@ from dpr_pipeline.orchestration.resources import (cluster_resources, failed_atte
                                                   job_runtime, planned_trainings, scaled, training_retries)
 from dpr_pipeline.orchestration.checkpoints import remove_finished_checkpoints
 from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
+from dpr_pipeline.orchestration.cluster_site import read_site, site_file, site_overrides
 from dpr_pipeline.orchestration.config import train_split_of, validate_config
 from dpr_pipeline.orchestration.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.orchestration.hub_models import check_offline_fetches
@@ -94,6 +95,16 @@ LAST_LINES = run_errors.LastLines.install(snakemake_logger, explain_error)
 
 SCHEMA_FILE = Path(workflow.basedir, "schemas", "config.schema.yaml")
 SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())
+# The site file (site.yaml, or $DPR_PIPELINE_SITE's): the cluster block, checked as it is read, then merged by
+# Snakemake's own configfile after the config.yaml files, so each --configfile and --config still extends it
+# (dpr_pipeline.orchestration.cluster_site, docs/cluster.md)
+if SITE_FILE := site_file():
+    SITE = read_site(SITE_FILE, SCHEMA_FILE)
+    if SITE["cluster"]:
+        snakemake_logger.info(f"Reading the cluster block of {SITE_FILE} (the site file)")
+        workflow.configfile(str(SITE_FILE))
+    for key in site_overrides(SITE, workflow.config_settings.overwrite_config):
+        snakemake_logger.warning(f"{key} of {SITE_FILE} is overridden by the command line (--configfile, --config)")
 # the one validation route (the tests' too): defaults filled in, moved settings named, `config key …: … Fix: …`
 # for the top-level blocks and a dataset's overrides alike, dataset names checked
 validate_config(config, SCHEMA_FILE)

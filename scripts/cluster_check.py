@@ -1,9 +1,10 @@
-"""The preflight before a cluster run (`make cluster-check TARGET=... CONFIG=...`): every job the target's plan
-would submit checked against the config's `cluster` block and what the cluster says (sinfo, sacctmgr, scontrol),
-without submitting anything. Prints one line per refusal, each naming the rule, what it asks, what the cluster
-allows and the setting that fixes it, and exits 1; or says how many jobs it checked, against what, and exits 0.
+"""The preflight before a cluster run (`make cluster-check TARGET=...`): every job the target's plan would submit
+checked against the config's `cluster` block (the site file's, site.yaml, as the run reads it) and what the
+cluster says (sinfo, sacctmgr, scontrol), without submitting anything. Prints one line per refusal, each naming the
+rule, what it asks, what the cluster allows and the setting that fixes it (a cluster key: in the site file), and
+exits 1; or says how many jobs it checked, against what, and exits 0.
 
-    .venv/bin/python scripts/cluster_check.py results/msmarco/distill/metrics.json --configfile my_cluster.yaml
+    .venv/bin/python scripts/cluster_check.py results/msmarco/distill/metrics.json   # --configfile as the run's
 
 checks the shard groups and retries of profiles/slurm, or of `--profile <your copy>`, or `--group-components` and
 `--retries` as given to snakemake; each job at its first attempt and at the last its retries can make.

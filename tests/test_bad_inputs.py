@@ -43,12 +43,14 @@ from dpr_pipeline.reranking.score_fusion import write_fused_run
 from dpr_pipeline.retrieval.dense_index import build_index
 from dpr_pipeline.retrieval.dense_search import search_index
 from dpr_pipeline.training.groups import read_query_groups
+from dpr_pipeline.orchestration.cluster_site import SITE_ENV, read_site, site_file
 from dpr_pipeline.orchestration.config import load_config
 from dpr_pipeline.orchestration.hub_models import check_offline_fetches
 
 CATEGORIES = {
     "data": "Raw dataset files",
     "config": "config.yaml",
+    "site": "site.yaml (the cluster's site file)",
     "model": "Model settings and folders",
     "artifact": "Files one stage writes and a later one reads",
 }
@@ -779,6 +781,47 @@ def _(tmp, bert):
       what="`load_config` on a file that does not exist", fix="pass an existing YAML file (e.g. config.yaml)")
 def _(tmp, bert):
     return (lambda: load_config(tmp / "no-such-config.yaml")), []
+
+
+def site_call(tmp, text: str):
+    """``text`` as the site file, read as a run reads it."""
+    (tmp / "site.yaml").write_text(text)
+    return (lambda: read_site(tmp / "site.yaml")), []
+
+
+@case("site-unknown-key", "site", ConfigError,
+      "site.yaml: config key cluster: Additional properties are not allowed ('gpu_partiton' was unexpected)",
+      what="a misspelt cluster key (`gpu_partiton`)",
+      fix="correct or remove the key")
+def _(tmp, bert):
+    return site_call(tmp, "cluster:\n  gpu_partiton: gpu\n")
+
+
+@case("site-runtime-as-slurm-time", "site", ConfigError,
+      "site.yaml: config key cluster.max_runtime: '12:00:00' is not of type 'integer', 'null'",
+      what="`max_runtime: 12:00:00` as sinfo prints it (minutes are meant)", fix="write it as integer or null")
+def _(tmp, bert):
+    return site_call(tmp, "cluster:\n  max_runtime: '12:00:00'\n")
+
+
+@case("site-other-block", "site", ConfigError,
+      "site.yaml: key datasets: a site file holds the config's `cluster` block only",
+      what="a dataset's settings in the site file",
+      fix="move datasets to config.yaml (or a config file given with --configfile)")
+def _(tmp, bert):
+    return site_call(tmp, "cluster: {account: ir-lab}\ndatasets: {msmarco: {stages: {pretrain: {processes: 4}}}}\n")
+
+
+@case("site-file-named-not-there", "site", ConfigError,
+      f"{SITE_ENV}=", "cluster.yaml: no such file (the site file, holding the config's cluster block)",
+      what=f"`{SITE_ENV}` naming a file that does not exist",
+      fix=f"point {SITE_ENV} at your site file, write one there with `make site`, or unset {SITE_ENV} to read "
+          "site.yaml")
+def _(tmp, bert):
+    def call():
+        with mock.patch.dict(os.environ, {SITE_ENV: str(tmp / "cluster.yaml")}):
+            return site_file()
+    return call, []
 
 
 @case("config-wrong-type", "config", ConfigError,

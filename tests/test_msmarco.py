@@ -52,11 +52,12 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     whole DAG, each job with the resources sbatch gets. No conda here and no environment variable set: the
     profile runs jobs in this environment. Every GPU job asks for one node (torchrun --standalone), and with
     cluster.max_runtime (24 h by default) no job asks for more than it, on any attempt. Partitions, account and
-    the GPU request style come from the config's cluster block."""
+    the GPU request style come from the cluster block of the site file (site.yaml at the root, read without
+    --configfile)."""
     root = copy_repo(tmp_path / "repo")
-    (root / "my_cluster.yaml").write_text("cluster: {gpu_partition: gpu, cpu_partition: cpu}\n")
-    done = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile", "tests/data/msmarco/standin.yaml",
-                         "my_cluster.yaml")
+    (root / "site.yaml").write_text("cluster: {gpu_partition: gpu, cpu_partition: cpu}\n")
+    done = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile",
+                         "tests/data/msmarco/standin.yaml")
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
     jobs = planned_jobs(out)
@@ -90,11 +91,11 @@ def test_slurm_dry_run_of_the_msmarco_chain_from_the_repository_root(tmp_path):
     assert groups.count("teacher_scores_shard_msmarco") == 8
 
     # no cap: a 72 h pre-training asks its 72 h; GPUs as GRES of a type, under an account
-    (root / "my_cluster.yaml").write_text("cluster: {max_runtime: null, gpu_request: gres, gpu_model: a100, "
-                                          "account: ir-lab}\n"
-                                          "datasets: {msmarco: {resources: {pretrain: {runtime: 4320}}}}\n")
+    (root / "site.yaml").write_text("cluster: {max_runtime: null, gpu_request: gres, gpu_model: a100, "
+                                    "account: ir-lab}\n")
+    (root / "long.yaml").write_text("datasets: {msmarco: {resources: {pretrain: {runtime: 4320}}}}\n")
     other = slurm_dry_run(root, "results/msmarco/distill/metrics.json", "--configfile",
-                          "tests/data/msmarco/standin.yaml", "my_cluster.yaml")
+                          "tests/data/msmarco/standin.yaml", "long.yaml")
     assert other.returncode == 0, other.stderr[-4000:]
     assert resources("pretrain", other.stdout)["runtime"] == "4320"
     reranker = resources("train_reranker", other.stdout)

@@ -11,6 +11,7 @@ from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration import stage_settings
 from dpr_pipeline.orchestration.cluster_facts import (Association, Qos, gpus_of, parse_associations, parse_qos,
                                                       parse_tres, read_cluster_facts, slurm_minutes, takes_jobs)
+from dpr_pipeline.orchestration.cluster_site import site_label
 from dpr_pipeline.orchestration.config import validate_config
 from dpr_pipeline.orchestration.preflight import JobRequest, RetryCaps, check_plan, refusals, retry_caps
 from dpr_pipeline.orchestration.resources import cluster_resources, gpu_request, job_resources, job_runtime, scaled
@@ -105,14 +106,14 @@ def test_the_msmarco_plan_on_4_gpu_nodes_is_refused_with_the_settings_that_fix_i
                "fix: set datasets.msmarco.stages.pretrain.processes: 4" in message for message in gpus)
     assert any("datasets.msmarco.stages.reranker.processes: 4" in message for message in gpus)
     runtime = [message for message in found if "min; partition gpu allows 720" in message]
-    assert runtime and all("fix: set cluster.max_runtime: 720 (a training longer than that continues from its "
-                           "checkpoint" in message for message in runtime)
+    assert runtime and all(f"fix: set cluster.max_runtime: 720 in {site_label()} (a training longer than that "
+                           "continues from its checkpoint" in message for message in runtime)
     from dpr_pipeline.orchestration.preflight import planned_requests
 
     search = PlannedJob("dense_search", runtime=800, dataset="msmarco", stage="retriever1")
     assert refusals(planned_requests([search], set()), config, facts) == [      # not a training: nothing continues
         "rule dense_search (dataset msmarco): asks 800 min; partition gpu allows 720 (sinfo %l); fix: set "
-        "cluster.max_runtime: 720"]
+        f"cluster.max_runtime: 720 in {site_label()}"]
     with pytest.raises(ConfigError, match="nothing was submitted"):
         check_plan(msmarco_training_jobs(config), config, facts)
 
@@ -132,7 +133,7 @@ def test_partitions_accounts_and_node_sizes_are_checked():
     assert found[0].startswith("cluster.account is 'physics', which is not an account of user alice "
                                "(sacctmgr: ir-lab)")
     assert found[1] == ("rule encode_corpus (dataset msmarco): partition gpu-a100 does not exist here (sinfo: cpu, "
-                        "debug, gpu); fix: set cluster.gpu_partition to one of them [2 jobs]")
+                        f"debug, gpu); fix: set cluster.gpu_partition in {site_label()} to one of them [2 jobs]")
     no_gpus = JobRequest("encode_corpus", "msmarco", 1, 8, 64000, 120, None, None)     # default partition: cpu
     assert "has no node with GPUs" in refusals([no_gpus], CONFIG, facts)[0]
     big = JobRequest("passage_store", "msmarco", 0, 128, 1024000, 60, "cpu", None)
@@ -170,7 +171,7 @@ def test_a_user_without_an_account_where_one_is_required():
     facts = read_cluster_facts(fake_slurm({**TYPICAL_OUTPUTS, "sacctmgr -nP show assoc": ""}), user="bob")
     assert refusals([], CONFIG, facts) == [
         "user bob has no Slurm account and this cluster requires one (AccountingStorageEnforce=associations); fix: "
-        "ask the cluster's administrators for one, then set cluster.account"]
+        f"ask the cluster's administrators for one, then set cluster.account in {site_label()}"]
 
 
 def test_the_rules_cluster_resources_follow_the_config():
@@ -268,18 +269,18 @@ def test_the_default_qos_limits_submissions_runtime_and_gpus_of_cpu_and_gpu_jobs
         "Snakemake may queue 50 jobs at once (--jobs, the profile's `jobs:`) but user alice may submit 20 (sacctmgr "
         "QoS normal MaxSubmitPU); fix: --jobs 20 (or `jobs: 20` in your copy of the profile)",
         "rule passage_store (dataset msmarco): asks 600 min; QoS normal allows 480 (sacctmgr MaxWall); fix: set "
-        "cluster.max_runtime: 480",
+        f"cluster.max_runtime: 480 in {site_label()}",
         "rule train_reranker (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
         "datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size bounds "
-        "each GPU's memory), or a partition with 8-GPU nodes (cluster.gpu_partition)",
+        f"each GPU's memory), or a partition with 8-GPU nodes (cluster.gpu_partition in {site_label()})",
         "rule train_reranker (dataset msmarco): asks 8 GPUs; QoS normal allows 4 (sacctmgr MaxTRESPU gres/gpu=4); "
         "fix: set datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size "
-        "bounds each GPU's memory), or a QoS that allows 8 (cluster.qos)"]
+        f"bounds each GPU's memory), or a QoS that allows 8 (cluster.qos in {site_label()})"]
     long = with_cluster(gpu_partition="gpu", cpu_partition="cpu", max_runtime=None, qos="long")
     assert refusals([store, reranker, debug], long, facts, jobs_at_once=10) == [      # cluster.qos: its limits
         "rule train_reranker (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
         "datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size bounds "
-        "each GPU's memory), or a partition with 8-GPU nodes (cluster.gpu_partition)"]
+        f"each GPU's memory), or a partition with 8-GPU nodes (cluster.gpu_partition in {site_label()})"]
     assert refusals([store], long, facts, jobs_at_once=11)[0].endswith("may submit 10 (sacctmgr QoS long "
                                                                         "MaxSubmitPU); fix: --jobs 10 (or `jobs: 10` "
                                                                         "in your copy of the profile)")
@@ -289,7 +290,7 @@ def test_a_qos_the_cluster_lacks_is_refused_and_an_unknown_qos_leaves_its_limits
     facts = read_cluster_facts(STRICT, user="alice")
     assert refusals([], with_cluster(qos="gpu-long"), facts) == [
         "cluster.qos is 'gpu-long', which is not a QoS of this cluster (sacctmgr show qos: long, normal); fix: set "
-        "cluster.qos to one of them, or null"]
+        f"cluster.qos in {site_label()} to one of them, or null"]
     store = JobRequest("passage_store", "msmarco", 0, 8, 64000, 600, "cpu", None)
     no_qos = read_cluster_facts(fake_slurm({**TYPICAL_OUTPUTS, "sacctmgr -nP show assoc": "ir-lab|80|normal|normal\n",
                                             "sacctmgr -nP show qos": None}), user="alice")
@@ -307,12 +308,12 @@ def test_a_gpu_type_the_partitions_nodes_lack_is_refused_naming_the_types_they_h
     assert refusals([encode], with_cluster(gpu_model="a100"), facts) == []
     assert refusals([encode], with_cluster(gpu_model="v100"), facts) == [
         "rule encode_corpus (dataset msmarco): asks GPUs of type v100 (cluster.gpu_model); the nodes of partition "
-        "gpu have GPUs of type a100 (sinfo %G); fix: set cluster.gpu_model to one of them, or null"]
+        f"gpu have GPUs of type a100 (sinfo %G); fix: set cluster.gpu_model in {site_label()} to one of them, or null"]
     on_debug = JobRequest("encode_corpus", "msmarco", 1, 8, 32000, 20, "debug", None)
     assert refusals([on_debug], with_cluster(gpu_model="a100"), facts) == [
         "rule encode_corpus (dataset msmarco): asks GPUs of type a100 (cluster.gpu_model); the nodes of partition "
         "debug have GPUs without a type (sinfo %G: gpu:N), which no typed request gets; fix: set "
-        "cluster.gpu_model: null"]
+        f"cluster.gpu_model: null in {site_label()}"]
     cpu_job = JobRequest("passage_store", "msmarco", 0, 8, 32000, 20, "debug", None)
     assert refusals([cpu_job], with_cluster(gpu_model="a100"), facts) == []          # CPU jobs ask no type
 
@@ -326,7 +327,7 @@ def test_a_typed_request_sees_only_the_nodes_of_its_type():
     assert refusals([encode], CONFIG, facts) == []
     assert refusals([encode], with_cluster(gpu_model="a100"), facts) == [
         "rule encode_corpus (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: a "
-        "partition with 8-GPU nodes (cluster.gpu_partition)"]
+        f"partition with 8-GPU nodes (cluster.gpu_partition in {site_label()})"]
     assert retry_caps(with_cluster(gpu_model="a100", gpu_partition="gpu"), facts, "encode_corpus").mem_mb == 256000
 
 
@@ -425,5 +426,5 @@ def test_offline_nodes_are_not_counted_and_a_partition_without_a_node_that_takes
     four = JobRequest("train_retriever", "msmarco", 4, 16, 128000, 480, "gpu", None)
     assert refusals([four], CONFIG, facts) == [
         "rule train_retriever (dataset msmarco): no node of partition gpu takes jobs (sinfo %t: g001 (drain), "
-        "g002 (drain), g009 (down*)); fix: wait until its nodes are back, or set cluster.gpu_partition to another "
-        "partition"]
+        "g002 (drain), g009 (down*)); fix: wait until its nodes are back, or set cluster.gpu_partition in "
+        f"{site_label()} to another partition"]

@@ -166,25 +166,31 @@ def test_three_fractions_fit_one_line_and_say_how_well_the_two_smaller_predict_t
     assert "| 0.68 / – / 0.88 GB |" in rehearsal.markdown_table(table)
 
 
-def test_the_walkthrough_applies_the_settings_the_preflights_lines_name():
-    """scripts/cluster_walkthrough.py follows the preflight as a user would: each `fix: set <key>: <n>` into
-    my_cluster.yaml, each `fix: group-components <group>=<n>` onto snakemake's command line; the overlay in place of
-    the fetch keeps the msmarco entry's GPU counts (what the preflight must refuse on 4-GPU nodes)."""
+def test_the_walkthrough_applies_the_settings_the_preflights_lines_name(tmp_path):
+    """scripts/cluster_walkthrough.py follows the preflight as a user would: each `fix: set <key>: <n>` into the file
+    the line names (a cluster key into site.yaml, the others into config.yaml), each `fix: group-components
+    <group>=<n>` into the profile's group-components, so that the literal command stays as written; the overlay in
+    place of the fetch keeps the msmarco entry's GPU counts (what the preflight must refuse on 4-GPU nodes)."""
     import cluster_walkthrough
 
     output = ("- rule pretrain (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
               "datasets.msmarco.stages.pretrain.processes: 4 (the global batch stays the same; ...)\n"
               "- rule pretrain (dataset msmarco): asks 120 min; partition gpu allows 60 (sinfo %l); fix: set "
-              "cluster.max_runtime: 60 (a training longer than that continues ...)\n"
+              "cluster.max_runtime: 60 in site.yaml (a training longer than that continues ...)\n"
               "- rule encode_corpus (dataset msmarco): asks 120 min for 8 shard jobs run one after the other; ...; "
               "fix: group-components encode_corpus_{dataset}_{stage}=4 (snakemake's --group-components, ...) [12 jobs]")
     settings, groups = cluster_walkthrough.fixes(output)
     assert settings == {"datasets": {"msmarco": {"stages": {"pretrain": {"processes": 4}}}},
                         "cluster": {"max_runtime": 60}}
     assert groups == ["encode_corpus_{dataset}_{stage}=4"]
-    mine = {"cluster": {"account": "dprlab"}}
-    cluster_walkthrough.update_config(mine, settings)
-    assert mine["cluster"] == {"account": "dprlab", "max_runtime": 60}
+    site = tmp_path / "site.yaml"
+    site.write_text("cluster:\n  account: dprlab   # sacctmgr\n")
+    cluster_walkthrough.merge_into(site, {"cluster": settings["cluster"]})
+    assert yaml.safe_load(site.read_text()) == {"cluster": {"account": "dprlab", "max_runtime": 60}}
+    profile = (REPO / cluster_walkthrough.PROFILE).read_text()
+    resized = cluster_walkthrough.with_group_sizes(profile, groups)
+    assert '  - "encode_corpus_{dataset}_{stage}=4"' in resized and '  - "teacher_scores_shard_{dataset}=8"' in resized
+    assert resized.replace("{stage}=4", "{stage}=8") == profile                 # nothing else changed
     overlay = cluster_walkthrough.emulated_overlay()
     assert "cluster" not in overlay
     assert {"processes"} & set(overlay["datasets"]["msmarco"]["stages"]["pretrain"]) == set()

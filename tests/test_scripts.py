@@ -25,6 +25,7 @@ from dpr_pipeline.data.ingest import ingest_corpus
 from dpr_pipeline.data.passage_store import write_passage_store
 from dpr_pipeline.data.schemas import write_artifact
 from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES
+from dpr_pipeline.orchestration.cluster_site import SITE_ENV, read_site
 from dpr_pipeline.orchestration.config import load_config, stage_params
 from dpr_pipeline.layout import data_file, stage_file
 from dpr_pipeline.stages import ABLATION, PRETRAINING, STAGE_BELOW, member, stage
@@ -249,15 +250,60 @@ def test_grad_cache_memory():
 
 
 def test_cluster_check(tmp_path):
-    """The preflight off a real plan: 2-GPU training where a node has 1 GPU is refused, naming the setting."""
-    (tmp_path / "cluster.yaml").write_text("cluster: {gpus_per_node: 1}\n"
-                                           "datasets: {scifact: {stages: {retriever: {processes: 2}}}}\n")
+    """The preflight off a real plan, the cluster block read from the site file as a run reads it: 2-GPU training
+    where a node has 1 GPU is refused, naming the settings and the site file."""
+    site = tmp_path / "site.yaml"
+    site.write_text("cluster: {gpus_per_node: 1}\n")
+    (tmp_path / "processes.yaml").write_text("datasets: {scifact: {stages: {retriever: {processes: 2}}}}\n")
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_check.py"),
                            "results/scifact/retriever1/metrics.json", "--forceall", "--configfile",
-                           str(tmp_path / "cluster.yaml")], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           str(tmp_path / "processes.yaml")], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, SITE_ENV: str(site)})
     assert done.returncode == 1, done.stdout + done.stderr
     assert ("rule train_retriever (dataset scifact): asks 2 GPUs on one node; a node of the GPU partition has 1; "
             "fix: set datasets.scifact.stages.retriever.processes: 1") in done.stderr
+    assert f"or a partition with larger nodes (cluster.gpu_partition in {site})" in done.stderr
+
+
+#: The test Slurm's words (scripts/slurm/start: one node with 4 untyped GPUs in both partitions, cpu the default
+#: for 2 days, gpu for 60 minutes, account dprlab with MaxSubmitJobs 50), as `make site` asks for them.
+FAKE_SLURM = {
+    "sinfo": """case "$*" in *-N*) echo 'cpu|node1|16|64000|gpu:4'; echo 'gpu|node1|16|64000|gpu:4';;
+                *) echo 'cpu*|2-00:00:00|up'; echo 'gpu|1:00:00|up';; esac""",
+    "sacctmgr": """case "$*" in *maxsubmit*) echo 'dprlab|50';; *format=account,qos*) echo 'dprlab|normal';;
+                   *'show qos'*) echo 'normal|';; esac""",
+    "scontrol": """case "$*" in *config*) echo 'AccountingStorageEnforce = associations,limits';;
+                   *partition*) echo 'PartitionName=cpu AllowQos=ALL MaxTime=2-00:00:00 Nodes=node1'
+                                echo 'PartitionName=gpu AllowQos=ALL MaxTime=01:00:00 Nodes=node1';; esac""",
+}
+
+
+def test_site_probe(tmp_path):
+    """`make site` on the test Slurm's words: the proposed site file, read as a run reads it; run again, the site
+    file is kept and the proposal goes beside it."""
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    for command, answer in FAKE_SLURM.items():
+        (bin_folder / command).write_text(f"#!/bin/sh\n{answer}\n")
+        (bin_folder / command).chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if key != SITE_ENV}
+    env.update(PATH=f"{bin_folder}{os.pathsep}{env['PATH']}", USER="alice")
+
+    def probe() -> str:
+        done = subprocess.run([sys.executable, str(REPO / "scripts" / "site_probe.py")], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert probe().startswith("wrote site.yaml: review it")
+    proposed = {"gpu_partition": "gpu", "cpu_partition": "cpu", "account": "dprlab", "gpus_per_node": 4,
+                "max_runtime": 60}
+    assert read_site(tmp_path / "site.yaml") == {"cluster": proposed}
+    assert "  gpu_model: " not in (tmp_path / "site.yaml").read_text()              # untyped GRES: any GPU
+    (tmp_path / "site.yaml").write_text("cluster: {account: mine}\n")
+    assert "site.yaml exists and is kept: the proposal is site.proposed.yaml" in probe()
+    assert (tmp_path / "site.yaml").read_text() == "cluster: {account: mine}\n"
+    assert read_site(tmp_path / "site.proposed.yaml") == {"cluster": proposed}
 
 
 def test_onnx_export_speed(tiny, tmp_path):

@@ -510,13 +510,23 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH) -> dict
     return add_dev_splits(config)
 
 
-def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict:
-    """Read and validate a config file (for use outside Snakemake)."""
+def validate_block(block: object, name: str, schema_path: str | Path = SCHEMA_PATH) -> None:
+    """Check ``block`` against the schema of the top-level block ``name`` (``cluster``) alone, defaults not filled
+    in: a violation is the ConfigError :func:`validate_config` would raise for it."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = jsonschema.Draft202012Validator({**schema["properties"][name], "$defs": schema["$defs"]})
+    for error in validator.iter_errors(block):
+        raise _schema_error(error, f"{name}{_path(error)}")
+
+
+def read_yaml(path: str | Path) -> object:
+    """The YAML of a config file; a missing file, a syntax error or text that is not UTF-8 is a ConfigError naming
+    the file (and the line) and the fix."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; pass an existing YAML file (e.g. config.yaml)")
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -525,4 +535,8 @@ def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict
                           "brackets, quotes)") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
-    return validate_config(config or {}, schema_path)
+
+
+def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict:
+    """Read and validate a config file (for use outside Snakemake)."""
+    return validate_config(read_yaml(path) or {}, schema_path)

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline import stages
 from dpr_pipeline.orchestration.cluster_facts import Association, ClusterFacts, Partition, Qos
+from dpr_pipeline.orchestration.cluster_site import site_label
 from dpr_pipeline.orchestration.resources import cluster_resources, job_runtime, requested_gpus, scaled
 
 
@@ -177,8 +178,14 @@ def _resources_key(job: JobRequest, key: str) -> str:
     return f"datasets.{job.dataset}.resources.{job.rule}.{key}" if job.dataset else f"resources.{job.rule}.{key}"
 
 
+def _in_site(setting: str) -> str:
+    """A fix's cluster key (with its value) and the file to set it in: the site file, or how to make one
+    (:mod:`dpr_pipeline.orchestration.cluster_site`)."""
+    return f"{setting} in {site_label()}"
+
+
 def _partition_key(job: JobRequest) -> str:
-    return "cluster.gpu_partition" if job.gpus else "cluster.cpu_partition"
+    return _in_site("cluster.gpu_partition" if job.gpus else "cluster.cpu_partition")
 
 
 def _gpu_fix(job: JobRequest, most: int, otherwise: str) -> str:
@@ -192,9 +199,10 @@ def _gpu_fix(job: JobRequest, most: int, otherwise: str) -> str:
 
 def _gpu_model_refusal(job: JobRequest, model: str, partition: Partition) -> str:
     models = sorted({name for node in partition.nodes for name in node.gpu_models})
-    have = (f"GPUs of type {', '.join(models)} (sinfo %G); fix: set cluster.gpu_model to one of them, or null"
+    have = (f"GPUs of type {', '.join(models)} (sinfo %G); fix: set {_in_site('cluster.gpu_model')} to one of "
+            "them, or null"
             if models else "GPUs without a type (sinfo %G: gpu:N), which no typed request gets; fix: set "
-                           "cluster.gpu_model: null")
+                           f"{_in_site('cluster.gpu_model: null')}")
     return (f"{_where(job)}: asks GPUs of type {model} (cluster.gpu_model); the nodes of partition "
             f"{partition.name} have {have}")
 
@@ -209,7 +217,7 @@ def _qos_gpu_refusals(job: JobRequest, model: str | None, qos: list[Qos]) -> lis
                   if name in tres]
         if limits and job.gpus > min(limits)[0]:
             most, said = min(limits)
-            fix = _gpu_fix(job, most, f"a QoS that allows {job.gpus} (cluster.qos)")
+            fix = _gpu_fix(job, most, f"a QoS that allows {job.gpus} ({_in_site('cluster.qos')})")
             found.append(("qos-gpus", f"{_where(job)}: asks {job.gpus} GPUs; QoS {q.name} allows {most} (sacctmgr "
                                        f"{said}); fix: {fix}"))
     return found
@@ -245,7 +253,8 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
         typed = _gpu_nodes(partition, config, True)
         if on_nodes == 0:
             found.append(("no-gpus", f"{_where(job)}: asks {job.gpus} GPU(s) but partition {partition.name} has no "
-                                     f"node with GPUs (sinfo %G); fix: set cluster.gpu_partition to a GPU partition"))
+                                     f"node with GPUs (sinfo %G); fix: set {_in_site('cluster.gpu_partition')} to a "
+                                     "GPU partition"))
         elif not typed.nodes:
             found.append(("gpu-model", _gpu_model_refusal(job, model, partition)))
         else:
@@ -253,7 +262,7 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
             if most_gpus is not None and most_gpus > on_nodes:
                 found.append(("gpus-per-node", f"cluster.gpus_per_node is {most_gpus} but the nodes of partition "
                                                f"{partition.name} have at most {on_nodes} GPUs (sinfo); fix: set "
-                                               f"cluster.gpus_per_node: {on_nodes}"))
+                                               f"{_in_site(f'cluster.gpus_per_node: {on_nodes}')}"))
         most_gpus = on_nodes if most_gpus is None else min(most_gpus, on_nodes)
     if most_gpus and job.gpus > most_gpus:
         fix = _gpu_fix(job, most_gpus, f"a partition with {job.gpus}-GPU nodes ({_partition_key(job)})")
@@ -269,8 +278,8 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
                                  f"the other; {limit[1]}; fix: group-components {stages.shard_group(job.rule)}={fits} "
                                  "(snakemake's --group-components, or in your copy of the profile)"))
     elif limit is not None and job.runtime > limit[0]:
-        found.append(("runtime", f"{_where(job)}: asks {job.runtime} min; {limit[1]}; fix: set cluster.max_runtime: "
-                                 f"{limit[0]}"
+        found.append(("runtime", f"{_where(job)}: asks {job.runtime} min; {limit[1]}; fix: set "
+                                 f"{_in_site(f'cluster.max_runtime: {limit[0]}')}"
                                  + (" (a training longer than that continues from its checkpoint in the next attempt)"
                                     if job.rule in stages.GPU_TRAINING_RULES else "")))
     if partition is not None and partition.nodes:
@@ -303,13 +312,15 @@ def _account_refusals(config: Mapping[str, Any], facts: ClusterFacts | None, job
     if facts.accounts is not None and account is not None and account not in facts.accounts:
         mine = ", ".join(sorted(facts.accounts)) or "none"
         found.append(f"cluster.account is {account!r}, which is not an account of user {facts.user} (sacctmgr: "
-                     f"{mine}); fix: set cluster.account to one of them")
+                     f"{mine}); fix: set {_in_site('cluster.account')} to one of them")
     if facts.accounts is not None and account is None and not facts.accounts and facts.accounts_enforced:
         found.append(f"user {facts.user} has no Slurm account and this cluster requires one (AccountingStorageEnforce="
-                     "associations); fix: ask the cluster's administrators for one, then set cluster.account")
+                     f"associations); fix: ask the cluster's administrators for one, then set "
+                     f"{_in_site('cluster.account')}")
     if facts.qos is not None and named_qos is not None and named_qos not in facts.qos:
         found.append(f"cluster.qos is {named_qos!r}, which is not a QoS of this cluster (sacctmgr show qos: "
-                     f"{', '.join(sorted(facts.qos)) or 'none'}); fix: set cluster.qos to one of them, or null")
+                     f"{', '.join(sorted(facts.qos)) or 'none'}); fix: set {_in_site('cluster.qos')} to one of "
+                     "them, or null")
     limits = [(a.max_submit, "sacctmgr MaxSubmitJobs") for a in _associations(config, facts)
               if a.max_submit is not None]
     limits += [(q.max_submit_per_user, f"sacctmgr QoS {q.name} MaxSubmitPU") for q in _job_qos(config, facts)
