@@ -17,12 +17,12 @@ from typing import Any, Iterable, Mapping
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline import stages
 from dpr_pipeline.orchestration.cluster_facts import ClusterFacts, Partition
-from dpr_pipeline.orchestration.resources import requested_gpus
+from dpr_pipeline.orchestration.resources import nodes_of, requested_gpus
 
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What one job of the plan asks the scheduler for."""
+    """What one job of the plan asks the scheduler for (``gpus``, ``threads``, ``mem_mb``: on each of its nodes)."""
     rule: str
     dataset: str | None
     gpus: int
@@ -32,13 +32,14 @@ class JobRequest:
     partition: str | None        # None: the cluster's default
     account: str | None
     shards: int = 1              # shard jobs run one after the other in this one submission (a shard group)
+    nodes: int = 1               # a training over several nodes (its stage's `nodes`)
 
 
 def job_request(rule: str, wildcards: Mapping[str, str], resources: Mapping[str, Any], threads: int) -> JobRequest:
     """A job's request from its rule name, wildcards and Snakemake resources (first attempt)."""
     return JobRequest(rule, wildcards.get("dataset"), requested_gpus(resources), int(threads),
                       int(resources.get("mem_mb") or 0), int(resources.get("runtime") or 0),
-                      resources.get("slurm_partition"), resources.get("slurm_account"))
+                      resources.get("slurm_partition"), resources.get("slurm_account"), nodes=nodes_of(resources))
 
 
 def planned_requests(jobs, local_rules, group_sizes: Mapping[str, int] | None = None) -> list[JobRequest]:
@@ -99,9 +100,18 @@ def _partition_key(job: JobRequest) -> str:
     return "cluster.gpu_partition" if job.gpus else "cluster.cpu_partition"
 
 
-def _gpu_fix(job: JobRequest, most: int) -> str:
+def _gpu_fix(job: JobRequest, most: int, partition: Partition | None) -> str:
+    """A training's fix for nodes of ``most`` GPUs: the fewest ``nodes`` that share its processes evenly with at
+    most ``most`` on each, where the partition has that many such nodes (or is not known); else fewer processes."""
     block = stages.GPU_TRAINING_RULES.get(job.rule)
     if block and job.dataset:
+        processes = job.gpus * job.nodes
+        nodes = next(n for n in range(1, processes + 1) if processes % n == 0 and processes // n <= most)
+        if partition is None or sum(node.gpus >= processes // nodes for node in partition.nodes) >= nodes:
+            share = processes // nodes
+            return (f"set datasets.{job.dataset}.stages.{block}.nodes: {nodes} ({share} GPU{'s' * (share > 1)} on "
+                    f"each of {nodes} nodes: the same {processes} processes and global batch), or a partition with "
+                    f"larger nodes ({_partition_key(job)})")
         return (f"set datasets.{job.dataset}.stages.{block}.processes: {most} (the global batch stays the same; "
                 f"micro_batch_size bounds each GPU's memory), or a partition with larger nodes "
                 f"({_partition_key(job)})")
@@ -138,8 +148,9 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
                                            f"cluster.gpus_per_node: {on_nodes}"))
         most_gpus = on_nodes if most_gpus is None else min(most_gpus, on_nodes)
     if most_gpus and job.gpus > most_gpus:
-        found.append(("gpus", f"{_where(job)}: asks {job.gpus} GPUs on one node; a node of the GPU partition has "
-                              f"{most_gpus}; fix: {_gpu_fix(job, most_gpus)}"))
+        where = "on one node" if job.nodes == 1 else f"on each of {job.nodes} nodes"
+        found.append(("gpus", f"{_where(job)}: asks {job.gpus} GPUs {where}; a node of the GPU partition has "
+                              f"{most_gpus}; fix: {_gpu_fix(job, most_gpus, partition)}"))
     limit = partition.max_minutes if partition is not None else None
     if limit is not None and job.runtime > limit and job.shards > 1:
         fits = max(1, limit * job.shards // job.runtime)
