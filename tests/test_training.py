@@ -223,13 +223,18 @@ def test_two_gloo_processes_on_one_node_or_two_match_one_process_over_the_joint_
 
 
 @pytest.mark.slow
-def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_to_the_same_weights(tmp_path):
+@pytest.mark.parametrize("nodes", [1, 2], ids=["one node", "two nodes"])
+def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_to_the_same_weights(tmp_path, nodes,
+                                                                                                    monkeypatch):
     """Slurm signals every process of a job at its time limit: SIGTERM to the launcher, torchrun and both gloo
-    workers (a process group here) mid-run. The workers agree on the step to stop at, rank 0 saves it, the run
-    fails; the rerun resumes from that step (not 0, no save_steps checkpoint before it) and ends with the
-    weights and loss log of an uninterrupted two-process run."""
+    workers (a process group here; over two "nodes" srun too, fake_srun.py) mid-run. The workers agree on the step
+    to stop at, rank 0 saves it, the run fails; the rerun resumes from that step (not 0, no save_steps checkpoint
+    before it) and ends with the weights and loss log of an uninterrupted two-process run."""
     if visible_gpus() == 1:
         pytest.skip("one GPU visible: two processes are a ConfigError there")
+    if nodes > 1:
+        fake_slurm_job(tmp_path, monkeypatch)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     data = write_training_data(tmp_path / "data")
     plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 6, "seed": 3,
@@ -240,12 +245,12 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
         return {"negatives_path": str(data / "negatives.parquet"), "passages_path": str(data / "passages.arrow"),
                 "queries_path": str(data / "queries.parquet"), "output_dir": str(tmp_path / name),
                 "checkpoint_dir": str(tmp_path / f"{name}.ckpt"), "loss_log": str(tmp_path / f"{name}.jsonl"),
-                "params": params}
+                "params": params, "nodes": nodes, "cpus_per_node": 1}
 
     run_training(train_biencoder, 2, **spec("straight"))
     (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "seconds_per_step": 0.5}))
     scripts = REPO / "tests" / "scripts"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "src")]), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "src")])}
     with open(tmp_path / "stopped.stderr", "w") as stderr:
         run = subprocess.Popen([sys.executable, str(scripts / "slow_training.py"), str(tmp_path / "spec.json")],
                                env=env, stderr=stderr, start_new_session=True)

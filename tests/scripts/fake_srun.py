@@ -1,10 +1,10 @@
 """Slurm's srun on one machine, for the tests: ``fake_srun.py --nodes=N [--option=value ...] COMMAND ...`` runs
-COMMAND once per node asked (one task per node, as dpr_pipeline.training.nodes.srun_command asks), every "node" being
-this machine, each task with the variables srun gives its tasks (the step's nodes, their count, the task's node and
-rank; SLURM_JOB_ID from the environment; of the devices CUDA_VISIBLE_DEVICES lists, where set, the task's node's
-share, as Slurm gives each node its own: ``--gres=gpu:G`` each). Like ``--kill-on-bad-exit``, the first task to fail ends the others and
-its exit status is srun's; SIGTERM is passed on to every task. Each call appends its arguments as a JSON line to
-the file FAKE_SRUN_LOG names, if set."""
+COMMAND once per node asked (one task per node, as dpr_pipeline.training.nodes.srun_command asks), every "node"
+being this machine, each task with the variables srun gives its tasks (the step's nodes, their count, the task's
+node and rank; SLURM_JOB_ID from the environment; of the devices CUDA_VISIBLE_DEVICES lists, where set, the task's
+node's share, as Slurm gives each node its own: ``--gres=gpu:G`` each). Like ``--kill-on-bad-exit``, the first task
+to fail ends the others and its exit status is srun's; SIGTERM is passed on to every task. Each call appends its
+arguments as a JSON line to the file FAKE_SRUN_LOG names, if set."""
 
 import json
 import os

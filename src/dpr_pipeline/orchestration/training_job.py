@@ -66,8 +66,7 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
     """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) on the rule's negatives, corpus
     and queries, in one process per GPU the job holds (torchrun when several, one per node of the job), then the
     model folder's card and the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its
-    ``report``); with
-    `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
+    ``report``); with `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
     settings = job_settings(stage, params)
     seed = settings.training.seed
@@ -83,8 +82,7 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
         write_job_manifest(snakemake, stage, seed=seed, world_size=processes, report=report)
         return
     run_training(train, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads, stage=stage,
-                 negatives_path=snakemake.input.negatives,
-                 passages_path=snakemake.input.passages,
+                 negatives_path=snakemake.input.negatives, passages_path=snakemake.input.passages,
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
                  tracking=tracking.as_dict(), **options)

@@ -2,12 +2,12 @@
 
 A stage with ``nodes: N`` (and ``processes: P``, P/N GPUs on each node) runs as one Slurm job of N nodes. The job's
 own process (the launcher, on the job's first node) starts ``srun`` with one task per node (:func:`srun_command`);
-each task runs ``python -m dpr_pipeline.training.nodes ...`` (:func:`run_node`), which reads the rendezvous from its Slurm
-environment (:func:`slurm_rendezvous`: the step's first host, a port derived from the job id, the job id as the
-rendezvous id; the same on every node) and becomes ``torchrun --nnodes N --nproc_per_node P/N --rdzv_backend c10d
-...`` (:func:`torchrun_command`). The workers' ``RANK`` and ``WORLD_SIZE`` are global (the cross-device negatives
-gather over every node), ``LOCAL_RANK`` picks each node's GPU (:class:`dpr_pipeline.training.distributed.Distributed`).
-One node stays ``torchrun --standalone``.
+each task runs ``python -m dpr_pipeline.training.nodes ...`` (:func:`run_node`), which reads the rendezvous from
+its Slurm variables (:func:`slurm_rendezvous`: the step's first host, a port derived from the job id, the job id as
+the rendezvous id; the same on every node) and becomes ``torchrun --nnodes N --nproc_per_node P/N --rdzv_backend
+c10d ...`` (:func:`torchrun_command`). The workers' ``RANK`` and ``WORLD_SIZE`` are global (the cross-device
+negatives gather over every node), ``LOCAL_RANK`` picks each node's GPU
+(:class:`dpr_pipeline.training.distributed.Distributed`). One node stays ``torchrun --standalone``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dpr_pipeline.errors import ConfigError
 WORKER_MODULE = "dpr_pipeline.training.launch"
 #: The module each node's srun task runs: it becomes that node's torchrun (:func:`run_node`).
 NODE_MODULE = "dpr_pipeline.training.nodes"
-#: The ports a rendezvous may use: below Linux's ephemeral ports (32768-60999), away from torchrun's 29500 only by
-#: chance; every node derives the same one from the job id (:func:`rendezvous_port`).
+#: The ports a rendezvous may use, below Linux's ephemeral ports (32768-60999): every node derives the same one from
+#: the job id (:func:`rendezvous_port`).
 RENDEZVOUS_PORTS = range(20000, 30000)
 
 # One entry of a Slurm hostlist: names and bracketed ranges (`gpu[01-04,07]`, `rack[1-2]-n[3-4]`).
@@ -129,9 +129,10 @@ def require_slurm_job(environ: Mapping[str, str], nodes: int, stage: str, settin
                else "srun is not on the PATH" if shutil.which("srun", path=environ.get("PATH")) is None else None)
     if problem is None:
         return
-    raise ConfigError(f"{stage} training: {setting} is {nodes}: the training runs one torchrun on each of {nodes} nodes of its Slurm "
-                      f"job, started by srun, but {problem}. Fix: run the workflow on the cluster (--profile slurm), "
-                      f"or set {setting} to 1 (and processes to the GPUs of this machine) to train here")
+    raise ConfigError(f"{stage} training: {setting} is {nodes}: the training runs one torchrun on each of {nodes} "
+                      f"nodes of its Slurm job, started by srun, but {problem}. Fix: run the workflow on the cluster "
+                      f"(--profile slurm), or set {setting} to 1 (and processes to the GPUs of this machine) to train "
+                      "here")
 
 
 def run_node(nodes: int, per_node: int, spec: str, environ: Mapping[str, str]) -> None:
