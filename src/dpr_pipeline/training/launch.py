@@ -89,7 +89,7 @@ def _run_workers(function: Callable, per_node: int, nodes: int, cpus_per_node: i
     command = (torchrun_command(per_node, out.name) if nodes == 1
                else srun_command(nodes, per_node, cpus_per_node, out.name))
     if nodes > 1:
-        log.info("%s training over %d nodes, %d processes each: %s", stage, nodes, per_node, " ".join(command))
+        log.info("%s training over %d nodes, %d process(es) on each: %s", stage, nodes, per_node, " ".join(command))
     try:
         code = subprocess.Popen(command, env=env).wait()
         if code != 0:
