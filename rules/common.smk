@@ -37,7 +37,8 @@ import dpr_pipeline.orchestration.stage_settings as settings
 import dpr_pipeline.stages as stages
 from dpr_pipeline.orchestration.preflight import check_plan, check_shard_groups, planned_requests, retry_caps
 from dpr_pipeline.orchestration.resources import (cluster_resources, failed_attempts, gpu_request, job_resources,
-                                                  job_runtime, planned_trainings, scaled, training_retries)
+                                                  job_runtime, planned_trainings, scaled, training_request,
+                                                  training_request_keys, training_retries)
 from dpr_pipeline.orchestration.checkpoints import remove_finished_checkpoints
 from dpr_pipeline.orchestration.cluster_facts import read_cluster_facts
 from dpr_pipeline.orchestration.cluster_site import read_site, site_file, site_overrides
@@ -214,8 +215,9 @@ def resources_of(rule_name):
     the failed attempts so far on a retry, up to what the cluster allows (retry_caps_of; runtime at most
     cluster.max_runtime; a training's attempt that stopped at its time limit is no failure, nor one stopped after
     its training finished); GPUs (`gpu` or `gres`, config cluster.gpu_request): the stage's `processes` for a
-    trainer (torchrun starts one process per GPU), 1 for the other GPU rules, none for CPU rules; nodes: 1 for GPU
-    rules (torchrun --standalone: one node); partition, account, QoS and constraint from config cluster."""
+    trainer (torchrun starts one process per GPU) over its `nodes` (training_request: per node, with the Slurm
+    plugin's task resources), 1 for the other GPU rules, none for CPU rules; nodes: 1 for the other GPU rules;
+    partition, account, QoS and constraint from config cluster."""
     first = lambda wildcards: job_resources(config, wildcards.dataset, rule_name)
     failed = lambda wildcards, attempt: attempt  # every earlier attempt of a job failed, but for a training's:
     if rule_name in stages.GPU_TRAINING_RULES:   # one stopped at its time limit continues at the same size, one
@@ -233,17 +235,17 @@ def resources_of(rule_name):
     }
     if rule_name in stages.GPU_TRAINING_RULES:
         block = stages.GPU_TRAINING_RULES[rule_name]
-        gpus = lambda wildcards: settings.training_processes(config, wildcards.dataset, block)
-        resources.update({key: (lambda wildcards, key=key: gpu_request(config, gpus(wildcards))[key])
-                          for key in gpu_request(config, 1)})
+        request = lambda wildcards: training_request(config,
+                                                     settings.training_processes(config, wildcards.dataset, block),
+                                                     settings.training_nodes(config, wildcards.dataset, block))
+        resources.update({key: (lambda wildcards, key=key: request(wildcards).get(key))
+                          for key in training_request_keys(config)})
     elif rule_name in stages.GPU_INFERENCE_RULES:
-        resources.update(gpu_request(config, 1))
+        resources.update(gpu_request(config, 1), nodes=1)
         if rule_name in stages.SHARD_GROUPS:
             resources["shard_gpu"] = 1
     else:
         resources["gpu"] = 0
-    if rule_name in stages.GPU_RULES:
-        resources["nodes"] = 1
     return resources
 
 

@@ -13,8 +13,9 @@ from dpr_pipeline.orchestration.cluster_facts import (Association, Qos, gpus_of,
                                                       parse_tres, read_cluster_facts, slurm_minutes, takes_jobs)
 from dpr_pipeline.orchestration.cluster_site import site_label
 from dpr_pipeline.orchestration.config import validate_config
-from dpr_pipeline.orchestration.preflight import JobRequest, RetryCaps, check_plan, refusals, retry_caps
-from dpr_pipeline.orchestration.resources import cluster_resources, gpu_request, job_resources, job_runtime, scaled
+from dpr_pipeline.orchestration.preflight import JobRequest, RetryCaps, check_plan, job_request, refusals, retry_caps
+from dpr_pipeline.orchestration.resources import (cluster_resources, gpu_request, job_resources, job_runtime,
+                                                  nodes_of, processes_for, scaled, training_request)
 
 # A typical site: a CPU partition (2 days), a GPU partition of 4-GPU nodes with a 12 h limit, a short debug one.
 SINFO_PARTITIONS = "cpu*|2-00:00:00|up\ngpu|12:00:00|up\ndebug|30:00|up\n"
@@ -62,12 +63,20 @@ def msmarco_training_jobs(config) -> list[JobRequest]:
     for rule, block in (("pretrain", "pretrain"), ("train_retriever", "retriever"), ("train_reranker", "reranker"),
                         ("train_distill", "distill")):
         first = job_resources(config, "msmarco", rule)
-        resources = {**gpu_request(config, stage_settings.training_processes(config, "msmarco", block)),
-                     **cluster_resources(config, gpu_rule=True)}
-        jobs.append(JobRequest(rule, "msmarco", int(resources.get("gpu") or resources["gres"].split(":")[-1]),
-                               first["threads"], first["mem_mb"], job_runtime(config, first["runtime"], 1),
-                               resources.get("slurm_partition"), resources.get("slurm_account")))
+        resources = {**training_request(config, stage_settings.training_processes(config, "msmarco", block),
+                                        stage_settings.training_nodes(config, "msmarco", block)),
+                     **cluster_resources(config, gpu_rule=True), "mem_mb": first["mem_mb"],
+                     "runtime": job_runtime(config, first["runtime"], 1)}
+        jobs.append(job_request(rule, {"dataset": "msmarco"}, resources, first["threads"]))
     return jobs
+
+
+def with_stages(config, dataset, **blocks):
+    """``config`` with ``datasets.<dataset>.stages.<block>`` updated by each of ``blocks``' settings."""
+    stages = {**config["datasets"][dataset]["stages"]}
+    for block, values in blocks.items():
+        stages[block] = {**stages.get(block, {}), **values}
+    return {**config, "datasets": {**config["datasets"], dataset: {**config["datasets"][dataset], "stages": stages}}}
 
 
 @pytest.mark.parametrize("text, minutes", [("infinite", None), ("UNLIMITED", None), ("30", 30), ("30:00", 30),
@@ -102,9 +111,11 @@ def test_the_msmarco_plan_on_4_gpu_nodes_is_refused_with_the_settings_that_fix_i
     found = refusals(msmarco_training_jobs(config), config, facts)
     gpus = [message for message in found if "GPUs on one node" in message]
     assert len(gpus) == 2                                                        # pretrain and train_reranker
+    # the partition has two 4-GPU nodes: the same 8 processes over 2 nodes
     assert any("rule pretrain (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; "
-               "fix: set datasets.msmarco.stages.pretrain.processes: 4" in message for message in gpus)
-    assert any("datasets.msmarco.stages.reranker.processes: 4" in message for message in gpus)
+               "fix: set datasets.msmarco.stages.pretrain.nodes: 2 (4 GPUs on each of 2 nodes: the same 8 processes "
+               "and global batch)" in message for message in gpus)
+    assert any("datasets.msmarco.stages.reranker.nodes: 2" in message for message in gpus)
     runtime = [message for message in found if "min; partition gpu allows 720" in message]
     assert runtime and all(f"fix: set cluster.max_runtime: 720 in {site_label()} (a training longer than that "
                            "continues from its checkpoint" in message for message in runtime)
@@ -117,12 +128,31 @@ def test_the_msmarco_plan_on_4_gpu_nodes_is_refused_with_the_settings_that_fix_i
     with pytest.raises(ConfigError, match="nothing was submitted"):
         check_plan(msmarco_training_jobs(config), config, facts)
 
-    msmarco = {**config["datasets"]["msmarco"]}
-    msmarco["stages"] = {**msmarco["stages"], "pretrain": {**msmarco["stages"]["pretrain"], "processes": 4},
-                         "reranker": {**msmarco["stages"]["reranker"], "processes": 4}}
-    fixed = {**with_cluster(gpu_partition="gpu", account="ir-lab", max_runtime=720),
-             "datasets": {**config["datasets"], "msmarco": msmarco}}
+    fixed = with_stages(with_cluster(gpu_partition="gpu", account="ir-lab", max_runtime=720), "msmarco",
+                        pretrain={"nodes": 2}, reranker={"nodes": 2})
     assert refusals(msmarco_training_jobs(fixed), fixed, facts) == []
+    pretrain = msmarco_training_jobs(fixed)[0]
+    assert (pretrain.gpus, pretrain.nodes, pretrain.threads) == (4, 2, 32)      # per node: 4 GPUs, 32 CPUs
+
+
+def test_a_stage_over_nodes_is_refused_only_where_a_node_cannot_hold_its_share():
+    """2-GPU nodes: 8 processes over 2 nodes ask 4 on each, refused, naming the 4 nodes that hold the same 8
+    processes; over 4 nodes nothing is refused. Where the partition has too few such nodes (one 4-GPU node), the
+    fix stays fewer processes."""
+    config = with_stages(with_cluster(gpus_per_node=2), "msmarco", pretrain={"nodes": 2})
+    found = refusals(msmarco_training_jobs(config)[:1], config, None)
+    assert found == ["rule pretrain (dataset msmarco): asks 4 GPUs on each of 2 nodes; a node of the GPU partition "
+                     "has 2; fix: set datasets.msmarco.stages.pretrain.nodes: 4 (2 GPUs on each of 4 nodes: the same "
+                     f"8 processes and global batch), or a partition with 4-GPU nodes (cluster.gpu_partition in "
+                     f"{site_label()})"]
+    spread = with_stages(config, "msmarco", pretrain={"nodes": 4})
+    assert refusals(msmarco_training_jobs(spread)[:1], spread, None) == []
+    one_node = read_cluster_facts(fake_slurm({"sinfo -h -N": "gpu|g001|64|512000|gpu:4\n",
+                                              "sinfo -h": "gpu|12:00:00|up\n"}), user="alice")
+    config = with_cluster(gpu_partition="gpu")
+    found = refusals(msmarco_training_jobs(config)[:1], config, one_node)
+    assert any("asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
+               "datasets.msmarco.stages.pretrain.processes: 4" in message for message in found), found
 
 
 def test_partitions_accounts_and_node_sizes_are_checked():
@@ -187,6 +217,45 @@ def test_the_rules_cluster_resources_follow_the_config():
     assert gpu_request(with_cluster(gpu_request="gres"), 4) == {"gres": "gpu:4"}
     assert gpu_request(with_cluster(gpu_request="gres", gpu_model="a100"), 2) == {"gres": "gpu:a100:2"}
     assert CONFIG["cluster"]["max_runtime"] == 1440                                  # a 24 h cap by default
+
+
+class PluginJob:
+    """What snakemake-executor-plugin-slurm reads of a job to build its sbatch line: resources, threads."""
+
+    class Resources(dict):
+        __getattr__ = dict.__getitem__
+
+    def __init__(self, resources: dict, threads: int):
+        self.resources, self.threads = self.Resources(resources), threads
+
+
+def sbatch_line(resources: dict, threads: int) -> str:
+    """The plugin's sbatch command for a job of ``resources`` (its own functions, as it submits)."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    job = PluginJob(resources, threads)
+    params = {"run_uuid": "run", "slurm_logfile": "log", "comment_str": "rule", "account": "", "partition": "",
+              "workdir": None}
+    return get_submit_command(job, params) + set_gres_string(job)
+
+
+def test_a_training_over_nodes_asks_each_node_for_its_share_of_the_gpus():
+    """8 processes over 4 nodes: sbatch --nodes=4 --ntasks=4 (one task per node, its threads as --cpus-per-task) and
+    --gres=gpu:2, counted per node (--gpus=8 would let Slurm place them unevenly), whatever cluster.gpu_request; no
+    --ntasks-per-gpu. `mpi` makes the plugin's job step run the job's process on the first node without a one-task
+    srun around it, so that the training starts its own srun over the nodes. One node asks as before."""
+    over_nodes = training_request(CONFIG, 8, 4)
+    assert over_nodes == {"gres": "gpu:2", "nodes": 4, "tasks": 4, "tasks_per_gpu": 0, "mpi": "srun"}
+    assert processes_for(over_nodes) == 8 and nodes_of(over_nodes) == 4
+    assert training_request(with_cluster(gpu_model="h100"), 8, 4)["gres"] == "gpu:h100:2"
+    line = sbatch_line({**over_nodes, "mem_mb": 64000, "runtime": 600}, threads=16)
+    assert {"--nodes=4", "--ntasks=4", "--gres=gpu:2", "--cpus-per-task=16"} <= set(line.split()), line
+    assert "--gpus" not in line and "--ntasks-per-gpu" not in line, line
+    one_node = training_request(CONFIG, 8, 1)
+    assert one_node == {"gpu": 8, "nodes": 1} and "mpi" not in one_node and processes_for(one_node) == 8
+    line = sbatch_line({**one_node, "mem_mb": 64000, "runtime": 600}, threads=16)
+    assert {"--nodes=1", "--gpus=8", "--cpus-per-task=16"} <= set(line.split()) and "--ntasks" not in line, line
 
 
 class PlannedJob:
@@ -271,16 +340,16 @@ def test_the_default_qos_limits_submissions_runtime_and_gpus_of_cpu_and_gpu_jobs
         "rule passage_store (dataset msmarco): asks 600 min; QoS normal allows 480 (sacctmgr MaxWall); fix: set "
         f"cluster.max_runtime: 480 in {site_label()}",
         "rule train_reranker (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
-        "datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size bounds "
-        f"each GPU's memory), or a partition with 8-GPU nodes (cluster.gpu_partition in {site_label()})",
+        "datasets.msmarco.stages.reranker.nodes: 2 (4 GPUs on each of 2 nodes: the same 8 processes and global "
+        f"batch), or a partition with 8-GPU nodes (cluster.gpu_partition in {site_label()})",
         "rule train_reranker (dataset msmarco): asks 8 GPUs; QoS normal allows 4 (sacctmgr MaxTRESPU gres/gpu=4); "
         "fix: set datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size "
         f"bounds each GPU's memory), or a QoS that allows 8 (cluster.qos in {site_label()})"]
     long = with_cluster(gpu_partition="gpu", cpu_partition="cpu", max_runtime=None, qos="long")
     assert refusals([store, reranker, debug], long, facts, jobs_at_once=10) == [      # cluster.qos: its limits
         "rule train_reranker (dataset msmarco): asks 8 GPUs on one node; a node of the GPU partition has 4; fix: set "
-        "datasets.msmarco.stages.reranker.processes: 4 (the global batch stays the same; micro_batch_size bounds "
-        f"each GPU's memory), or a partition with 8-GPU nodes (cluster.gpu_partition in {site_label()})"]
+        "datasets.msmarco.stages.reranker.nodes: 2 (4 GPUs on each of 2 nodes: the same 8 processes and global "
+        f"batch), or a partition with 8-GPU nodes (cluster.gpu_partition in {site_label()})"]
     assert refusals([store], long, facts, jobs_at_once=11)[0].endswith("may submit 10 (sacctmgr QoS long "
                                                                         "MaxSubmitPU); fix: --jobs 10 (or `jobs: 10` "
                                                                         "in your copy of the profile)")

@@ -258,6 +258,31 @@ def test_each_retriever_has_its_own_settings_over_the_shared_ones():
             validate_config(broken)
 
 
+def test_a_stage_s_nodes_share_its_processes_evenly_and_reach_its_jobs():
+    """`nodes` beside `processes`: both in the job's params (a change reruns the training, as for processes), the
+    rules' GPUs per node from both; nodes that do not divide processes, or an own block setting the retrievers'
+    shared nodes, stop at start-up with the key."""
+    from dpr_pipeline.orchestration.training_job import job_settings
+
+    config = copy.deepcopy(BASE)
+    config["datasets"]["a"]["stages"]["retriever"].update(processes=4, nodes=2)
+    config = validate_config(config)
+    assert settings.training_nodes(config, "a", "retriever") == 2
+    assert settings.training_nodes(config, "a", "pretrain") == 1                  # the default: one node
+    params = settings.biencoder(config, "a", "retriever2")
+    assert (params["processes"], params["nodes"]) == (4, 2)
+    assert job_settings("retriever2", params).nodes == 2
+    for block, own, message in [
+            ("pretrain", {"processes": 8, "nodes": 3},
+             "config key datasets.a.stages.pretrain.nodes: 3 nodes cannot share 8 processes evenly"),
+            ("retriever1", {"nodes": 2}, "datasets.a.stages.retriever1.nodes: every stage that shares retriever uses "
+                                         "the same nodes")]:
+        broken = copy.deepcopy(BASE)
+        broken["datasets"]["a"]["stages"][block] = {**broken["datasets"]["a"]["stages"].get(block, {}), **own}
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            validate_config(broken)
+
+
 @pytest.mark.parametrize("plm", ["retriever1", "retriever2"])
 def test_a_retriever_cannot_start_from_a_model_its_own_block_trains(plm):
     config = copy.deepcopy(BASE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.distributed import check_processes, visible_gpus
 from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.launch import run_training
+from dpr_pipeline.training.nodes import NODE_MODULE, RENDEZVOUS_PORTS, rendezvous_port
 from dpr_pipeline.training.schedule import TrainingSettings, epochs_visited, total_steps
 from dpr_pipeline.training.stops import training_finished
 from dpr_pipeline.training.trainer import batch_indices
@@ -159,40 +161,80 @@ def test_processes_beyond_the_visible_gpus_is_an_error_naming_the_setting():
         check_processes(3, 2, "training")
 
 
+def fake_slurm_job(tmp_path: Path, monkeypatch) -> Path:
+    """This process as a Slurm job's: ``srun`` on the PATH is tests/scripts/fake_srun.py (every node this machine),
+    SLURM_JOB_ID one whose rendezvous port (:func:`rendezvous_port`) is free here. Returns the file srun's calls go
+    to."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    srun = bin_dir / "srun"
+    srun.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{REPO / "tests" / "scripts" / "fake_srun.py"}" "$@"\n')
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SRUN_LOG", str(tmp_path / "srun.jsonl"))
+    for job_id in range(os.getpid() % 1000, len(RENDEZVOUS_PORTS), 1000):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", rendezvous_port(job_id))) != 0:
+                monkeypatch.setenv("SLURM_JOB_ID", str(job_id))
+                return tmp_path / "srun.jsonl"
+    pytest.skip("no free rendezvous port")
+
+
 @pytest.mark.slow
-def test_two_gloo_processes_match_one_process_over_the_joint_batch(tmp_path):
-    """run_training with 2 processes (torchrun, gloo, cross-device negatives) = 1 process over the joint batch."""
+def test_two_gloo_processes_on_one_node_or_two_match_one_process_over_the_joint_batch(tmp_path, monkeypatch):
+    """run_training with 2 processes (gloo, cross-device negatives) = 1 process over the joint batch, step by step:
+    on one node (torchrun --standalone) and over 2 "nodes" of one process each (srun, one torchrun per node joined
+    by a c10d rendezvous; here both nodes are this machine, fake_srun.py)."""
     if visible_gpus() == 1:
         pytest.skip("one GPU visible: two processes are a ConfigError there (test_processes_beyond_the_visible_gpus"
                     "_is_an_error_naming_the_setting); this compares gloo on CPUs, or NCCL on 2+ GPUs")
+    srun_calls = fake_slurm_job(tmp_path, monkeypatch)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")   # torchrun's default for 2 processes on a node, for 1 too
+    if visible_gpus():                           # each "node" its own GPU (fake_srun.py)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(visible_gpus()))))
     data = write_training_data(tmp_path / "data")
     plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)   # no dropout: both runs see identical forward passes
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 2, "seed": 3,
               "save_steps": 100, "negatives_per_query": 2, "temperature": 0.05, "query_max_length": 16,
               "passage_max_length": 24}
-    for name, processes in (("one", 1), ("two", 2)):
-        run_training(train_biencoder, processes, negatives_path=str(data / "negatives.parquet"),
-                     passages_path=str(data / "passages.arrow"), queries_path=str(data / "queries.parquet"),
-                     output_dir=str(tmp_path / name), checkpoint_dir=str(tmp_path / f"{name}.ckpt"),
-                     loss_log=str(tmp_path / f"{name}.jsonl"), params=params)
-    one_losses, two_losses = ([json.loads(line)["loss"] for line in (tmp_path / f"{n}.jsonl").open()]
-                              for n in ("one", "two"))
-    assert len(one_losses) == 4 and two_losses == pytest.approx(one_losses, rel=1e-5)
-    start, one, two = (load_encoder(str(p)).state_dict() for p in (plm, tmp_path / "one", tmp_path / "two"))
+    runs = {"one": (1, 1), "two": (2, 1), "two_nodes": (2, 2)}           # name: processes, nodes
+    for name, (processes, nodes) in runs.items():
+        run_training(train_biencoder, processes, nodes=nodes, cpus_per_node=1,
+                     negatives_path=str(data / "negatives.parquet"), passages_path=str(data / "passages.arrow"),
+                     queries_path=str(data / "queries.parquet"), output_dir=str(tmp_path / name),
+                     checkpoint_dir=str(tmp_path / f"{name}.ckpt"), loss_log=str(tmp_path / f"{name}.jsonl"),
+                     params=params)
+    (srun,) = [json.loads(line) for line in srun_calls.open()]           # the two-node run's, one task per node
+    assert srun[:3] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"] and srun[-4:-1] == [NODE_MODULE, "2", "1"]
+    logged = {name: [json.loads(line) for line in (tmp_path / f"{name}.jsonl").open()] for name in runs}
+    assert [r["step"] for r in logged["one"]] == [1, 2, 3, 4]
+    one_losses = [r["loss"] for r in logged["one"]]
+    for name in ("two", "two_nodes"):
+        assert [r["step"] for r in logged[name]] == [1, 2, 3, 4]
+        assert [r["loss"] for r in logged[name]] == pytest.approx(one_losses, rel=1e-5), name
+    # the same ranks with the same slices and threads, whether their torchruns share a node or not
+    assert [r["loss"] for r in logged["two_nodes"]] == [r["loss"] for r in logged["two"]]
+    start, one, two, two_nodes = (load_encoder(str(p)).state_dict() for p in (plm, *(tmp_path / n for n in runs)))
     # Adam turns float rounding in tiny gradients into steps of ~lr: compare with how far the weights moved.
     assert max((one[n] - start[n]).abs().max().item() for n in one) > 1.5e-3
     for name in one:
         torch.testing.assert_close(two[name], one[name], atol=2e-4, rtol=0, msg=name)
+        torch.testing.assert_close(two_nodes[name], two[name], atol=0, rtol=0, msg=name)
 
 
 @pytest.mark.slow
-def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_to_the_same_weights(tmp_path):
+@pytest.mark.parametrize("nodes", [1, 2], ids=["one node", "two nodes"])
+def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_to_the_same_weights(tmp_path, nodes,
+                                                                                                    monkeypatch):
     """Slurm signals every process of a job at its time limit: SIGTERM to the launcher, torchrun and both gloo
-    workers (a process group here) mid-run. The workers agree on the step to stop at, rank 0 saves it, the run
-    fails; the rerun resumes from that step (not 0, no save_steps checkpoint before it) and ends with the
-    weights and loss log of an uninterrupted two-process run."""
+    workers (a process group here; over two "nodes" srun too, fake_srun.py) mid-run. The workers agree on the step
+    to stop at, rank 0 saves it, the run fails; the rerun resumes from that step (not 0, no save_steps checkpoint
+    before it) and ends with the weights and loss log of an uninterrupted two-process run."""
     if visible_gpus() == 1:
         pytest.skip("one GPU visible: two processes are a ConfigError there")
+    if nodes > 1:
+        fake_slurm_job(tmp_path, monkeypatch)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     data = write_training_data(tmp_path / "data")
     plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 6, "seed": 3,
@@ -203,12 +245,12 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
         return {"negatives_path": str(data / "negatives.parquet"), "passages_path": str(data / "passages.arrow"),
                 "queries_path": str(data / "queries.parquet"), "output_dir": str(tmp_path / name),
                 "checkpoint_dir": str(tmp_path / f"{name}.ckpt"), "loss_log": str(tmp_path / f"{name}.jsonl"),
-                "params": params}
+                "params": params, "nodes": nodes, "cpus_per_node": 1}
 
     run_training(train_biencoder, 2, **spec("straight"))
     (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "seconds_per_step": 0.5}))
     scripts = REPO / "tests" / "scripts"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "src")]), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "src")])}
     with open(tmp_path / "stopped.stderr", "w") as stderr:
         run = subprocess.Popen([sys.executable, str(scripts / "slow_training.py"), str(tmp_path / "spec.json")],
                                env=env, stderr=stderr, start_new_session=True)

@@ -1,7 +1,7 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.pretraining.methods import pretraining_method
 from dpr_pipeline.pretraining.train import pretrain
-from dpr_pipeline.orchestration.resources import processes_for
+from dpr_pipeline.orchestration.resources import nodes_of, processes_for
 from dpr_pipeline.orchestration.training_job import job_settings
 from dpr_pipeline.stages import PRETRAINING, member
 from dpr_pipeline.training.launch import run_training
@@ -12,8 +12,10 @@ with logged(snakemake.log[0], snakemake.threads):
     params = snakemake.params.pretrain
     stage = member(PRETRAINING, snakemake.wildcards.method)
     settings = job_settings(stage, params)
-    processes = processes_for(dict(snakemake.resources.items()))
-    run_training(pretrain, processes, stage=stage, token_shards=list(snakemake.input.tokens),
+    resources = dict(snakemake.resources.items())
+    processes = processes_for(resources)
+    run_training(pretrain, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads, stage=stage,
+                 token_shards=list(snakemake.input.tokens),
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,
                  loss_log=snakemake.output.loss_log, params=params, tracking=snakemake.params.tracking.as_dict(),
                  ngram_counts=snakemake.input.ngram_counts[0] if snakemake.input.ngram_counts else None)

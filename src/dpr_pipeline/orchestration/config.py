@@ -26,6 +26,7 @@ from dpr_pipeline.pretraining.methods import METHODS, RANDOM_GENERATOR, pretrain
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import NegativeFilters
 from dpr_pipeline.layout import model_stage
+from dpr_pipeline.training.nodes import processes_per_node
 from dpr_pipeline.training.schedule import check_micro_batch
 from dpr_pipeline.stages import (BIENCODER, CHAIN, FAMILIES, PRETRAINING, blocks, denoisers, family_member, mined,
                                  overriding_blocks, reads_mined, shared_block, starts_named_by, trained_with)
@@ -92,9 +93,9 @@ def stage_params(config: dict, dataset: str, stage: str) -> dict:
 
 
 #: The settings of a shared block that its stages' own blocks cannot override: the corpus encoding, index and
-#: search every bi-encoder stage shares, and the GPUs its training rule asks for.
-SHARED_ONLY = {"retriever": ("processes", "search_depth", "encode_shards", "encode_batch_size", "embedding_dtype",
-                             "index")}
+#: search every bi-encoder stage shares, and the GPUs and nodes its training rule asks for.
+SHARED_ONLY = {"retriever": ("processes", "nodes", "search_depth", "encode_shards", "encode_batch_size",
+                             "embedding_dtype", "index")}
 
 
 def check_own_blocks(config: dict) -> None:
@@ -269,6 +270,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
                               f"set warmup_ratio (e.g. 0.1) or warmup_steps at most {params['train_steps'] // 2}, "
                               "or raise train_steps")
     check_micro_batches(config, name)
+    check_nodes(config, name)
     check_model_settings(config, name)
     check_denoise(config, name)
     check_fusion(config, name)
@@ -290,6 +292,15 @@ def check_micro_batches(config: dict, name: str) -> None:
         processes = stage_params(config, name, stage.shares or stage.block)["processes"]
         check_micro_batch(params["batch_size"], processes, params.get("micro_batch_size"),
                           f"config key {setting_name(config, name, stage.block, 'micro_batch_size')}")
+
+
+def check_nodes(config: dict, name: str) -> None:
+    """Each trained stage's ``nodes`` divides its ``processes`` (every node runs as many,
+    :func:`~dpr_pipeline.training.nodes.processes_per_node`): the config key and the fix, at start-up."""
+    for block in dict.fromkeys(s.shares or s.block for s in CHAIN + FAMILIES if s.trainer is not None):
+        params = stage_params(config, name, block)
+        processes_per_node(params["processes"], params["nodes"],
+                           f"config key {setting_name(config, name, block, 'nodes')}")
 
 
 def check_model_settings(config: dict, name: str) -> None:

@@ -21,12 +21,12 @@ from dpr_pipeline.errors import ConfigError
 from dpr_pipeline import stages
 from dpr_pipeline.orchestration.cluster_facts import Association, ClusterFacts, Partition, Qos
 from dpr_pipeline.orchestration.cluster_site import site_label
-from dpr_pipeline.orchestration.resources import cluster_resources, job_runtime, requested_gpus, scaled
+from dpr_pipeline.orchestration.resources import cluster_resources, job_runtime, nodes_of, requested_gpus, scaled
 
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What one job of the plan asks the scheduler for."""
+    """What one job of the plan asks the scheduler for (``gpus``, ``threads``, ``mem_mb``: on each of its nodes)."""
     rule: str
     dataset: str | None
     gpus: int
@@ -38,13 +38,14 @@ class JobRequest:
     shards: int = 1              # shard jobs run one after the other in this one submission (a shard group)
     attempts: int = 1            # the most attempts Snakemake makes (its rule's retries + 1)
     attempt: int = 1             # which attempt this request is
+    nodes: int = 1               # a training over several nodes (its stage's `nodes`)
 
 
 def job_request(rule: str, wildcards: Mapping[str, str], resources: Mapping[str, Any], threads: int) -> JobRequest:
     """A job's request from its rule name, wildcards and Snakemake resources (first attempt)."""
     return JobRequest(rule, wildcards.get("dataset"), requested_gpus(resources), int(threads),
                       int(resources.get("mem_mb") or 0), int(resources.get("runtime") or 0),
-                      resources.get("slurm_partition"), resources.get("slurm_account"))
+                      resources.get("slurm_partition"), resources.get("slurm_account"), nodes=nodes_of(resources))
 
 
 def _group_size(rule: str, group_sizes: Mapping[str, int] | None) -> int:
@@ -188,10 +189,20 @@ def _partition_key(job: JobRequest) -> str:
     return _in_site("cluster.gpu_partition" if job.gpus else "cluster.cpu_partition")
 
 
-def _gpu_fix(job: JobRequest, most: int, otherwise: str) -> str:
-    """The fix of a job asking more GPUs than ``most``: fewer training processes, or ``otherwise``."""
+def _gpu_fix(job: JobRequest, most: int, otherwise: str, partition: Partition | None = None,
+             across_nodes: bool = False) -> str:
+    """The fix of a training asking more GPUs than ``most``: with ``across_nodes``, the fewest ``nodes`` that share
+    its processes evenly with at most ``most`` on each, where ``partition`` has that many such nodes (or is not
+    known); else fewer processes; or ``otherwise`` (a job that is no training: that alone)."""
     block = stages.GPU_TRAINING_RULES.get(job.rule)
     if block and job.dataset and most:
+        processes = job.gpus * job.nodes
+        nodes = next(n for n in range(1, processes + 1) if processes % n == 0 and processes // n <= most)
+        if across_nodes and (partition is None or
+                             sum(node.gpus >= processes // nodes for node in partition.nodes) >= nodes):
+            share = processes // nodes
+            return (f"set datasets.{job.dataset}.stages.{block}.nodes: {nodes} ({share} GPU{'s' * (share > 1)} on "
+                    f"each of {nodes} nodes: the same {processes} processes and global batch), or {otherwise}")
         return (f"set datasets.{job.dataset}.stages.{block}.processes: {most} (the global batch stays the same; "
                 f"micro_batch_size bounds each GPU's memory), or {otherwise}")
     return otherwise
@@ -265,8 +276,10 @@ def _job_refusals(job: JobRequest, config: Mapping[str, Any], facts: ClusterFact
                                                f"{_in_site(f'cluster.gpus_per_node: {on_nodes}')}"))
         most_gpus = on_nodes if most_gpus is None else min(most_gpus, on_nodes)
     if most_gpus and job.gpus > most_gpus:
-        fix = _gpu_fix(job, most_gpus, f"a partition with {job.gpus}-GPU nodes ({_partition_key(job)})")
-        found.append(("gpus", f"{_where(job)}: asks {job.gpus} GPUs on one node; a node of the GPU partition has "
+        where = "on one node" if job.nodes == 1 else f"on each of {job.nodes} nodes"
+        fix = _gpu_fix(job, most_gpus, f"a partition with {job.gpus}-GPU nodes ({_partition_key(job)})", partition,
+                       across_nodes=True)
+        found.append(("gpus", f"{_where(job)}: asks {job.gpus} GPUs {where}; a node of the GPU partition has "
                               f"{most_gpus}; fix: {fix}"))
     qos = _job_qos(config, facts)
     if job.gpus:

@@ -18,13 +18,14 @@ GPU request as ``--gpus`` or ``--gres`` (:func:`cluster_resources`, :func:`gpu_r
   its other outputs): a training rule's memory and runtime scale with its failed attempts only
   (:func:`failed_attempts`), and it gets the continuations its longest job needs on top of ``--retries``
   (:func:`training_retries`, for the plan's jobs), so a real failure still has all its retries.
-* ``nodes``: 1 for the GPU rules, whose multi-GPU trainers run ``torchrun --standalone`` (one node), so that
-  Slurm never spreads a job's GPUs over several nodes (``sbatch --nodes=1``).
+* ``nodes``: 1 for the GPU rules but a training over several nodes: Slurm never spreads a job's GPUs over nodes
+  (``sbatch --nodes=1``) unless its stage asks ``nodes: N`` (:func:`training_request`).
 * ``gpu``: GPU rules ask for GPUs, CPU rules for none; which rules are GPU rules follows from the stages'
   declaration (:mod:`dpr_pipeline.stages`: ``GPU_TRAINING_RULES``, ``GPU_INFERENCE_RULES``). Training rules ask
-  for the stage's ``processes`` GPUs and launch ``torchrun --nproc_per_node={resources.gpu}`` (one process per
-  GPU, :func:`processes_for`); encoding, search, re-ranking and teacher scoring ask for one GPU per job (more
-  parallelism = more shards).
+  for the stage's ``processes`` GPUs and launch one process per GPU (:func:`processes_for`): on one node
+  ``torchrun --standalone``, over ``nodes`` N nodes ``processes / N`` GPUs on each (GRES, per node) and one
+  torchrun per node (:mod:`dpr_pipeline.training.nodes`); encoding, search, re-ranking and teacher scoring ask for
+  one GPU per job (more parallelism = more shards).
 """
 
 from __future__ import annotations
@@ -120,8 +121,14 @@ def planned_trainings(jobs: Iterable) -> list[tuple[str, str]]:
 
 def processes_for(resources: Mapping[str, Any]) -> int:
     """Training processes of a job with ``resources`` (a job's Snakemake resources): one per GPU it was given
-    (:func:`requested_gpus`), at least one (a job without GPUs trains in one process on the CPU)."""
-    return max(1, requested_gpus(resources))
+    (:func:`requested_gpus` on each of its ``nodes``), at least one (a job without GPUs trains in one process on the
+    CPU)."""
+    return max(1, requested_gpus(resources) * nodes_of(resources))
+
+
+def nodes_of(resources: Mapping[str, Any]) -> int:
+    """The nodes a job's ``resources`` ask for (``nodes``; 1 where not set)."""
+    return int(resources.get("nodes") or 1)
 
 
 def cluster_resources(config: Mapping[str, Any], gpu_rule: bool) -> dict[str, str]:
@@ -145,8 +152,33 @@ def gpu_request(config: Mapping[str, Any], gpus: int) -> dict[str, Any]:
     return {"gpu": gpus, **({"gpu_model": model} if model else {})}
 
 
+def training_request(config: Mapping[str, Any], processes: int, nodes: int) -> dict[str, Any]:
+    """The resources of a training job of ``processes`` processes (one per GPU) over ``nodes`` nodes.
+
+    One node: :func:`gpu_request` and ``nodes: 1``. Over N nodes, what the Slurm plugin renders as ``--nodes=N
+    --ntasks=N --gres=gpu:[model:]P/N`` (GRES counts per node; ``--gpus`` would count the job's GPUs, which Slurm
+    may place unevenly, and the plugin has no ``--gpus-per-node``); ``mpi`` makes its job step run the job's own
+    process on the first node without wrapping it in a one-task srun, so that the job can start one task per node
+    itself (:func:`dpr_pipeline.training.nodes.srun_command`); ``tasks_per_gpu: 0`` keeps the plugin from turning
+    ``tasks`` into ``--ntasks-per-gpu``. ``threads`` and ``mem_mb`` are then per node (``--cpus-per-task``,
+    ``--mem``)."""
+    if nodes == 1:
+        return {**gpu_request(config, processes), "nodes": 1}
+    model = (config.get("cluster") or {}).get("gpu_model")
+    per_node = processes // nodes
+    return {"gres": f"gpu:{model}:{per_node}" if model else f"gpu:{per_node}", "nodes": nodes, "tasks": nodes,
+            "tasks_per_gpu": 0, "mpi": "srun"}
+
+
+def training_request_keys(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every key a training job's :func:`training_request` may hold, on one node or several (a rule declares them
+    all; a job's value of a key its request lacks is None, which Snakemake leaves out)."""
+    return tuple(dict.fromkeys([*training_request(config, 1, 1), *training_request(config, 2, 2)]))
+
+
 def requested_gpus(resources: Mapping[str, Any]) -> int:
-    """The GPUs a job's resources ask for: ``gpu``, or the count of a ``gres`` of ``gpu[:model]:N``."""
+    """The GPUs a job's resources ask for on each of its nodes: ``gpu`` (a one-node job's), or the count of a
+    ``gres`` of ``gpu[:model]:N``."""
     if resources.get("gpu"):
         return int(resources["gpu"])
     gres = str(resources.get("gres") or "")

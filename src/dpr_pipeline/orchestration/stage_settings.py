@@ -373,6 +373,12 @@ def training_processes(config: dict, dataset: str, block: str) -> int:
     return stage_params(config, dataset, block)["processes"]
 
 
+def training_nodes(config: dict, dataset: str, block: str) -> int:
+    """The nodes a training stage's jobs spread their processes over (one torchrun each; 1: ``torchrun
+    --standalone``); ``block`` as for :func:`training_processes`."""
+    return stage_params(config, dataset, block)["nodes"]
+
+
 def pretraining_in_chain(config: dict, dataset: str) -> list[str]:
     """The pre-training stages the main chain trains (``pretrain/{method}``): `pretrain.method` when a bi-encoder
     starts from it, else none."""

@@ -20,7 +20,7 @@ from dpr_pipeline.training.selection_record import (START, describe, read_select
 from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings, StageSettings
 from dpr_pipeline.training.tracking import dev_scores, log_once
 from dpr_pipeline.orchestration.manifests import negatives_per_query, write_job_manifest
-from dpr_pipeline.orchestration.resources import processes_for
+from dpr_pipeline.orchestration.resources import nodes_of, processes_for
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +64,14 @@ def selection_options(snakemake) -> dict:
 
 def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bool, **options) -> None:
     """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) on the rule's negatives, corpus
-    and queries, in one process per GPU the job holds (torchrun when several), then the model folder's card and
-    the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its ``report``); with
-    `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
+    and queries, in one process per GPU the job holds (torchrun when several, one per node of the job), then the
+    model folder's card and the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its
+    ``report``); with `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
     settings = job_settings(stage, params)
     seed = settings.training.seed
-    processes = processes_for(dict(snakemake.resources.items()))
+    resources = dict(snakemake.resources.items())
+    processes = processes_for(resources)
     tracking = snakemake.params.tracking        # the stage's tracked run (training/tracking.py); off by default
     selection = options.get("selection")
     untrained = teacher_verdict(selection, settings.plm) if selection else None
@@ -80,8 +81,8 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
         write_job_card(snakemake, stage, seed=seed, report=report)
         write_job_manifest(snakemake, stage, seed=seed, world_size=processes, report=report)
         return
-    run_training(train, processes, stage=stage, negatives_path=snakemake.input.negatives,
-                 passages_path=snakemake.input.passages,
+    run_training(train, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads, stage=stage,
+                 negatives_path=snakemake.input.negatives, passages_path=snakemake.input.passages,
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
                  tracking=tracking.as_dict(), **options)

@@ -37,3 +37,4 @@ class PretrainSettings(StageSettings):
     compile: bool = False  # torch.compile each Transformer layer
     attention_dropout: float | None = None  # the attention dropout (None keeps the plm's)
     processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it
+    nodes: int = 1  # the nodes they spread over (resources), in the params as processes is

@@ -2,6 +2,9 @@
 
 ``torchrun --nproc_per_node N`` sets ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``; ``Distributed.from_environment``
 joins the process group (NCCL on GPUs, gloo on CPU). Without those variables everything runs in one process.
+Over several nodes (:mod:`dpr_pipeline.training.nodes`) ``RANK`` and ``WORLD_SIZE`` count every node's processes
+(the batch's slices, the gather, rank 0's checkpoints and logs), ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` this
+node's (its GPU).
 """
 
 from __future__ import annotations
@@ -24,23 +27,29 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def stage_setting(stage: str, key: str) -> str | None:
+    """Where stage ``stage``'s training setting ``key`` (``processes``, ``nodes``) lives: ``stages.<block>.<key>``
+    of the block its own block overrides, if any (stages.py); None for a name that is no declared stage."""
+    block = settings_block(stage)
+    if block is None:
+        return None
+    return f"stages.{shared_block(block) or block}.{key}"
+
+
 def check_processes(processes: int, gpus: int, stage: str) -> None:
-    """``processes`` training processes need one GPU each where there are GPUs: more processes than the ``gpus``
-    visible is a ConfigError naming the setting, the stage and both counts (torchrun would otherwise start, and
-    rank ``gpus`` would die in ``torch.cuda.set_device`` with CUDA's ``invalid device ordinal``).
+    """``processes`` training processes on a node need one GPU each where there are GPUs: more processes than the
+    ``gpus`` visible is a ConfigError naming the setting, the stage and both counts (torchrun would otherwise start,
+    and rank ``gpus`` would die in ``torch.cuda.set_device`` with CUDA's ``invalid device ordinal``).
 
     Without a visible GPU any number of processes trains on the CPU (gloo), as the tests do with two."""
     if processes <= 1 or gpus == 0 or processes <= gpus:
         return
-    # where the stage's ``processes`` setting lives (stages.py): the block its own block overrides, if any
-    block = settings_block(stage)
-    if block is not None:
-        block = shared_block(block) or block
-    setting = f"stages.{block}.processes" if block else "processes (torchrun's --nproc_per_node)"
+    setting = stage_setting(stage, "processes")
+    named = setting or "processes (torchrun's --nproc_per_node)"
     raise ConfigError(
-        f"{stage} training: {setting} is {processes} (one process per GPU), but only {gpus} GPU"
+        f"{stage} training: {named} is {processes} (one process per GPU), but only {gpus} GPU"
         f"{'' if gpus == 1 else 's'} {'is' if gpus == 1 else 'are'} visible to this job. Fix: set "
-        f"{'the dataset' + chr(39) + 's ' + setting if block else 'processes'} to {gpus} or less, or run the job "
+        f"{'the dataset' + chr(39) + 's ' + setting if setting else 'processes'} to {gpus} or less, or run the job "
         f"where {processes} GPUs are visible (CUDA_VISIBLE_DEVICES, the cluster profile's GPUs per job)")
 
 

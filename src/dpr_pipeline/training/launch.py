@@ -1,8 +1,11 @@
-"""Run a stage's training function in one process, or in ``processes`` processes under ``torchrun`` (one per GPU).
+"""Run a stage's training function in one process, or in ``processes`` processes under ``torchrun`` (one per GPU),
+on one node or over ``nodes`` nodes of a Slurm job.
 
-The Snakemake rules call ``run_training``; with ``processes > 1`` it starts
-``torchrun --standalone --nproc_per_node N -m dpr_pipeline.training.launch SPEC`` where SPEC is a JSON file
-naming the function and its arguments, and every process calls the function (DDP with cross-device negatives).
+The Snakemake rules call ``run_training``; with ``processes > 1`` it writes a JSON spec naming the function and its
+arguments beside the training's checkpoints (on the storage every node reads) and starts ``torchrun --standalone
+--nproc_per_node N -m dpr_pipeline.training.launch SPEC``; over ``nodes`` > 1 it starts ``srun`` with one task per
+node, each of which becomes that node's torchrun, all joining one c10d rendezvous
+(:mod:`dpr_pipeline.training.nodes`). Every process calls the function (DDP with cross-device negatives).
 The training's checkpoint folder outlives the function and the job: once the function has returned (the model saved)
 it is marked finished (:func:`dpr_pipeline.training.stops.mark_finished`), so that whatever stops the job after
 that (a time limit while it writes its card and manifest) leaves an attempt with nothing left to train, which asks
@@ -25,22 +28,35 @@ from pathlib import Path
 from typing import Callable
 
 from dpr_pipeline.models.devices import require_cuda_where_allocated
-from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, visible_gpus
+from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, stage_setting, visible_gpus
+from dpr_pipeline.training.nodes import processes_per_node, require_slurm_job, srun_command, torchrun_command
 from dpr_pipeline.training.stops import clear_finished, continuations, mark_finished, record_stop
 from dpr_pipeline.training.trainer import stop_signals
 from dpr_pipeline.orchestration.job_log import quiet_third_party
 
+log = logging.getLogger(__name__)
 
-def run_training(function: Callable, processes: int, **kwargs) -> None:
-    """``function(**kwargs)`` here, or in ``processes`` torchrun processes (kwargs must be JSON values).
+
+def run_training(function: Callable, processes: int, nodes: int = 1, cpus_per_node: int | None = None,
+                 **kwargs) -> None:
+    """``function(**kwargs)`` here, or in ``processes`` torchrun processes (kwargs must be JSON values), over
+    ``nodes`` nodes of this Slurm job (``processes / nodes`` on each, with ``cpus_per_node`` CPUs: the job's
+    threads) where ``nodes`` > 1.
 
     ``kwargs["stage"]`` (the job's stage: ``retriever1``, ``reranker``, ``pretrain/simlm`` …; the function gets it
-    too, for the settings its errors name) names the setting in the error when ``processes`` exceeds the visible
-    GPUs (:func:`check_processes`), raised before any process starts; a job given GPUs whose torch sees no CUDA
-    stops first (:func:`dpr_pipeline.models.devices.require_cuda_where_allocated`)."""
+    too, for the settings its errors name) names the setting in the error when ``processes`` does not split over
+    ``nodes``, when a node's share exceeds the visible GPUs (:func:`check_processes`), or when ``nodes`` > 1 outside
+    a Slurm job (:func:`require_slurm_job`), each raised before any process starts; a job given GPUs whose torch
+    sees no CUDA stops first (:func:`dpr_pipeline.models.devices.require_cuda_where_allocated`)."""
     stage = kwargs.get("stage") or "training"
     require_cuda_where_allocated()
-    check_processes(processes, visible_gpus(), stage)
+    nodes_setting = stage_setting(stage, "nodes") or "nodes"
+    per_node = processes_per_node(processes, nodes, nodes_setting)
+    check_processes(per_node, visible_gpus(), stage)
+    if nodes > 1:
+        require_slurm_job(os.environ, nodes, stage, nodes_setting)
+        if cpus_per_node is None:
+            raise ValueError("a training over several nodes needs the CPUs of each node (the job's threads)")
     checkpoint_dir = Path(kwargs["checkpoint_dir"])
     stops = continuations(checkpoint_dir)
     clear_finished(checkpoint_dir)         # a training starts (or resumes): finished again once the function returns
@@ -52,22 +68,28 @@ def run_training(function: Callable, processes: int, **kwargs) -> None:
             if processes <= 1:
                 function(**kwargs)
             else:
-                _run_workers(function, processes, stage, kwargs)
+                _run_workers(function, per_node, nodes, cpus_per_node, stage, kwargs)
             mark_finished(checkpoint_dir)      # the model is saved: a later attempt has nothing left to train
         finally:
             if received and continuations(checkpoint_dir) == stops:    # stopped where the training loop does not record
                 record_stop(checkpoint_dir, None, signal.Signals(received[0]).name)
 
 
-def _run_workers(function: Callable, processes: int, stage: str, kwargs: dict) -> None:
-    """``function(**kwargs)`` in ``processes`` torchrun processes."""
+def _run_workers(function: Callable, per_node: int, nodes: int, cpus_per_node: int | None, stage: str,
+                 kwargs: dict) -> None:
+    """``function(**kwargs)`` in ``per_node`` torchrun processes on each of ``nodes`` nodes."""
     spec = {"function": f"{function.__module__}:{function.__qualname__}", "kwargs": kwargs}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as out:
+    # every node's workers read the spec: beside the checkpoints, on the storage the nodes share
+    folder = Path(kwargs["checkpoint_dir"]).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=folder, prefix="launch-", suffix=".json", delete=False) as out:
         json.dump(spec, out, default=str)
     # the workers import dpr_pipeline as this process does: from the environment it is installed in
     env = {**os.environ, STAGE_VARIABLE: stage}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
-               "-m", "dpr_pipeline.training.launch", out.name]
+    command = (torchrun_command(per_node, out.name) if nodes == 1
+               else srun_command(nodes, per_node, cpus_per_node, out.name))
+    if nodes > 1:
+        log.info("%s training over %d nodes, %d process(es) on each: %s", stage, nodes, per_node, " ".join(command))
     try:
         code = subprocess.Popen(command, env=env).wait()
         if code != 0:

@@ -90,6 +90,7 @@ class BiEncoderSettings(StageSettings):
     passage_prompt: str | None = None  # text before every passage; None (not in the params): the plm's own
     attention_dropout: float | None = None  # training only: the attention dropout (None keeps the plm's)
     processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it
+    nodes: int = 1  # the nodes they spread over (resources), in the params as processes is
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,3 +113,4 @@ class RerankerSettings(StageSettings):
     max_length: int = 192  # tokens per query-passage pair (the saved model records it)
     attention_dropout: float | None = None  # training only: the attention dropout (None keeps the plm's)
     processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it
+    nodes: int = 1  # the nodes they spread over (resources), in the params as processes is
