@@ -20,7 +20,7 @@ benchmarks/rehearsal/config.yaml, without its cluster block and with the msmarco
 into the clone's config.yaml); and the node's GPUs are count-only, so jobs are told the CPU is meant
 (DPR_PIPELINE_ALLOW_CPU=1).
 
-Writes benchmarks/rehearsal/walkthrough/summary.md: each step's command and output, the run's Slurm jobs by state
+Writes benchmarks/rehearsal/walkthrough[_strict]/summary.md: each step's command and output, the run's Slurm jobs by state
 and the most queued at once; exits non-zero when a step did not do what the docs say. With `--dry-run` step 5 is
 `snakemake -n` (its plan, nothing submitted) and with `--venv` step 1 uses an installed environment instead of
 `make install`: what tests/test_rehearsal.py's Slurm test runs, in seconds.
@@ -177,13 +177,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.001, help="of MS MARCO, for the synthetic data")
     parser.add_argument("--work", type=Path, default=REPO / "rehearsal" / "walkthrough", help="work folder")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "rehearsal" / "walkthrough")
+    parser.add_argument("--out", type=Path, help="where summary.md goes (default: benchmarks/rehearsal/"
+                        "walkthrough, walkthrough_strict for the strict site)")
     parser.add_argument("--venv", type=Path, help="an installed environment (this checkout's .venv) in place of "
                         "step 1's make install; the clone's code then runs from where that environment installed it")
     parser.add_argument("--dry-run", action="store_true", help="step 5 as snakemake -n: the plan, nothing submitted")
     parser.add_argument("--site", choices=sorted(SITES), default="typical", help="the emulated site")
     args = parser.parse_args()
     start_env, account = SITES[args.site]
+    args.out = args.out or REPO / "benchmarks" / "rehearsal" / ("walkthrough" + ("" if args.site == "typical" else
+                                                                               f"_{args.site}"))
     os.environ.pop(SITE_ENV, None)                    # the site file the docs describe: site.yaml in the clone
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)

@@ -178,11 +178,13 @@ def test_the_walkthrough_applies_the_settings_the_preflights_lines_name(tmp_path
               "- rule pretrain (dataset msmarco): asks 120 min; partition gpu allows 60 (sinfo %l); fix: set "
               "cluster.max_runtime: 60 in site.yaml (a training longer than that continues ...)\n"
               "- rule encode_corpus (dataset msmarco): asks 120 min for 8 shard jobs run one after the other; ...; "
-              "fix: group-components encode_corpus_{dataset}_{stage}=4 (snakemake's --group-components, ...) [12 jobs]")
-    settings, groups = cluster_walkthrough.fixes(output)
+              "fix: group-components encode_corpus_{dataset}_{stage}=4 (snakemake's --group-components, ...) [12 jobs]\n"
+              "- Snakemake may queue 50 jobs at once (...) but user root may submit 20 (sacctmgr QoS normal "
+              "MaxSubmitPU); fix: --jobs 20 (or `jobs: 20` in your copy of the profile)")
+    settings, groups, jobs = cluster_walkthrough.fixes(output)
     assert settings == {"datasets": {"msmarco": {"stages": {"pretrain": {"processes": 4}}}},
                         "cluster": {"max_runtime": 60}}
-    assert groups == ["encode_corpus_{dataset}_{stage}=4"]
+    assert groups == ["encode_corpus_{dataset}_{stage}=4"] and jobs == 20
     site = tmp_path / "site.yaml"
     site.write_text("cluster:\n  account: dprlab   # sacctmgr\n")
     cluster_walkthrough.merge_into(site, {"cluster": settings["cluster"]})
@@ -191,6 +193,13 @@ def test_the_walkthrough_applies_the_settings_the_preflights_lines_name(tmp_path
     resized = cluster_walkthrough.with_group_sizes(profile, groups)
     assert '  - "encode_corpus_{dataset}_{stage}=4"' in resized and '  - "teacher_scores_shard_{dataset}=8"' in resized
     assert resized.replace("{stage}=4", "{stage}=8") == profile                 # nothing else changed
+    fewer = cluster_walkthrough.with_jobs(profile, jobs)
+    assert "\njobs: 20  " in fewer and fewer.replace("\njobs: 20  ", "\njobs: 50  ") == profile
+    assert cluster_walkthrough.with_jobs(profile, None) == profile
+    assert cluster_walkthrough.expected_refusals({"gpus_per_node": 2, "max_runtime": 720}, 20, 50) == [
+        "asks 8 GPUs on one node; a node of the GPU partition has 2", "fix: --jobs 20"]
+    assert cluster_walkthrough.expected_refusals({"gpus_per_node": 4, "max_runtime": 60}, 50, 50) == [
+        "asks 8 GPUs on one node; a node of the GPU partition has 4", "allows 60"]
     overlay = cluster_walkthrough.emulated_overlay()
     assert "cluster" not in overlay
     assert {"processes"} & set(overlay["datasets"]["msmarco"]["stages"]["pretrain"]) == set()
@@ -256,15 +265,25 @@ def test_the_rehearsal_runs_the_chain_under_slurm_at_a_tiny_fraction(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_the_walkthrough_follows_docs_cluster_md_to_the_literal_commands_plan(tmp_path):
-    """scripts/cluster_walkthrough.py --dry-run on the real one-node Slurm (4-GPU node, 60-minute GPU partition):
-    the preflight refuses the plan, passes with the settings its lines name, and the literal command plans the
-    chain (its committed full run: benchmarks/rehearsal/walkthrough/summary.md); skipped where Slurm cannot start."""
+@pytest.mark.parametrize("site", ["typical", "strict"])
+def test_the_walkthrough_follows_docs_cluster_md_to_the_literal_commands_plan(tmp_path, site):
+    """scripts/cluster_walkthrough.py --dry-run on the real one-node Slurm set up as each site (typical: a 4-GPU
+    node, a 60-minute GPU partition; strict: 2 a100 GPUs, 12 hours, a QoS of 20 submitted jobs, an offline 8-GPU
+    node): make site proposes the site file, the preflight refuses the plan for what it says (a wrong GPU type, 8
+    GPUs on one node, the QoS's submit limit), passes with the settings its lines name, and the literal command
+    plans the chain (the committed full runs: benchmarks/rehearsal/walkthrough*/summary.md); skipped where Slurm
+    cannot start. The typical site is set up again after the strict one (the other Slurm tests expect it)."""
     skip_without_slurm()
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_walkthrough.py"), "--fraction", "2e-5",
-                           "--dry-run", "--venv", sys.prefix, "--work", str(tmp_path / "work"),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900)
+    try:
+        done = subprocess.run([sys.executable, str(REPO / "scripts" / "cluster_walkthrough.py"), "--fraction", "2e-5",
+                               "--dry-run", "--venv", sys.prefix, "--site", site, "--work", str(tmp_path / "work"),
+                               "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900)
+    finally:
+        if site != "typical":
+            subprocess.run([str(REPO / "scripts" / "slurm" / "start")], capture_output=True, timeout=900)
     summary = tmp_path / "out" / "summary.md"
     assert done.returncode == 0, (summary.read_text() if summary.exists() else "") + done.stderr[-4000:]
     steps = summary.read_text()
     assert "asks 8 GPUs on one node" in steps and "every job can run" in steps
+    if site == "strict":
+        assert "have GPUs of type a100 (sinfo %G)" in steps and "fix: --jobs 20" in steps and "jobs: 20" in steps
