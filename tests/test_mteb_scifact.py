@@ -15,16 +15,21 @@ of encoding on 2 busy CPU cores; minutes on a GPU.
 
 from __future__ import annotations
 
+import faiss
+import numpy as np
 import pytest
 from conftest import REPO
+from test_faiss_device import assert_same_hits
 
 from dpr_pipeline.data.ingest import ingest_corpus, ingest_split
 from dpr_pipeline.data.schemas import read_artifact
+from dpr_pipeline.data.trec_runs import write_trec_run
 from dpr_pipeline.evaluation.metrics import evaluate_splits
 from dpr_pipeline.models.refs import max_seq_length, resolve_model_path
-from dpr_pipeline.retrieval.dense_index import build_index
-from dpr_pipeline.retrieval.dense_search import dense_search
-from dpr_pipeline.retrieval.encode import encode_corpus_shard
+from dpr_pipeline.retrieval.dense_index import build_index, read_index_ids
+from dpr_pipeline.retrieval.dense_search import dense_search, ranked_hits
+from dpr_pipeline.retrieval.encode import encode_corpus_shard, encode_queries
+from dpr_pipeline.retrieval.torch_flat_search import TorchFlatIndex
 
 pytestmark = pytest.mark.slow
 
@@ -53,3 +58,16 @@ def test_all_minilm_l6_v2_on_scifact_test_scores_mtebs_published_ndcg_at_10(tmp_
     result = evaluate_splits([str(run)], [str(qrels)], ["test"], ["nDCG@10"], str(tmp_path / "metrics.json"))
     assert result["test"]["num_queries"] == 300
     assert round(result["test"]["nDCG@10"], 4) == PUBLISHED_NDCG_AT_10, result
+
+    # the exact search a GPU job runs (torch_flat_search), here on the CPU: faiss-cpu's hits, 1,000 a query
+    query_ids, vectors = encode_queries(model, queries, max_length=None, batch_size=64)
+    index = faiss.read_index(str(tmp_path / "index.faiss"))
+    doc_ids = np.asarray(read_index_ids(tmp_path / "index_ids.parquet").to_pylist(), dtype=object)
+    by_faiss = list(ranked_hits(index, doc_ids, query_ids, vectors, depth=1000, batch_size=1024))
+    by_torch = list(ranked_hits(TorchFlatIndex(index, "cpu"), doc_ids, query_ids, vectors, depth=1000,
+                                batch_size=1024))
+    assert_same_hits(by_faiss, by_torch)       # passages in another order only where scored equal within rounding
+    write_trec_run(iter(by_torch), tmp_path / "torch_run_test.trec", "torch")
+    on_torch = evaluate_splits([str(tmp_path / "torch_run_test.trec")], [str(qrels)], ["test"], ["nDCG@10"],
+                               str(tmp_path / "torch_metrics.json"))
+    assert round(on_torch["test"]["nDCG@10"], 4) == PUBLISHED_NDCG_AT_10, on_torch
