@@ -38,6 +38,7 @@ class Job:
         self.params = Namedlist(fromdict={"reranker": kwargs["params"], "checkpoints": kwargs["checkpoint_dir"],
                                           "tracking": TrackingRun((), "scifact", "reranker")})
         self.resources = Namedlist(fromdict={"gpu": 0})
+        self.threads = 1
         self.wildcards = Namedlist(fromdict={"dataset": "scifact"})
         self.rule = "train_reranker"
         self.config = config
