@@ -7,7 +7,9 @@ BERT-base's width x depth (768 x 12), in proportion at other shapes, twice that 
 is measured (benchmarks/README.md, one H200, bf16, PyTorch's SDPA attention, 2026-11-27): Retriever₁'s one pass of
 64 queries x (32 + 16 x 144) tokens peaked at 57.9 GiB (estimate 57.8), its gradient cache in chunks of 16 and 4
 queries at 16.0 and 5.5 GiB (15.7, 5.1), the re-ranker's 8 x 64 pairs x 192 tokens at 38.6 GiB (38.6) and
-micro-batches of 2 queries at 11.2 GiB (10.9). The attention's memory is linear in the length under SDPA's fused
+micro-batches of 2 queries at 11.2 GiB (10.9). On 2026-11-28 a GPU's share at 2 and 4 GPUs: Retriever₁'s 32 x
+(32 + 16 x 144) at 29.7 GiB (29.7), the student's 32 x (32 + 24 x 144) at 43.6 (43.6) and in chunks of 16 at 23.0
+(22.6), its 16 x (32 + 24 x 144) at 22.6 (22.6). The attention's memory is linear in the length under SDPA's fused
 kernels; an eager attention's quadratic part is not in it.
 """
 
