@@ -30,9 +30,15 @@ example: $(STAMP)
 	$(VENV)/bin/snakemake
 	@cat results/scifact/summary.md
 
+# The Slurm tier (tests marked `slurm`: workflows whose jobs go through a real Slurm, mostly waiting on its
+# scheduler) runs beside the rest, its report (logs/test_slurm_tier.log) printed after the rest's; either failing fails.
 test: $(STAMP)
 	$(VENV)/bin/snakemake --lint
-	$(VENV)/bin/python -m pytest -q --durations=25
+	@mkdir -p logs
+	$(VENV)/bin/python -m pytest -q --durations=25 -m slurm > logs/test_slurm_tier.log 2>&1 & slurm=$$!; \
+	$(VENV)/bin/python -m pytest -q --durations=25 -m "not slurm"; rest=$$?; \
+	wait $$slurm; tier=$$?; echo "--- the Slurm tier (pytest -m slurm, run beside the above): exit $$tier"; \
+	cat logs/test_slurm_tier.log; test $$rest -eq 0 -a $$tier -eq 0
 
 # The suite as on a CPU without AVX512 (AMD Zen 3): float32 instead of bf16 autocast, PyTorch's AVX2 kernels
 test-avx2: $(STAMP)
