@@ -426,7 +426,8 @@ def test_the_lm_loss_equals_cross_entropy_of_the_whole_head_output():
     """``lm_loss_sum`` (the head's transform, then the chunked vocabulary projection) against the straightforward
     ``F.cross_entropy(head(states).float(), ...)`` of the Hugging Face head, float32 without autocast: the same
     value and the same gradients for every head parameter and the states (float32 rounding of sums taken in
-    other groupings: 1e-6 relative for the loss, 1e-5 for gradients)."""
+    other groupings: 1e-6 relative for the loss, 1e-5 for gradients, each within 1e-6 of its tensor's largest value:
+    sums over rows taken in AVX2's and AVX512's vector widths differ by a few float32 steps of that value)."""
     masked_lm = small_masked_lm()
     states = torch.randn(37, 32, generator=torch.Generator().manual_seed(3))
     targets = torch.randint(VOCAB, (37,), generator=torch.Generator().manual_seed(4))
@@ -444,7 +445,8 @@ def test_the_lm_loss_equals_cross_entropy_of_the_whole_head_output():
     torch.testing.assert_close(ours_rows, theirs_rows, rtol=1e-5, atol=1e-7)
     assert ours_grads.keys() == theirs_grads.keys() and len(ours_grads) >= 4
     for name in ours_grads:
-        torch.testing.assert_close(ours_grads[name], theirs_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+        torch.testing.assert_close(ours_grads[name], theirs_grads[name], rtol=1e-5,
+                                   atol=1e-6 * theirs_grads[name].abs().max().item(), msg=name)
 
 
 def test_compile_layers_compiles_every_transformer_layer_and_keeps_the_parameter_names():
@@ -455,12 +457,16 @@ def test_compile_layers_compiles_every_transformer_layer_and_keeps_the_parameter
 
 
 @pytest.mark.slow
-def test_compiled_layers_give_the_eager_loss_and_gradients():
+def test_compiled_layers_give_the_eager_loss_and_gradients(tmp_path, monkeypatch):
     """``pretrain.compile`` on this machine's CPU (inductor through its C++ compiler; ~1 min on 2 cores): one
     SimLM step, float32, no dropout (inductor's dropout draws from its own RNG), the same masks and generator
     samples: the loss to 1e-5 relative and every gradient to 1e-4 relative / 1e-6 absolute (fused kernels
-    reorder float32 sums)."""
+    reorder float32 sums). Inductor's kernels are built in the test's own cache folder: the machine-wide
+    /tmp/torchinductor_<user> is shared with whatever else compiles there at the same time (another checkout's
+    tests loaded a half-written kernel from it once)."""
     from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
 
     ids, mask, content = make_batch()
     counters.clear()
@@ -478,7 +484,8 @@ def test_compiled_layers_give_the_eager_loss_and_gradients():
     assert compiled == pytest.approx(eager, rel=1e-5)
     assert compiled_grads.keys() == eager_grads.keys()
     for name in eager_grads:
-        torch.testing.assert_close(compiled_grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(compiled_grads[name], eager_grads[name], rtol=1e-4, atol=1e-6,
+                                   msg=lambda default: f"{name}: {default}")
 
 
 @pytest.mark.parametrize("method", [m.name for m in METHODS.values() if m.unpadded])

@@ -6,6 +6,7 @@ string; the build's local version, `+cu126`, is another.)"""
 import base64
 import hashlib
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -22,9 +23,11 @@ PIN = re.search(r"^torch==(\S+)$", (REPO / "constraints.txt").read_text(), re.MU
 
 
 def install_commands(*variables: str) -> list[str]:
-    """The commands `make install` runs with ``variables`` (make -n, the venv taken as installed)."""
+    """The commands `make install` runs with ``variables`` (make -n, the venv taken as installed), as typed in a shell:
+    not as a sub-make of the `make test` running this test (whose MAKEFLAGS would add "Entering directory" lines)."""
+    shell = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     done = subprocess.run(["make", "-n", "-s", "-o", ".venv/.installed", "install", *variables], cwd=REPO,
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, env=shell)
     return done.stdout.splitlines()
 
 

