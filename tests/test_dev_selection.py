@@ -28,13 +28,13 @@ from dpr_pipeline.training.settings import BiEncoderSettings
 from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
 
-PARAMS = {"query_max_length": 16, "passage_max_length": 24, "bf16": False, "seed": 1}
+PARAMS = {"query_max_length": 16, "passage_max_length": 24, "bf16": False, "seed": 1, "min_steps": 0}
 
 
 def started_from(plm: str) -> BiEncoderSettings:
     """A bi-encoder stage's settings with ``plm`` its start (select reads the plm, the lengths and bf16)."""
     return BiEncoderSettings.from_params({**PARAMS, "plm": plm, "learning_rate": 1e-2, "warmup_steps": 1,
-                                          "batch_size": 4, "negatives_per_query": 3})
+                                          "batch_size": 4, "epochs": 1, "negatives_per_query": 3})
 
 
 def write_run(path: Path, hits: dict[str, list[str]]) -> Path:

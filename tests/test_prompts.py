@@ -192,7 +192,7 @@ def test_training_applies_the_prompts_and_the_trained_folder_keeps_them(hf_folde
 
     params = {"plm": str(user), "learning_rate": 1e-2, "warmup_steps": 1, "batch_size": 4, "epochs": 1,
               "seed": 1, "save_steps": 100, "negatives_per_query": 2, "temperature": 0.1, "query_max_length": 16,
-              "passage_max_length": 24, "bf16": False}
+              "passage_max_length": 24, "min_steps": 0, "bf16": False}
     out = tmp_path / "model"
     with caplog.at_level(logging.INFO):
         train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,

@@ -273,7 +273,7 @@ def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_e
     output, checkpoints, loss_log = tmp_path / "reranker", tmp_path / "checkpoints", tmp_path / "loss_log.jsonl"
     params = {"plm": str(tiny_cross_encoder), "learning_rate": 5e-3, "warmup_steps": 0, "batch_size": 4,
               "epochs": 12, "max_length": MAX_LENGTH, "negatives_per_query": 3, "seed": 7, "save_steps": 5,
-              "gradient_checkpointing": False, "bf16": False}
+              "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
     train_reranker(negatives, dataset["passages"], dataset["queries"], output, checkpoints, loss_log, params)
 
     losses = [json.loads(line)["loss"] for line in loss_log.read_text().splitlines()]
@@ -315,13 +315,13 @@ def test_listwise_loss_of_is_the_mean_of_eq4_over_every_group(tiny_cross_encoder
 
 def test_the_head_learning_rate_applies_to_the_classifier_only(tiny_cross_encoder: Path):
     model = load_cross_encoder(str(tiny_cross_encoder))
-    base, head = parameter_groups(model, TrainingSettings(1e-5, 0, 4, head_learning_rate=1e-3))
+    base, head = parameter_groups(model, TrainingSettings(1e-5, 0, 4, 1, head_learning_rate=1e-3))
     assert "lr" not in base and head["lr"] == 1e-3
     assert {id(p) for p in head["params"]} == {id(p) for p in model.classifier.parameters()}
     assert len(base["params"]) + len(head["params"]) == len(list(model.parameters()))
-    assert len(parameter_groups(model, TrainingSettings(1e-5, 0, 4))) == 1
+    assert len(parameter_groups(model, TrainingSettings(1e-5, 0, 4, 1))) == 1
     with pytest.raises(ValueError, match="task head"):
-        parameter_groups(model.bert, TrainingSettings(1e-5, 0, 4, head_learning_rate=1e-3))
+        parameter_groups(model.bert, TrainingSettings(1e-5, 0, 4, 1, head_learning_rate=1e-3))
 
 
 def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert, dataset, tmp_path, monkeypatch):
@@ -335,7 +335,7 @@ def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert,
                    negatives, "negatives")
     params = {"plm": str(tiny_bert), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 1,
               "max_length": MAX_LENGTH, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
-              "gradient_checkpointing": False, "bf16": False}
+              "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
     weights = []
     for run in ("first", "second"):
         torch.rand(7)                                   # whatever ran before in the process
@@ -386,7 +386,7 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
 
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 2,
               "max_length": MAX_LENGTH, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
-              "gradient_checkpointing": False, "bf16": False}
+              "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
     losses, forwards = {}, {}
 
     def counted_load(*args, **kwargs):                  # the forward passes of the run in progress
@@ -439,7 +439,7 @@ def test_two_gloo_processes_train_the_packed_reranker_as_one_process_over_the_jo
     assert worth_packing(pairs["attention_mask"])                  # a process's share is packed
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 2,
               "max_length": 64, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
-              "gradient_checkpointing": False, "bf16": False}
+              "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
     for run, processes in (("one", 1), ("two", 2)):
         run_training(train_reranker, processes, negatives_path=str(negatives), passages_path=str(dataset["passages"]),
                      queries_path=str(dataset["queries"]), output_dir=str(tmp_path / run),

@@ -13,7 +13,8 @@ from dpr_pipeline.orchestration.config import stage_params, validate_config
 
 
 def settings(**changes):
-    return TrainingSettings(**{"learning_rate": 1e-3, "warmup_steps": 10, "batch_size": 32, "epochs": 3, **changes})
+    return TrainingSettings(**{"learning_rate": 1e-3, "warmup_steps": 10, "batch_size": 32, "epochs": 3, "min_steps": 0,
+                                **changes})
 
 
 def test_a_warmup_ratio_is_a_fraction_of_whatever_the_data_makes_the_run():

@@ -164,7 +164,7 @@ def test_wandb_offline_keeps_the_stage_run_in_its_folder(tmp_path, monkeypatch):
 def train_tiny(root: Path, stage: str, tracking: dict | None, data: Path, plm: Path) -> None:
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 1, "batch_size": 4, "epochs": 2,
               "seed": 1, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
-              "query_max_length": 16, "passage_max_length": 24}
+              "query_max_length": 16, "passage_max_length": 24, "min_steps": 0, "bf16": False}
     folder = root / "results" / "tiny" / stage
     train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", folder / "model",
                     root / "results/tiny/checkpoints" / stage, folder / "loss_log.jsonl", params, stage=stage,

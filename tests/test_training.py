@@ -68,7 +68,7 @@ def test_batches_are_a_seeded_permutation_per_epoch():
     assert batch_indices(10, 4, 1, 2)[0] == 1            # 2 full batches per epoch
     assert batch_indices(10, 4, 1, 0) == batch_indices(10, 4, 1, 0)
     assert batch_indices(10, 4, 1, 0)[1] != batch_indices(10, 4, 2, 0)[1]
-    assert total_steps(10, TrainingSettings(1e-5, 0, 4, epochs=1.5)) == 3
+    assert total_steps(10, TrainingSettings(1e-5, 0, 4, epochs=1.5, min_steps=0)) == 3
 
 
 def corpus_loss(model: Path, data: Path, temperature: float = 0.1) -> float:
@@ -101,7 +101,7 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, seed):
     data = write_training_data(tmp_path / "data")
     params = {"plm": str(tiny_bert), "learning_rate": 1e-2, "warmup_steps": 2, "batch_size": 4, "epochs": 20,
               "seed": seed, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
-              "query_max_length": 16, "passage_max_length": 24}
+              "query_max_length": 16, "passage_max_length": 24, "min_steps": 0, "bf16": False}
     out, checkpoints, log = tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl"
     run_training(train_biencoder, 1, negatives_path=data / "negatives.parquet", passages_path=data / "passages.arrow",
                  queries_path=data / "queries.parquet", output_dir=out, checkpoint_dir=checkpoints, loss_log=log,
@@ -196,7 +196,7 @@ def test_two_gloo_processes_on_one_node_or_two_match_one_process_over_the_joint_
     plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)   # no dropout: both runs see identical forward passes
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 2, "seed": 3,
               "save_steps": 100, "negatives_per_query": 2, "temperature": 0.05, "query_max_length": 16,
-              "passage_max_length": 24}
+              "passage_max_length": 24, "min_steps": 0, "bf16": False}
     runs = {"one": (1, 1), "two": (2, 1), "two_nodes": (2, 2)}           # name: processes, nodes
     for name, (processes, nodes) in runs.items():
         run_training(train_biencoder, processes, nodes=nodes, cpus_per_node=1,
@@ -239,7 +239,7 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
     plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 6, "seed": 3,
               "save_steps": 100, "negatives_per_query": 2, "temperature": 0.05, "query_max_length": 16,
-              "passage_max_length": 24}
+              "passage_max_length": 24, "min_steps": 0, "bf16": False}
 
     def spec(name):
         return {"negatives_path": str(data / "negatives.parquet"), "passages_path": str(data / "passages.arrow"),
@@ -291,11 +291,11 @@ def test_groups_name_the_file_row_of_an_unknown_document():
 
 
 def test_epochs_visited_counts_the_epochs_a_run_reaches():
-    assert epochs_visited(100, batch_size=10, epochs=1) == 1
-    assert epochs_visited(100, batch_size=10, epochs=1.5) == 2
+    assert epochs_visited(100, batch_size=10, epochs=1, min_steps=0) == 1
+    assert epochs_visited(100, batch_size=10, epochs=1.5, min_steps=0) == 2
     assert epochs_visited(100, batch_size=10, epochs=1, min_steps=25) == 3   # the floor: 25 steps of 10 per epoch
-    assert epochs_visited(100, batch_size=10, train_steps=11) == 2
-    assert epochs_visited(105, batch_size=10, epochs=2) == 2                  # the last partial batch is dropped
+    assert epochs_visited(100, batch_size=10, epochs=1, min_steps=0, train_steps=11) == 2
+    assert epochs_visited(105, batch_size=10, epochs=2, min_steps=0) == 2     # the last partial batch is dropped
 
 
 def test_drawn_pairs_are_the_pairs_the_examples_read_and_only_they_need_scores():

@@ -9,7 +9,7 @@ import copy
 import json
 import subprocess
 import sys
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 
 import pytest
 import yaml
@@ -19,10 +19,11 @@ from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
 from dpr_pipeline.orchestration.training_job import SETTINGS_OF_TRAINER, job_settings
-from dpr_pipeline.pretraining.settings import GeneratorSettings, PretrainSettings
+from dpr_pipeline.pretraining.settings import PretrainSettings
 from dpr_pipeline.stages import PRETRAINING, member, settings_block
 from dpr_pipeline.stages import stage as declared
-from dpr_pipeline.training.settings import PART, BiEncoderSettings, DistillSettings, RerankerSettings
+from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.settings import PART, BiEncoderSettings, DistillSettings, RerankerSettings, part
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]
 
@@ -54,24 +55,40 @@ def block_properties(block: str) -> dict:
     return merged
 
 
-def checked_defaults(cls) -> dict:
-    """The defaults of the class's own fields and of its generator part: each its key's schema default (the
-    optimisation and objective parts keep defaults of their own for the callers that build them directly)."""
-    own = [f for f in fields(cls) if PART not in f.metadata]
-    generator = fields(GeneratorSettings) if cls is PretrainSettings else ()
-    return {f.name: f.default for f in (*own, *generator) if f.default is not MISSING}
+def differing_defaults(cls, block: str) -> dict:
+    """``{key: (class default, schema default)}`` of every key the class reads (its own fields' and every part's)
+    whose default differs from the one ``block`` gives it."""
+    properties = block_properties(block)
+    return {key: (f.default, properties[key]["default"]) for key, f in cls.keys().items()
+            if f.default is not MISSING and "default" in properties.get(key, {})
+            and properties[key]["default"] != f.default}
 
 
 @pytest.mark.parametrize("cls", CASES, ids=lambda cls: cls.__name__)
 def test_every_key_of_the_block_its_job_gets_is_a_field_with_the_schemas_default(cls):
+    """Every key the job gets is a field, and every default of the class and of its parts is its key's schema
+    default where the block gives one (written once in the schema, copied and checked here: no exemption)."""
     block, left_out, _, _ = CASES[cls]
     properties = block_properties(block)
     handed_on = set(properties) - set(left_out)
     assert handed_on - set(cls.keys()) == set()
     own = {f.name for f in fields(cls) if PART not in f.metadata}
     assert own - set(properties) == set(), "a field of its own that its block does not offer"
-    for key, default in checked_defaults(cls).items():
-        assert properties[key].get("default") == default, key
+    assert differing_defaults(cls, block) == {}
+
+
+@dataclass(frozen=True)
+class BF16Off(TrainingSettings):
+    bf16: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class BF16OffBiEncoder(BiEncoderSettings):
+    training: BF16Off = part(BF16Off)
+
+
+def test_a_part_s_default_that_differs_from_the_schema_is_seen():
+    assert differing_defaults(BF16OffBiEncoder, "retriever") == {"bf16": (False, True)}
 
 
 @pytest.mark.parametrize("cls", CASES, ids=lambda cls: cls.__name__)

@@ -12,6 +12,16 @@ from dpr_pipeline.training.schedule import TrainingSettings
 from dpr_pipeline.training.settings import StageSettings, part
 
 
+@dataclass(frozen=True)
+class PretrainingLoopSettings(TrainingSettings):
+    """The training loop's settings as the `pretrain` block gives them: its own defaults where they differ from the
+    `training` fragment's, and a run sized by ``train_steps`` (the block has no ``epochs``)."""
+
+    epochs: float = 1.0  # unread: train_steps sizes the run
+    train_steps: int | None = 80000
+    save_steps: int = 1000
+
+
 @dataclass(frozen=True, kw_only=True)
 class GeneratorSettings:
     """The generator of the methods that have one (simlm, enc_dec_rtd; train.build_generator)."""
@@ -28,7 +38,7 @@ class PretrainSettings(StageSettings):
     ``bottleneck`` as configured: ``auto`` resolved by the trainer), the generator's, the loop's, and these."""
 
     BLOCK: ClassVar[str] = "pretrain"
-    training: TrainingSettings = part(TrainingSettings)
+    training: PretrainingLoopSettings = part(PretrainingLoopSettings)
     objective: ObjectiveSettings = part(ObjectiveSettings)
     token_generator: GeneratorSettings = part(GeneratorSettings)
     plm: str  # the encoder it starts from, as loaded
