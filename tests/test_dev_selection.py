@@ -175,7 +175,7 @@ def test_the_training_job_saves_its_start_when_training_made_it_worse_on_dev(dev
               "min_steps": 6, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1}
     out, record_path = tmp_path / "model", tmp_path / "dev_selection.json"
     train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,
-                    tmp_path / "ckpt", tmp_path / "loss.jsonl", params,
+                    tmp_path / "ckpt", tmp_path / "loss.jsonl", BiEncoderSettings.from_params(params),
                     selection={**selection_settings(dev_files["files"]), "output": str(record_path)})
     assert len((tmp_path / "loss.jsonl").read_text().splitlines()) == 6          # min_steps: 2 steps an epoch
     record = json.loads(record_path.read_text())

@@ -16,6 +16,7 @@ from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.pass_memory import (USABLE_SHARE, fitting_micro_batch, model_size, pass_gib,
                                                resolve_micro_batch)
 from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.settings import BiEncoderSettings
 
 BERT_BASE = {"parameters": 109_482_240, "hidden_size": 768, "layers": 12}
 ELECTRA_BASE = {"parameters": 108_893_186, "hidden_size": 768, "layers": 12}
@@ -82,7 +83,8 @@ def test_a_retriever_job_with_auto_runs_the_chunk_its_gpu_holds(tmp_path, monkey
               "micro_batch_size": "auto"}
     with caplog.at_level(logging.INFO, logger="dpr_pipeline.training.pass_memory"):
         train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet",
-                        tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl", params, stage="retriever1")
+                        tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl",
+                        BiEncoderSettings.from_params(params, "retriever1"), stage="retriever1")
     expected = {"none": "stages.retriever1.micro_batch_size: auto: one pass (4 examples of 112 tokens",
                 "small": "stages.retriever1.micro_batch_size: auto: chunks of 2 (4 examples of 112 tokens"}[gpu]
     assert expected in caplog.text

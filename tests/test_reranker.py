@@ -27,6 +27,7 @@ from dpr_pipeline.training.cross_encoder import listwise_loss_of, train_reranker
 from dpr_pipeline.training.groups import QueryGroups
 from dpr_pipeline.training.losses import listwise_loss
 from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.settings import RerankerSettings
 from dpr_pipeline.training.trainer import parameter_groups
 
 MAX_LENGTH = 48
@@ -274,7 +275,8 @@ def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_e
     params = {"plm": str(tiny_cross_encoder), "learning_rate": 5e-3, "warmup_steps": 0, "batch_size": 4,
               "epochs": 12, "max_length": MAX_LENGTH, "negatives_per_query": 3, "seed": 7, "save_steps": 5,
               "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
-    train_reranker(negatives, dataset["passages"], dataset["queries"], output, checkpoints, loss_log, params)
+    train_reranker(negatives, dataset["passages"], dataset["queries"], output, checkpoints, loss_log,
+                   RerankerSettings.from_params(params))
 
     losses = [json.loads(line)["loss"] for line in loss_log.read_text().splitlines()]
     assert len(losses) == 24
@@ -340,7 +342,7 @@ def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert,
     for run in ("first", "second"):
         torch.rand(7)                                   # whatever ran before in the process
         train_reranker(negatives, dataset["passages"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
-                       tmp_path / f"{run}.jsonl", params)
+                       tmp_path / f"{run}.jsonl", RerankerSettings.from_params(params))
         weights.append(load_file(tmp_path / run / "model.safetensors"))
     assert weights[0].keys() == weights[1].keys() and any("classifier" in name for name in weights[0])
     for name in weights[0]:
@@ -398,7 +400,8 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
     for run, micro_batch_size in (("whole", None), ("micro", 1)):
         forwards[run] = []
         train_reranker(negatives, dataset["passages"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
-                       tmp_path / f"{run}.jsonl", {**params, "micro_batch_size": micro_batch_size})
+                       tmp_path / f"{run}.jsonl",
+                       RerankerSettings.from_params({**params, "micro_batch_size": micro_batch_size}))
         losses[run] = [json.loads(line)["loss"] for line in (tmp_path / f"{run}.jsonl").open()]
     assert len(losses["whole"]) == 4 and losses["micro"] == pytest.approx(losses["whole"], rel=1e-4)
     assert len(forwards["whole"]) == 4 and len(forwards["micro"]) == 4 * 4      # 4 steps of 4 queries, 1 a pass
@@ -444,7 +447,7 @@ def test_two_gloo_processes_train_the_packed_reranker_as_one_process_over_the_jo
         run_training(train_reranker, processes, negatives_path=str(negatives), passages_path=str(dataset["passages"]),
                      queries_path=str(dataset["queries"]), output_dir=str(tmp_path / run),
                      checkpoint_dir=str(tmp_path / f"{run}.ckpt"), loss_log=str(tmp_path / f"{run}.jsonl"),
-                     params=params)
+                     settings=RerankerSettings.from_params(params))
     one, two = ([json.loads(line)["loss"] for line in (tmp_path / f"{run}.jsonl").open()] for run in ("one", "two"))
     assert len(one) == 4 and two == pytest.approx(one, rel=1e-4)
     start, trained_one, trained_two = (AutoModelForSequenceClassification.from_pretrained(p).state_dict()

@@ -14,6 +14,7 @@ from test_training import write_training_data
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.training.biencoder import train_biencoder
+from dpr_pipeline.training.settings import BiEncoderSettings
 from dpr_pipeline.training.tracking import (
     EXTRA,
     MLFLOW_FILE_STORE,
@@ -167,7 +168,8 @@ def train_tiny(root: Path, stage: str, tracking: dict | None, data: Path, plm: P
               "query_max_length": 16, "passage_max_length": 24, "min_steps": 0, "bf16": False}
     folder = root / "results" / "tiny" / stage
     train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", folder / "model",
-                    root / "results/tiny/checkpoints" / stage, folder / "loss_log.jsonl", params, stage=stage,
+                    root / "results/tiny/checkpoints" / stage, folder / "loss_log.jsonl",
+                    BiEncoderSettings.from_params(params, stage), stage=stage,
                     tracking=tracking)
 
 

@@ -30,6 +30,7 @@ from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.nodes import NODE_MODULE, RENDEZVOUS_PORTS, rendezvous_port
 from dpr_pipeline.training.schedule import TrainingSettings, epochs_visited, total_steps
+from dpr_pipeline.training.settings import BiEncoderSettings
 from dpr_pipeline.training.stops import training_finished
 from dpr_pipeline.training.trainer import batch_indices
 
@@ -105,7 +106,7 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, seed):
     out, checkpoints, log = tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl"
     run_training(train_biencoder, 1, negatives_path=data / "negatives.parquet", passages_path=data / "passages.arrow",
                  queries_path=data / "queries.parquet", output_dir=out, checkpoint_dir=checkpoints, loss_log=log,
-                 params=params)
+                 settings=BiEncoderSettings.from_params(params))
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, 41))
     before, after = corpus_loss(tiny_bert, data), corpus_loss(out, data)
@@ -203,7 +204,7 @@ def test_two_gloo_processes_on_one_node_or_two_match_one_process_over_the_joint_
                      negatives_path=str(data / "negatives.parquet"), passages_path=str(data / "passages.arrow"),
                      queries_path=str(data / "queries.parquet"), output_dir=str(tmp_path / name),
                      checkpoint_dir=str(tmp_path / f"{name}.ckpt"), loss_log=str(tmp_path / f"{name}.jsonl"),
-                     params=params)
+                     settings=BiEncoderSettings.from_params(params))
     (srun,) = [json.loads(line) for line in srun_calls.open()]           # the two-node run's, one task per node
     assert srun[:3] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"] and srun[-4:-1] == [NODE_MODULE, "2", "1"]
     logged = {name: [json.loads(line) for line in (tmp_path / f"{name}.jsonl").open()] for name in runs}
@@ -245,10 +246,10 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
         return {"negatives_path": str(data / "negatives.parquet"), "passages_path": str(data / "passages.arrow"),
                 "queries_path": str(data / "queries.parquet"), "output_dir": str(tmp_path / name),
                 "checkpoint_dir": str(tmp_path / f"{name}.ckpt"), "loss_log": str(tmp_path / f"{name}.jsonl"),
-                "params": params, "nodes": nodes, "cpus_per_node": 1}
+                "nodes": nodes, "cpus_per_node": 1}
 
-    run_training(train_biencoder, 2, **spec("straight"))
-    (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "seconds_per_step": 0.5}))
+    run_training(train_biencoder, 2, **spec("straight"), settings=BiEncoderSettings.from_params(params))
+    (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "params": params, "seconds_per_step": 0.5}))
     scripts = REPO / "tests" / "scripts"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "src")])}
     with open(tmp_path / "stopped.stderr", "w") as stderr:
@@ -269,7 +270,7 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
     assert output.count(f"trainer: retriever stopped by SIGTERM at step {step} of 12") == 2, output[-3000:]
     assert not (tmp_path / "stopped").exists()
 
-    run_training(train_biencoder, 2, **spec("stopped"))
+    run_training(train_biencoder, 2, **spec("stopped"), settings=BiEncoderSettings.from_params(params))
     straight, resumed = ([json.loads(line) for line in (tmp_path / f"{n}.jsonl").open()] for n in ("straight", "stopped"))
     assert [r["step"] for r in resumed] == list(range(1, 13))
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]

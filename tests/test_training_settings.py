@@ -18,12 +18,13 @@ from conftest import REPO, tiny_scifact_config
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
-from dpr_pipeline.orchestration.training_job import SETTINGS_OF_TRAINER, job_settings
+from dpr_pipeline.orchestration.training_job import job_settings
 from dpr_pipeline.pretraining.settings import PretrainSettings
 from dpr_pipeline.stages import PRETRAINING, member, settings_block
 from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.schedule import TrainingSettings
-from dpr_pipeline.training.settings import PART, BiEncoderSettings, DistillSettings, RerankerSettings, part
+from dpr_pipeline.training.settings import (PART, BiEncoderSettings, DistillSettings, RerankerSettings, StageSettings,
+                                           part)
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]
 
@@ -31,15 +32,19 @@ CONFIG = {"run_datasets": ["a"], "datasets": {"a": {
     "format": "beir", "path": "data/scifact", "train_split": "train", "eval_splits": ["test"],
     "stages": {"retriever": {"plm": "pretrain", "query_prompt": "query: "}}}}}
 
-#: Per class: its stage's schema block, the block's keys its training job does not get (stage_settings keeps
-#: them out), a job's stage and its params (stage_settings, from a validated config).
+#: Per class: its stage's schema block, the block's keys its training job does not get (other jobs read them:
+#: the corpus encoding, index and search; the re-ranker's scoring; the pre-training's inputs; and those
+#: stage_settings resolves), a job's stage and its params (stage_settings, from a validated config).
 CASES = {
-    BiEncoderSettings: ("retriever", settings.ENCODING_KEYS, "retriever1",
+    BiEncoderSettings: ("retriever", ("encode_shards", "encode_batch_size", "embedding_dtype", "index",
+                                      "search_depth"), "retriever1",
                         lambda config: settings.biencoder(config, "a", "retriever1")),
     DistillSettings: ("distill", (), "distill", lambda config: settings.biencoder(config, "a", "distill")),
-    RerankerSettings: ("reranker", settings.SCORING_KEYS + settings.RESOLVED_HERE["reranker"], "reranker",
+    RerankerSettings: ("reranker", ("rerank_depth", "teacher_shards", "score_batch_size", "teacher_pairs",
+                                    "fusion_weight", "fusion_metric"), "reranker",
                        lambda config: settings.train_reranker(config, "a")),
-    PretrainSettings: ("pretrain", settings.PRETRAINING_INPUT_KEYS + settings.RESOLVED_HERE["pretrain"],
+    PretrainSettings: ("pretrain", ("tokenize_shards", "ablation_methods", "reinitialize_layers",
+                                    "reinitialize_seed"),
                        "pretrain/cdmae", lambda config: settings.pretrain(config, "a", "cdmae")),
 }
 
@@ -70,8 +75,7 @@ def test_every_key_of_the_block_its_job_gets_is_a_field_with_the_schemas_default
     default where the block gives one (written once in the schema, copied and checked here: no exemption)."""
     block, left_out, _, _ = CASES[cls]
     properties = block_properties(block)
-    handed_on = set(properties) - set(left_out)
-    assert handed_on - set(cls.keys()) == set()
+    assert set(properties) - set(cls.keys()) == set(left_out), "the block's keys no field reads: other jobs' only"
     own = {f.name for f in fields(cls) if PART not in f.metadata}
     assert own - set(properties) == set(), "a field of its own that its block does not offer"
     assert differing_defaults(cls, block) == {}
@@ -107,6 +111,15 @@ def test_an_undeclared_key_or_a_missing_required_one_is_one_error_naming_the_sta
         cls.from_params(without, stage)
 
 
+@pytest.mark.parametrize("cls", CASES, ids=lambda cls: cls.__name__)
+def test_the_settings_as_params_build_the_same_settings(cls):
+    """What a torchrun worker receives (training.launch): every field, parts flattened, rebuilt equal."""
+    _, _, stage, params_of = CASES[cls]
+    built = cls.from_params(params_of(validate_config(copy.deepcopy(CONFIG))), stage)
+    assert cls.from_params(built.as_params(), stage) == built
+    assert set(built.as_params()) == set(cls.keys())
+
+
 def test_the_distilled_retrievers_alpha_is_no_key_of_the_other_bi_encoders():
     params = settings.biencoder(validate_config(copy.deepcopy(CONFIG)), "a", "distill")
     assert DistillSettings.from_params(params, "distill").alpha == 0.2
@@ -139,6 +152,6 @@ def test_every_planned_training_job_builds_its_settings_from_the_params_its_rule
             stage = job_stage(job)
             assert declared(stage).trainer == job["rule"]
             built[stage] = job_settings(stage, job["params"][RULE_PARAMS[job["rule"]]])
-    assert {type(s) for s in built.values()} == set(SETTINGS_OF_TRAINER.values())
+    assert {type(s) for s in built.values()} == set(StageSettings.OF_TRAINER.values()) == set(CASES)
     assert {"retriever1", "retriever2", "reranker", "distill", "ablation/none", "pretrain/simlm"} <= set(built)
     assert built["retriever1"].plm == str(tiny_bert) and built["retriever1"].training.learning_rate == 1e-3

@@ -16,9 +16,11 @@ from __future__ import annotations
 from dpr_pipeline.data.dev_split import dev_split_of
 from dpr_pipeline.models.hub_fetch import model_source
 from dpr_pipeline.pretraining.methods import RANDOM_GENERATOR
+from dpr_pipeline.pretraining.settings import PretrainSettings
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import FILTER_KEYS as NEGATIVE_FILTERS
 from dpr_pipeline.training.schedule import STEP_KEYS
+from dpr_pipeline.training.settings import RerankerSettings, settings_class
 from dpr_pipeline.orchestration.config import stage_params
 from dpr_pipeline.layout import PRETRAINING_START, model_dir, stage_file
 from dpr_pipeline.stages import (
@@ -74,7 +76,8 @@ def job_params(config: dict, dataset: str, block: str) -> dict:
 def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
     """Pre-training settings (`pretrain`), ``plm`` and ``generator`` as the jobs load them (``plm``: the
     :func:`pretraining_start` folder where ``reinitialize_layers`` is set); ``method``: the one a
-    ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from)."""
+    ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from), and then only
+    the keys that job reads (:class:`~dpr_pipeline.pretraining.settings.PretrainSettings`)."""
     params = job_params(config, dataset, "pretrain")
     start = pretraining_start(config, dataset)
     generator = params["generator"]
@@ -82,12 +85,7 @@ def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
               "generator": generator if generator == RANDOM_GENERATOR else model_source(config, generator)}
     if method is None:
         return params
-    return {**{key: value for key, value in params.items() if key not in PRETRAINING_INPUT_KEYS}, "method": method}
-
-
-#: The pre-training settings only its input jobs (tokenisation, the ablation's list) read, kept out of a
-#: ``pretrain/{method}`` job.
-PRETRAINING_INPUT_KEYS = ("tokenize_shards", "ablation_methods")
+    return PretrainSettings.pick({**params, "method": method})
 
 
 def tokenize_corpus(config: dict, dataset: str) -> dict:
@@ -141,24 +139,24 @@ def reads(params: dict, keys: tuple[str, ...]) -> dict:
     return {key: params[key] for key in keys if key in params}
 
 
-#: The bi-encoder settings only the corpus encoding, index and search jobs read (:func:`encoding`), kept out of
-#: a bi-encoder's training job.
-ENCODING_KEYS = ("encode_shards", "encode_batch_size", "embedding_dtype", "index", "search_depth")
+def bi_encoder_block(config: dict, dataset: str, stage: str) -> dict:
+    """A bi-encoder stage's declared block (:func:`job_params`), ``plm`` resolved to the model it starts from."""
+    return {**job_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
+
+
+def biencoder(config: dict, dataset: str, stage: str) -> dict:
+    """A trained bi-encoder stage's training job's params: the keys of its settings class
+    (:func:`~dpr_pipeline.training.settings.settings_class`) from :func:`bi_encoder_block`."""
+    return settings_class(stage).pick(bi_encoder_block(config, dataset, stage))
+
+
 #: What the starting model's job reads: the plm, its pooling, lengths and prompts.
 STARTING_MODEL_KEYS = ("plm", "pooling", "query_max_length", "passage_max_length", "query_prompt", "passage_prompt")
 
 
-def biencoder(config: dict, dataset: str, stage: str) -> dict:
-    """A bi-encoder stage's training settings (its declared block but :data:`ENCODING_KEYS`), ``plm`` resolved to
-    the model it starts from."""
-    params = {key: value for key, value in job_params(config, dataset, declared(stage).block).items()
-              if key not in ENCODING_KEYS}
-    return {**params, "plm": initialisation(config, dataset, stage)}
-
-
 def starting_model(config: dict, dataset: str) -> dict:
     """What the ``starting_model`` job reads (:data:`STARTING_MODEL_KEYS`), ``plm`` as loaded."""
-    return reads(biencoder(config, dataset, starting_stage()), STARTING_MODEL_KEYS)
+    return reads(bi_encoder_block(config, dataset, starting_stage()), STARTING_MODEL_KEYS)
 
 
 def encode_corpus(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
@@ -185,7 +183,7 @@ def _encoding_job(config: dict, dataset: str, stage: str, target: str | None, si
     """``stage``'s ``<side>_max_length`` (target B's ``transfer_max_length[side]`` in a transfer) and bf16, and
     ``corpus_keys`` of the corpus side (:func:`encoding`)."""
     corpus = encoding(config, dataset, target)
-    stage_side = biencoder(config, dataset, stage)
+    stage_side = bi_encoder_block(config, dataset, stage)
     length = corpus["transfer_max_length"][side] if target else stage_side[f"{side}_max_length"]
     return {f"{side}_max_length": length, **reads(stage_side, ("bf16",)), **reads(corpus, corpus_keys)}
 
@@ -317,13 +315,10 @@ def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
     return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
 
 
-#: The re-ranker settings only its scoring jobs read (re-ranking a run, scoring the teacher pairs).
-SCORING_KEYS = ("rerank_depth", "teacher_shards", "score_batch_size")
-
-
 def train_reranker(config: dict, dataset: str) -> dict:
-    """What the re-ranker's training job reads: :func:`reranker` but :data:`SCORING_KEYS`."""
-    return {key: value for key, value in reranker(config, dataset).items() if key not in SCORING_KEYS}
+    """What the re-ranker's training job reads: the keys of
+    :class:`~dpr_pipeline.training.settings.RerankerSettings` from :func:`reranker`."""
+    return RerankerSettings.pick(reranker(config, dataset))
 
 
 def rerank(config: dict, dataset: str, target: str | None = None) -> dict:

@@ -1,23 +1,25 @@
 """A training job's settings, typed: one frozen dataclass per kind of training stage (as Tevatron's dataclass
-arguments), built from the job's params by :meth:`StageSettings.from_params`; no torch.
+arguments), each declaring the rule that trains its stages (``trainer``: :func:`settings_class`); no torch.
 
-The params dict stays what travels (Snakemake compares it to rerun a job, torchrun workers receive it as JSON):
-a training function takes it and builds its settings object at its top. ``from_params`` is strict: a key the
-class does not declare, or a required one missing, is a ConfigError naming the stage, the key and the fix. Since
-a job's params hold exactly the settings it reads (:mod:`dpr_pipeline.orchestration.stage_settings`), a key handed
-on that no field declares is caught there. A field's default is its key's schema default
-(``schemas/config.schema.yaml``, ``tests/test_training_settings.py``); a field without one (``plm``, a count the
-blocks sharing the class default differently) is required. The optimisation settings are one part,
+The class's fields pick a job's params from its config block (:meth:`StageSettings.pick`, in
+:mod:`dpr_pipeline.orchestration.stage_settings`): that plain dict is what Snakemake compares to rerun a job. The
+job's adapter builds the object from it once (:meth:`StageSettings.from_params`) and hands it to the training
+function; torchrun workers receive it as JSON (:meth:`StageSettings.as_params`) and build it again.
+``from_params`` is strict: a key the class does not declare, or a required one missing, is a ConfigError naming
+the stage, the key and the fix. A field's default is its key's schema default (``schemas/config.schema.yaml``,
+``tests/test_training_settings.py``); a field without one (``plm``, a count the blocks sharing the class default
+differently) is required. The optimisation settings are one part,
 :class:`~dpr_pipeline.training.schedule.TrainingSettings` (the object the loop and its checkpoints take).
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from typing import ClassVar, Self
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.stages import settings_block
+from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.schedule import TrainingSettings
 
 PART = "part"
@@ -30,10 +32,22 @@ def part(of: type):
 
 @dataclass(frozen=True, kw_only=True)
 class StageSettings:
-    """What every training job's settings class shares: the strict :meth:`from_params`."""
+    """What every training job's settings class shares: the keys its fields pick, the strict :meth:`from_params`
+    and its inverse :meth:`as_params`. A subclass names the rule that trains its stages: ``class
+    BiEncoderSettings(StageSettings, trainer="train_retriever")`` (:func:`settings_class`)."""
 
     #: The config block the messages name when the job's stage is not known (a training run by hand).
     BLOCK: ClassVar[str]
+    #: The rule that trains the class's stages (declared in its class statement).
+    TRAINER: ClassVar[str]
+    #: The settings class of each training rule, as each class declares it.
+    OF_TRAINER: ClassVar[dict[str, type[StageSettings]]] = {}
+
+    def __init_subclass__(cls, trainer: str | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if trainer is not None:
+            cls.TRAINER = trainer
+            StageSettings.OF_TRAINER[trainer] = cls
 
     @classmethod
     def keys(cls) -> dict[str, Field]:
@@ -42,6 +56,22 @@ class StageSettings:
         for own in fields(cls):
             keys.update({f.name: f for f in fields(own.metadata[PART])} if PART in own.metadata else {own.name: own})
         return keys
+
+    @classmethod
+    def pick(cls, block: dict) -> dict:
+        """A job's params from its merged config ``block``: the values of the keys the class reads (the block's
+        other keys are other jobs')."""
+        keys = cls.keys()
+        return {key: value for key, value in block.items() if key in keys}
+
+    def as_params(self) -> dict:
+        """The settings as params again (every field, its parts' flattened): ``from_params`` of it is an equal
+        object."""
+        params = {}
+        for own in fields(self):
+            value = getattr(self, own.name)
+            params.update(asdict(value) if PART in own.metadata else {own.name: value})
+        return params
 
     @classmethod
     def from_params(cls, params: dict, stage: str | None = None) -> Self:
@@ -73,8 +103,14 @@ class StageSettings:
         return cls(**values)
 
 
+def settings_class(stage: str) -> type[StageSettings]:
+    """The settings class of a training ``stage``'s jobs: the one its declared ``trainer`` rule's class names
+    (the class's module imported: :mod:`dpr_pipeline.pretraining.settings` for ``pretrain/{method}``)."""
+    return StageSettings.OF_TRAINER[declared(stage).trainer]
+
+
 @dataclass(frozen=True, kw_only=True)
-class BiEncoderSettings(StageSettings):
+class BiEncoderSettings(StageSettings, trainer="train_retriever"):
     """A bi-encoder's training job (`retriever`, `retriever1`/`retriever2` over it, the ablation's rows; SimLM
     Eq. 3), but the corpus encoding, index and search settings its other jobs read."""
 
@@ -94,7 +130,7 @@ class BiEncoderSettings(StageSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DistillSettings(BiEncoderSettings):
+class DistillSettings(BiEncoderSettings, trainer="train_distill"):
     """The distilled retriever's training job (`distill`; SimLM Eq. 5): a bi-encoder's, and the weight α."""
 
     BLOCK: ClassVar[str] = "distill"
@@ -102,7 +138,7 @@ class DistillSettings(BiEncoderSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RerankerSettings(StageSettings):
+class RerankerSettings(StageSettings, trainer="train_reranker"):
     """The cross-encoder re-ranker's training job (`reranker`; SimLM Eq. 4), but the settings of its scoring
     jobs and of the fusion."""
 
