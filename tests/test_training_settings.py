@@ -25,6 +25,7 @@ from dpr_pipeline.stages import PRETRAINING, member, settings_block
 from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.schedule import TrainingSettings
 from dpr_pipeline.job_settings import PART, part
+from dpr_pipeline.models.settings import StartingModelSettings
 from dpr_pipeline.pretraining.settings import NgramCountSettings, TokenizeCorpusSettings
 from dpr_pipeline.reranking.settings import DenoiseScoringSettings, RerankSettings, TeacherScoreSettings
 from dpr_pipeline.retrieval.settings import (BM25Settings, DenseIndexSettings, DenseSearchSettings, EncodeCorpusSettings,
@@ -162,7 +163,8 @@ OTHER_JOBS = {"encode_corpus": ("encoding", EncodeCorpusSettings), "build_index"
               "bm25_search": ("bm25", BM25Settings), "bm25_negatives": ("mining", MiningSettings),
               "mine_hard_negatives": ("mining", MiningSettings), "rerank": ("reranker", RerankSettings),
               "teacher_scores_shard": ("reranker", TeacherScoreSettings),
-              "tokenize_corpus": ("pretrain", TokenizeCorpusSettings), "count_ngrams": ("pretrain", NgramCountSettings)}
+              "tokenize_corpus": ("pretrain", TokenizeCorpusSettings), "count_ngrams": ("pretrain", NgramCountSettings),
+              "starting_model": ("start", StartingModelSettings)}
 
 
 def test_every_planned_job_builds_its_settings_from_the_params_its_rule_gives_it(tiny_bert, tmp_path):

@@ -1,7 +1,7 @@
 """A job's settings, typed: the frozen dataclass every job kind's settings class extends (the training jobs':
 :mod:`dpr_pipeline.training.settings`; the corpus encoding, search, scoring and mining jobs':
 :mod:`dpr_pipeline.retrieval.settings`, :mod:`dpr_pipeline.reranking.settings`; the pre-training's inputs':
-:mod:`dpr_pipeline.pretraining.settings`); no torch.
+:mod:`dpr_pipeline.pretraining.settings`; the starting model's: :mod:`dpr_pipeline.models.settings`); no torch.
 
 The class's fields pick a job's params from the config (:meth:`JobSettings.pick`, in
 :mod:`dpr_pipeline.orchestration.stage_settings`): that plain dict is what Snakemake compares to rerun a job. The

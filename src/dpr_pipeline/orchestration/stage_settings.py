@@ -8,13 +8,15 @@ how deep a run is searched. A model named by a Hugging Face Hub name becomes the
 ``rules/common.smk``; no rule or input function
 reads the config's stage blocks itself. A key one of them turns into something else (Retriever2's start, the
 fusion weight, the pairs the teacher scores) is read there only and kept out of its block's jobs' params
-(:func:`resolves`).
+(:func:`resolves`). Which keys of the merged values a job gets, the job's settings class says (its fields:
+:meth:`~dpr_pipeline.job_settings.JobSettings.pick`); its adapter builds that class from them.
 """
 
 from __future__ import annotations
 
 from dpr_pipeline.data.dev_split import dev_split_of
 from dpr_pipeline.models.hub_fetch import model_source
+from dpr_pipeline.models.settings import StartingModelSettings
 from dpr_pipeline.pretraining.methods import RANDOM_GENERATOR
 from dpr_pipeline.pretraining.settings import NgramCountSettings, PretrainSettings, TokenizeCorpusSettings
 from dpr_pipeline.reranking.settings import DenoiseScoringSettings, RerankSettings, TeacherScoreSettings
@@ -135,12 +137,6 @@ def initialisation(config: dict, dataset: str, stage: str) -> str:
     return model_source(config, plm)
 
 
-def reads(params: dict, keys: tuple[str, ...]) -> dict:
-    """The ``keys`` of ``params`` that it has (a job's params: exactly the settings the job reads, so that a change
-    of any other setting reruns none of its jobs)."""
-    return {key: params[key] for key in keys if key in params}
-
-
 def bi_encoder_block(config: dict, dataset: str, stage: str) -> dict:
     """A bi-encoder stage's declared block (:func:`job_params`), ``plm`` resolved to the model it starts from."""
     return {**job_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
@@ -152,13 +148,10 @@ def biencoder(config: dict, dataset: str, stage: str) -> dict:
     return settings_class(stage).pick(bi_encoder_block(config, dataset, stage))
 
 
-#: What the starting model's job reads: the plm, its pooling, lengths and prompts.
-STARTING_MODEL_KEYS = ("plm", "pooling", "query_max_length", "passage_max_length", "query_prompt", "passage_prompt")
-
-
 def starting_model(config: dict, dataset: str) -> dict:
-    """What the ``starting_model`` job reads (:data:`STARTING_MODEL_KEYS`), ``plm`` as loaded."""
-    return reads(bi_encoder_block(config, dataset, starting_stage()), STARTING_MODEL_KEYS)
+    """What the ``starting_model`` job reads (:class:`~dpr_pipeline.models.settings.StartingModelSettings`), ``plm``
+    as loaded."""
+    return StartingModelSettings.pick(bi_encoder_block(config, dataset, starting_stage()))
 
 
 def encode_corpus(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
