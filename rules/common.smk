@@ -90,8 +90,9 @@ def failed_jobs():
                    for job in jobs), key=run_errors.FailedJob.name)
 
 
-# The run ends with the project's message, not a traceback: the error Snakemake prints as it stops is replaced
-# by the failed jobs' messages (set by `onerror` in the Snakefile) or by explain_error's (docs/bad_inputs.md).
+# The run ends with the project's message, not a traceback: the error Snakemake prints as it stops (in Snakemake
+# 9.27 a log record carrying `exception`, after `onerror`: tests/test_snakemake_behaviour.py) is replaced by the
+# failed jobs' messages (set by `onerror` in the Snakefile) or by explain_error's (docs/bad_inputs.md).
 LAST_LINES = run_errors.LastLines.install(snakemake_logger, explain_error)
 
 SCHEMA_FILE = Path(workflow.basedir, "schemas", "config.schema.yaml")
@@ -143,7 +144,8 @@ def retry_caps_of(rule_name):
 # A training longer than the cluster's longest job (cluster.max_runtime) runs as several attempts, each continuing
 # from the checkpoint the one before saved: the training rules get those continuations on top of --retries, which
 # stay for failures (orchestration/resources.py, training_retries). Set as the run starts (onstart: not in a dry run, not
-# in each cluster job), when --retries is known.
+# in each cluster job), when --retries and the plan are known, as each rule's `restart_times` (Snakemake 9.27 reads
+# it per job; a rule's `retries:` is fixed before the plan: tests/test_snakemake_behaviour.py).
 # First, the finished checkpoint folders of trainings whose jobs completed go (as the run ends too: the Snakefile's
 # onsuccess and onerror), so that a training Snakemake reruns does not resume one (orchestration/checkpoints.py).
 # Under a cluster executor, the preflight then checks every job of the plan, at its first attempt and at the last its

@@ -236,12 +236,10 @@ def pretraining_job_defaults() -> dict:
     input jobs, nor those resolved before it: orchestration.stage_settings.pretrain)."""
     import yaml
 
-    from dpr_pipeline.orchestration import stage_settings
+    from dpr_pipeline.pretraining.settings import PretrainSettings
 
-    left_out = stage_settings.PRETRAINING_INPUT_KEYS + stage_settings.RESOLVED_HERE["pretrain"]
-    return {name: spec.get("default") for name, spec in yaml.safe_load(
-        (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()
-        if name not in left_out}
+    return PretrainSettings.pick({name: spec.get("default") for name, spec in yaml.safe_load(
+        (REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]["pretrain"]["properties"].items()})
 
 
 def tiny_scifact_config(tiny: str) -> dict:

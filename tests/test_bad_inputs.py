@@ -1393,7 +1393,8 @@ def _(tmp, bert):
         def example(self, index, epoch):
             return torch.ones(2)
 
-    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=10, batch_size=16, epochs=1, bf16=False)
+    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=10, batch_size=16, epochs=1, min_steps=0,
+                                bf16=False)
     loss_log = tmp / "out" / "loss_log.jsonl"
     return (lambda: train(torch.nn.Linear(2, 1), Examples(), lambda xs: {"x": torch.stack(xs)},
                           lambda model, batch, dist: model(batch["x"]).mean(), settings, tmp / "checkpoints",

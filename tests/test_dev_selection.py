@@ -28,13 +28,13 @@ from dpr_pipeline.training.settings import BiEncoderSettings
 from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
 
-PARAMS = {"query_max_length": 16, "passage_max_length": 24, "bf16": False, "seed": 1}
+PARAMS = {"query_max_length": 16, "passage_max_length": 24, "bf16": False, "seed": 1, "min_steps": 0}
 
 
 def started_from(plm: str) -> BiEncoderSettings:
     """A bi-encoder stage's settings with ``plm`` its start (select reads the plm, the lengths and bf16)."""
     return BiEncoderSettings.from_params({**PARAMS, "plm": plm, "learning_rate": 1e-2, "warmup_steps": 1,
-                                          "batch_size": 4, "negatives_per_query": 3})
+                                          "batch_size": 4, "epochs": 1, "negatives_per_query": 3})
 
 
 def write_run(path: Path, hits: dict[str, list[str]]) -> Path:
@@ -175,7 +175,7 @@ def test_the_training_job_saves_its_start_when_training_made_it_worse_on_dev(dev
               "min_steps": 6, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1}
     out, record_path = tmp_path / "model", tmp_path / "dev_selection.json"
     train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,
-                    tmp_path / "ckpt", tmp_path / "loss.jsonl", params,
+                    tmp_path / "ckpt", tmp_path / "loss.jsonl", BiEncoderSettings.from_params(params),
                     selection={**selection_settings(dev_files["files"]), "output": str(record_path)})
     assert len((tmp_path / "loss.jsonl").read_text().splitlines()) == 6          # min_steps: 2 steps an epoch
     record = json.loads(record_path.read_text())

@@ -42,7 +42,8 @@ from dpr_pipeline.orchestration.run_errors import FailedJob, failed_jobs_report,
 STAGE_SCRIPT = REPO / "tests" / "scripts" / "run_training_stage.py"
 TOPICS = ["cats purr", "dogs bark", "birds sing", "fish swim", "cows moo", "bees buzz", "owls hoot", "frogs croak"]
 PRETRAIN_DEFAULTS = pretraining_job_defaults()
-SETTINGS = {"learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "seed": 3, "save_steps": 2, "bf16": False}
+SETTINGS = {"learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "seed": 3, "save_steps": 2, "bf16": False,
+            "min_steps": 0}
 
 
 def child_env() -> dict:
@@ -185,7 +186,7 @@ def tiny_training(checkpoint_dir: Path, save_steps: int = 2, steps: int = 6, lea
     def loss(model, batch, dist):
         return torch.nn.functional.mse_loss(torch.nn.functional.dropout(model(batch["x"]), 0.2), batch["y"])
 
-    settings = TrainingSettings(learning_rate=learning_rate, warmup_steps=0, batch_size=4, train_steps=steps,
+    settings = TrainingSettings(learning_rate=learning_rate, warmup_steps=0, batch_size=4, epochs=1, train_steps=steps,
                                 save_steps=save_steps, bf16=False)
     log = checkpoint_dir.parent / f"{checkpoint_dir.name}.losses.jsonl"
     trainer.train(model, Counting(), collate, loss, settings, checkpoint_dir, loss_log=log)
@@ -227,7 +228,7 @@ def test_a_checkpoint_carrying_a_pickled_object_is_refused(tmp_path):
     crashed_training(tmp_path / "ckpt", crash_step=4)     # only latest (step 2): no previous to fall back to
     path = tmp_path / "ckpt" / "latest" / "state.pt"
     state = torch.load(path, weights_only=True)
-    state["settings"] = TrainingSettings(1.0, 0, 4)       # an arbitrary class instance: runs code when unpickled
+    state["settings"] = TrainingSettings(1.0, 0, 4, 1)       # an arbitrary class instance: runs code when unpickled
     torch.save(state, path)
     with pytest.raises(CheckpointError, match=r"latest/state.pt: it cannot be read.*Fix: delete the checkpoint "
                                               r"folder .*ckpt to restart"):

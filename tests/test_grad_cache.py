@@ -161,8 +161,8 @@ def test_the_trainer_with_micro_batch_size_trains_the_weights_of_the_one_pass(be
         model.encoder.transformer.register_forward_pre_hook(
             lambda module, args, kwargs, seen=rows[micro]: seen.append(len((args or [kwargs["input_ids"]])[0])),
             with_kwargs=True)
-        settings = TrainingSettings(learning_rate=1e-3, warmup_steps=1, batch_size=8, train_steps=3, seed=5,
-                                    micro_batch_size=micro)
+        settings = TrainingSettings(learning_rate=1e-3, warmup_steps=1, batch_size=8, epochs=1, train_steps=3,
+                                    seed=5, bf16=False, micro_batch_size=micro)
         train(model, Data(make_groups(16)), collate, LOSSES["distillation"], settings, tmp_path / f"ckpt{micro}",
               cross_device_loss=True, loss_log=tmp_path / f"loss{micro}.jsonl", dist=Distributed())
         weights[micro] = model.encoder.state_dict()
@@ -177,7 +177,8 @@ def test_the_trainer_with_micro_batch_size_trains_the_weights_of_the_one_pass(be
 
 
 def test_the_trainer_refuses_a_chunk_that_does_not_divide_the_share(bert_dir, tmp_path):
-    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=1, batch_size=8, train_steps=2, micro_batch_size=3)
+    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=1, batch_size=8, epochs=1, train_steps=2,
+                                micro_batch_size=3)
     with pytest.raises(ConfigError, match=r"stages.retriever1.micro_batch_size: 3 does not divide .* = 8 .*"
                                           r"Fix: set micro_batch_size to a divisor of 8 \(e.g. 2\)"):
         train(fresh_model(bert_dir, 0.0), Data(make_groups(8)), BiEncoderCollator(load_tokenizer(str(bert_dir)),

@@ -16,6 +16,7 @@ from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.pass_memory import (USABLE_SHARE, fitting_micro_batch, model_size, pass_gib,
                                                resolve_micro_batch)
 from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.settings import BiEncoderSettings
 
 BERT_BASE = {"parameters": 109_482_240, "hidden_size": 768, "layers": 12}
 ELECTRA_BASE = {"parameters": 108_893_186, "hidden_size": 768, "layers": 12}
@@ -56,12 +57,13 @@ def test_auto_picks_the_largest_divisor_of_the_share_that_fits():
 
 
 def test_resolve_replaces_only_auto_and_keeps_one_pass_without_a_gpu():
-    auto = TrainingSettings(learning_rate=1e-5, warmup_steps=1, batch_size=64, bf16=True, micro_batch_size="auto")
+    auto = TrainingSettings(learning_rate=1e-5, warmup_steps=1, batch_size=64, epochs=1,
+                            micro_batch_size="auto")
     resolve = lambda settings, gpu: resolve_micro_batch(settings, 32, 32 + 24 * 144, gpu, **BERT_BASE, setting="s")
     assert resolve(auto, 40).micro_batch_size == 16
     assert resolve(replace(auto, bf16=False), 40).micro_batch_size == 8     # float32 activations: twice the memory
     assert resolve(auto, None).micro_batch_size is None
-    fixed = TrainingSettings(learning_rate=1e-5, warmup_steps=1, batch_size=64, micro_batch_size=4)
+    fixed = TrainingSettings(learning_rate=1e-5, warmup_steps=1, batch_size=64, epochs=1, micro_batch_size=4)
     assert resolve(fixed, 40) is fixed
 
 
@@ -76,12 +78,13 @@ def test_a_retriever_job_with_auto_runs_the_chunk_its_gpu_holds(tmp_path, monkey
     small = (pass_gib(2 * per_query, **size) + pass_gib(4 * per_query, **size)) / 2 / USABLE_SHARE
     monkeypatch.setattr("dpr_pipeline.training.biencoder.gpu_memory_gib",
                         lambda device: {"none": None, "small": small}[gpu])
-    params = {"plm": str(bert), "learning_rate": 1e-3, "warmup_steps": 1, "batch_size": 4, "train_steps": 2,
+    params = {"plm": str(bert), "learning_rate": 1e-3, "warmup_steps": 1, "batch_size": 4, "epochs": 1, "train_steps": 2,
               "negatives_per_query": 3, "query_max_length": 16, "passage_max_length": 24, "bf16": True,
               "micro_batch_size": "auto"}
     with caplog.at_level(logging.INFO, logger="dpr_pipeline.training.pass_memory"):
         train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet",
-                        tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl", params, stage="retriever1")
+                        tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl",
+                        BiEncoderSettings.from_params(params, "retriever1"), stage="retriever1")
     expected = {"none": "stages.retriever1.micro_batch_size: auto: one pass (4 examples of 112 tokens",
                 "small": "stages.retriever1.micro_batch_size: auto: chunks of 2 (4 examples of 112 tokens"}[gpu]
     assert expected in caplog.text

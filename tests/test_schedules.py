@@ -13,7 +13,8 @@ from dpr_pipeline.orchestration.config import stage_params, validate_config
 
 
 def settings(**changes):
-    return TrainingSettings(**{"learning_rate": 1e-3, "warmup_steps": 10, "batch_size": 32, "epochs": 3, **changes})
+    return TrainingSettings(**{"learning_rate": 1e-3, "warmup_steps": 10, "batch_size": 32, "epochs": 3, "min_steps": 0,
+                                **changes})
 
 
 def test_a_warmup_ratio_is_a_fraction_of_whatever_the_data_makes_the_run():
@@ -73,6 +74,12 @@ def test_the_config_takes_a_ratio_and_checks_fixed_budgets_at_start_up():
     config = copy.deepcopy(BASE)
     config["datasets"]["a"]["stages"] = {"distill": {"warmup_steps": 6, "train_steps": 10}}
     with pytest.raises(ConfigError, match="6 warm-up steps are more than half of the 10 training steps"):
+        validate_config(config)
+    config["datasets"]["a"]["stages"] = {"retriever2": {"warmup_steps": 6, "train_steps": 10}}   # an own block too
+    with pytest.raises(ConfigError, match=r"^config key datasets\.a\.stages\.retriever2\.warmup_steps: 6 warm-up"):
+        validate_config(config)
+    config["datasets"]["a"]["stages"] = {"retriever": {"train_steps": 10}, "retriever1": {"warmup_steps": 6}}
+    with pytest.raises(ConfigError, match=r"^config key datasets\.a\.stages\.retriever1\.warmup_steps: 6 warm-up"):
         validate_config(config)
     config["datasets"]["a"]["stages"] = {"distill": {"warmup_ratio": 0.9}}
     with pytest.raises(ConfigError, match="warmup_ratio"):

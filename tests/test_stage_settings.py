@@ -8,6 +8,7 @@ import pytest
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
+from dpr_pipeline.training.settings import BiEncoderSettings
 
 BASE = {
     "datasets": {
@@ -33,8 +34,9 @@ def test_bi_encoders_start_from_their_block_plm_resolved_to_the_workflow_output(
     simlm = "results/a/pretrain/simlm/model"
     for stage in ("start", "retriever1", "retriever2"):
         assert settings.initialisation(config, "a", stage) == simlm
-        assert settings.biencoder(config, "a", stage)["plm"] == simlm
-        assert settings.biencoder(config, "a", stage)["learning_rate"] == 2e-5      # the retriever block
+        assert settings.bi_encoder_block(config, "a", stage)["plm"] == simlm
+        assert settings.bi_encoder_block(config, "a", stage)["learning_rate"] == 2e-5      # the retriever block
+    assert settings.biencoder(config, "a", "retriever2")["plm"] == simlm          # the training job's
     # a Hub name: the folder its fetch job writes (model_fetch.py)
     assert settings.biencoder(config, "a", "distill")["plm"] == "data/models/some--hub-model"
     assert settings.biencoder(config, "a", "distill")["alpha"] == 0.2               # the distill block
@@ -318,12 +320,12 @@ def test_prompts_reach_a_bi_encoder_job_only_when_set(config):
     """`query_prompt` / `passage_prompt` left at null (the model's own) are kept out of the jobs' params, so a
     config that does not set them reruns nothing; set, they reach the stage's jobs ("" = none)."""
     for stage in ("start", "retriever1", "distill"):
-        assert not {"query_prompt", "passage_prompt"} & settings.biencoder(config, "a", stage).keys()
+        assert not {"query_prompt", "passage_prompt"} & settings.bi_encoder_block(config, "a", stage).keys()
     assert "query_prompt" not in settings.encoding(config, "a")
     config["datasets"]["a"]["stages"]["retriever"].update(query_prompt="query: ", passage_prompt="")
     config = validate_config(config)
     assert settings.biencoder(config, "a", "retriever1")["query_prompt"] == "query: "
-    assert settings.biencoder(config, "a", "start")["passage_prompt"] == ""
+    assert settings.starting_model(config, "a")["passage_prompt"] == ""
     assert "query_prompt" not in settings.biencoder(config, "a", "distill")        # the distill block's own
     config["datasets"]["a"]["stages"]["distill"]["query_prompt"] = 3
     with pytest.raises(ConfigError, match="query_prompt"):
@@ -403,9 +405,10 @@ def test_a_setting_changes_the_params_of_exactly_the_jobs_that_read_it():
                 after = {job: function(config) for job, function in JOBS.items()}
                 moved = {job for job in JOBS if after[job] != before[job]}
                 # (a prompt left at null is in no params: settings.ONLY_WHEN_SET)
-                # (the corpus encoding, index and search of every bi-encoder stage: `retriever`'s)
+                # (the corpus encoding, index and search of every bi-encoder stage: the `retriever` keys its
+                # training does not read)
                 reading = {job for job in JOBS if (key in before[job] or key in after[job]) and (
-                    block in BLOCKS_OF[job[1]] or (block == "retriever" and key in settings.ENCODING_KEYS))}
+                    block in BLOCKS_OF[job[1]] or (block == "retriever" and key not in BiEncoderSettings.keys()))}
                 assert moved == reading, f"{block}.{key} -> {other!r}"
                 break
     assert tried >= 100

@@ -14,6 +14,7 @@ from test_training import write_training_data
 
 from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.training.biencoder import train_biencoder
+from dpr_pipeline.training.settings import BiEncoderSettings
 from dpr_pipeline.training.tracking import (
     EXTRA,
     MLFLOW_FILE_STORE,
@@ -164,10 +165,11 @@ def test_wandb_offline_keeps_the_stage_run_in_its_folder(tmp_path, monkeypatch):
 def train_tiny(root: Path, stage: str, tracking: dict | None, data: Path, plm: Path) -> None:
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 1, "batch_size": 4, "epochs": 2,
               "seed": 1, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
-              "query_max_length": 16, "passage_max_length": 24}
+              "query_max_length": 16, "passage_max_length": 24, "min_steps": 0, "bf16": False}
     folder = root / "results" / "tiny" / stage
     train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", folder / "model",
-                    root / "results/tiny/checkpoints" / stage, folder / "loss_log.jsonl", params, stage=stage,
+                    root / "results/tiny/checkpoints" / stage, folder / "loss_log.jsonl",
+                    BiEncoderSettings.from_params(params, stage), stage=stage,
                     tracking=tracking)
 
 

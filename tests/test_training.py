@@ -30,6 +30,7 @@ from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.nodes import NODE_MODULE, RENDEZVOUS_PORTS, rendezvous_port
 from dpr_pipeline.training.schedule import TrainingSettings, epochs_visited, total_steps
+from dpr_pipeline.training.settings import BiEncoderSettings
 from dpr_pipeline.training.stops import training_finished
 from dpr_pipeline.training.trainer import batch_indices
 
@@ -68,7 +69,7 @@ def test_batches_are_a_seeded_permutation_per_epoch():
     assert batch_indices(10, 4, 1, 2)[0] == 1            # 2 full batches per epoch
     assert batch_indices(10, 4, 1, 0) == batch_indices(10, 4, 1, 0)
     assert batch_indices(10, 4, 1, 0)[1] != batch_indices(10, 4, 2, 0)[1]
-    assert total_steps(10, TrainingSettings(1e-5, 0, 4, epochs=1.5)) == 3
+    assert total_steps(10, TrainingSettings(1e-5, 0, 4, epochs=1.5, min_steps=0)) == 3
 
 
 def corpus_loss(model: Path, data: Path, temperature: float = 0.1) -> float:
@@ -101,11 +102,11 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, seed):
     data = write_training_data(tmp_path / "data")
     params = {"plm": str(tiny_bert), "learning_rate": 1e-2, "warmup_steps": 2, "batch_size": 4, "epochs": 20,
               "seed": seed, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
-              "query_max_length": 16, "passage_max_length": 24}
+              "query_max_length": 16, "passage_max_length": 24, "min_steps": 0, "bf16": False}
     out, checkpoints, log = tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl"
     run_training(train_biencoder, 1, negatives_path=data / "negatives.parquet", passages_path=data / "passages.arrow",
                  queries_path=data / "queries.parquet", output_dir=out, checkpoint_dir=checkpoints, loss_log=log,
-                 params=params)
+                 settings=BiEncoderSettings.from_params(params))
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, 41))
     before, after = corpus_loss(tiny_bert, data), corpus_loss(out, data)
@@ -196,14 +197,14 @@ def test_two_gloo_processes_on_one_node_or_two_match_one_process_over_the_joint_
     plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)   # no dropout: both runs see identical forward passes
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 2, "seed": 3,
               "save_steps": 100, "negatives_per_query": 2, "temperature": 0.05, "query_max_length": 16,
-              "passage_max_length": 24}
+              "passage_max_length": 24, "min_steps": 0, "bf16": False}
     runs = {"one": (1, 1), "two": (2, 1), "two_nodes": (2, 2)}           # name: processes, nodes
     for name, (processes, nodes) in runs.items():
         run_training(train_biencoder, processes, nodes=nodes, cpus_per_node=1,
                      negatives_path=str(data / "negatives.parquet"), passages_path=str(data / "passages.arrow"),
                      queries_path=str(data / "queries.parquet"), output_dir=str(tmp_path / name),
                      checkpoint_dir=str(tmp_path / f"{name}.ckpt"), loss_log=str(tmp_path / f"{name}.jsonl"),
-                     params=params)
+                     settings=BiEncoderSettings.from_params(params))
     (srun,) = [json.loads(line) for line in srun_calls.open()]           # the two-node run's, one task per node
     assert srun[:3] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"] and srun[-4:-1] == [NODE_MODULE, "2", "1"]
     logged = {name: [json.loads(line) for line in (tmp_path / f"{name}.jsonl").open()] for name in runs}
@@ -245,16 +246,16 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
     plm = make_tiny_bert(tmp_path / "bert", dropout=0.0)
     params = {"plm": str(plm), "learning_rate": 1e-3, "warmup_steps": 2, "batch_size": 4, "epochs": 6, "seed": 3,
               "save_steps": 100, "negatives_per_query": 2, "temperature": 0.05, "query_max_length": 16,
-              "passage_max_length": 24}
+              "passage_max_length": 24, "min_steps": 0, "bf16": False}
 
     def spec(name):
         return {"negatives_path": str(data / "negatives.parquet"), "passages_path": str(data / "passages.arrow"),
                 "queries_path": str(data / "queries.parquet"), "output_dir": str(tmp_path / name),
                 "checkpoint_dir": str(tmp_path / f"{name}.ckpt"), "loss_log": str(tmp_path / f"{name}.jsonl"),
-                "params": params, "nodes": nodes, "cpus_per_node": 1}
+                "nodes": nodes, "cpus_per_node": 1}
 
-    run_training(train_biencoder, 2, **spec("straight"))
-    (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "seconds_per_step": 0.5}))
+    run_training(train_biencoder, 2, **spec("straight"), settings=BiEncoderSettings.from_params(params))
+    (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "params": params, "seconds_per_step": 0.5}))
     scripts = REPO / "tests" / "scripts"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "src")])}
     with open(tmp_path / "stopped.stderr", "w") as stderr:
@@ -275,7 +276,7 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
     assert output.count(f"trainer: retriever stopped by SIGTERM at step {step} of 12") == 2, output[-3000:]
     assert not (tmp_path / "stopped").exists()
 
-    run_training(train_biencoder, 2, **spec("stopped"))
+    run_training(train_biencoder, 2, **spec("stopped"), settings=BiEncoderSettings.from_params(params))
     straight, resumed = ([json.loads(line) for line in (tmp_path / f"{n}.jsonl").open()] for n in ("straight", "stopped"))
     assert [r["step"] for r in resumed] == list(range(1, 13))
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
@@ -297,11 +298,11 @@ def test_groups_name_the_file_row_of_an_unknown_document():
 
 
 def test_epochs_visited_counts_the_epochs_a_run_reaches():
-    assert epochs_visited(100, batch_size=10, epochs=1) == 1
-    assert epochs_visited(100, batch_size=10, epochs=1.5) == 2
+    assert epochs_visited(100, batch_size=10, epochs=1, min_steps=0) == 1
+    assert epochs_visited(100, batch_size=10, epochs=1.5, min_steps=0) == 2
     assert epochs_visited(100, batch_size=10, epochs=1, min_steps=25) == 3   # the floor: 25 steps of 10 per epoch
-    assert epochs_visited(100, batch_size=10, train_steps=11) == 2
-    assert epochs_visited(105, batch_size=10, epochs=2) == 2                  # the last partial batch is dropped
+    assert epochs_visited(100, batch_size=10, epochs=1, min_steps=0, train_steps=11) == 2
+    assert epochs_visited(105, batch_size=10, epochs=2, min_steps=0) == 2     # the last partial batch is dropped
 
 
 def test_drawn_pairs_are_the_pairs_the_examples_read_and_only_they_need_scores():

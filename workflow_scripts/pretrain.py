@@ -9,15 +9,14 @@ from dpr_pipeline.orchestration.job_log import logged
 from dpr_pipeline.orchestration.manifests import write_job_manifest
 
 with logged(snakemake.log[0], snakemake.threads):
-    params = snakemake.params.pretrain
     stage = member(PRETRAINING, snakemake.wildcards.method)
-    settings = job_settings(stage, params)
+    settings = job_settings(stage, snakemake.params.pretrain)
     resources = dict(snakemake.resources.items())
     processes = processes_for(resources)
     run_training(pretrain, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads, stage=stage,
                  token_shards=list(snakemake.input.tokens),
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,
-                 loss_log=snakemake.output.loss_log, params=params, tracking=snakemake.params.tracking.as_dict(),
+                 loss_log=snakemake.output.loss_log, settings=settings, tracking=snakemake.params.tracking.as_dict(),
                  ngram_counts=snakemake.input.ngram_counts[0] if snakemake.input.ngram_counts else None)
     write_job_manifest(snakemake, stage, seed=settings.training.seed, world_size=processes,
                        negatives=pretraining_method(settings.objective.method).negatives(settings.training.batch_size))

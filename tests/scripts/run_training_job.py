@@ -66,7 +66,8 @@ def main() -> None:
     job = Job(spec["kwargs"], spec["config"], args.spec.parent)
     if args.term_in:
         terminate_in(args.term_in)
-    training_job.run_training_job(job, train_reranker, "reranker", job.params.reranker, in_batch=False)
+    training_job.run_training_job(job, train_reranker, "reranker",
+                                  training_job.job_settings("reranker", job.params.reranker), in_batch=False)
 
 
 if __name__ == "__main__":

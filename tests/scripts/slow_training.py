@@ -2,7 +2,8 @@
 multi-process run between two steps (tests/test_training.py): importable by the workers, as run_training names
 the function by module and name (the test puts tests/scripts on their PYTHONPATH).
 
-usage: slow_training.py SPEC.json    run_training(train_biencoder_slowly, 2, **SPEC) in this process
+usage: slow_training.py SPEC.json    run_training(train_biencoder_slowly, 2, **SPEC) in this process, SPEC's
+                                     "params" as the settings (BiEncoderSettings)
 """
 
 import json
@@ -34,6 +35,9 @@ if __name__ == "__main__":
     from slow_training import train_biencoder_slowly as by_its_module_name  # not __main__'s, for the workers
 
     from dpr_pipeline.training.launch import run_training
+    from dpr_pipeline.training.settings import BiEncoderSettings
 
     logging.basicConfig(level=logging.INFO)
-    run_training(by_its_module_name, 2, **json.loads(Path(sys.argv[1]).read_text()))
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    run_training(by_its_module_name, 2, **{key: value for key, value in spec.items() if key != "params"},
+                 settings=BiEncoderSettings.from_params(spec["params"]))

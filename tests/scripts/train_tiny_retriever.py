@@ -49,8 +49,8 @@ def main() -> None:
                         negatives_per_query=2, seed=7)
     model_dir = str(args.workdir / "model")
     model = BiEncoder(load_text_encoder(model_dir))
-    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=2, batch_size=4, epochs=2, seed=3,
-                                save_steps=2)
+    settings = TrainingSettings(learning_rate=1e-3, warmup_steps=2, batch_size=4, epochs=2, min_steps=0, seed=3,
+                                save_steps=2, bf16=False)
     collate = BiEncoderCollator(load_tokenizer(model_dir), 16, 24)
     log = args.output.with_suffix(".losses.jsonl")
     train(model, groups, collate, contrastive_step(0.05), settings, args.output.with_suffix(".checkpoints"),

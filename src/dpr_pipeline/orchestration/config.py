@@ -260,15 +260,7 @@ def check_dataset_plan(config: dict, name: str) -> None:
                           "true if you mean it (a list of query ids allows only those queries, not a whole split)")
     if "stages" not in config:  # not validated yet (no defaults): the stage checks need the merged values
         return
-    for stage in ("pretrain", "retriever", "reranker", "distill"):
-        params = stage_params(config, name, stage)
-        if params.get("train_steps") is not None and params.get("warmup_ratio") is None \
-                and 2 * params["warmup_steps"] > params["train_steps"]:
-            raise ConfigError(f"config key datasets.{name}.stages.{stage}.warmup_steps: {params['warmup_steps']} "
-                              f"warm-up steps are more than half of the {params['train_steps']} training steps "
-                              "(train_steps), so most of the run would train below the peak learning rate. Fix: "
-                              f"set warmup_ratio (e.g. 0.1) or warmup_steps at most {params['train_steps'] // 2}, "
-                              "or raise train_steps")
+    check_warmups(config, name)
     check_micro_batches(config, name)
     check_nodes(config, name)
     check_model_settings(config, name)
@@ -282,6 +274,21 @@ def check_dataset_plan(config: dict, name: str) -> None:
                           f"{search} hits per query that Retriever2 searches (retriever.search_depth), so the "
                           f"re-ranker would silently re-rank only {search}. Fix: set reranker.rerank_depth <= "
                           f"{search} or raise retriever.search_depth")
+
+
+def check_warmups(config: dict, name: str) -> None:
+    """Each trained stage with a fixed step budget (``train_steps``) warms up for at most half of it: the config
+    key and the fix, at start-up (a budget in epochs is checked once the data is read:
+    :func:`~dpr_pipeline.training.schedule.check_warmup`)."""
+    for block in dict.fromkeys(s.block for s in CHAIN + FAMILIES if s.trainer is not None):
+        params = stage_params(config, name, block)
+        if params.get("train_steps") is not None and params.get("warmup_ratio") is None \
+                and 2 * params["warmup_steps"] > params["train_steps"]:
+            raise ConfigError(f"config key {setting_name(config, name, block, 'warmup_steps')}: "
+                              f"{params['warmup_steps']} warm-up steps are more than half of the "
+                              f"{params['train_steps']} training steps (train_steps), so most of the run would train "
+                              f"below the peak learning rate. Fix: set warmup_ratio (e.g. 0.1) or warmup_steps at "
+                              f"most {params['train_steps'] // 2}, or raise train_steps")
 
 
 def check_micro_batches(config: dict, name: str) -> None:

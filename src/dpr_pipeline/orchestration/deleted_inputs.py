@@ -1,7 +1,8 @@
 """Deleting a file reruns the job that writes it and every job built on it, whatever the target.
 
-Snakemake leaves a deleted intermediate file missing while the requested target is up to date: it checks a
-job's inputs only when the job itself has to run (snakemake/snakemake#1978), so ``rm -r
+Snakemake (9.27; ``tests/test_snakemake_behaviour.py`` fails once a release changes it) leaves a deleted
+intermediate file missing while the requested target is up to date: it checks a job's inputs only when the job
+itself has to run (snakemake/snakemake#1978; no ``--rerun-triggers`` covers it), so ``rm -r
 results/scifact/retriever2`` followed by ``snakemake results/scifact/summary.json`` would say "Nothing to be done".
 :func:`rerun_deleted_inputs` gives every rule an input function that adds no file and, while the main Snakemake
 process builds its plan, marks as forced each input of a job whose own outputs all exist but that input does not:

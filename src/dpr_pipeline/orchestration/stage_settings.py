@@ -8,17 +8,23 @@ how deep a run is searched. A model named by a Hugging Face Hub name becomes the
 ``rules/common.smk``; no rule or input function
 reads the config's stage blocks itself. A key one of them turns into something else (Retriever2's start, the
 fusion weight, the pairs the teacher scores) is read there only and kept out of its block's jobs' params
-(:func:`resolves`).
+(:func:`resolves`). Which keys of the merged values a job gets, the job's settings class says (its fields:
+:meth:`~dpr_pipeline.job_settings.JobSettings.pick`); its adapter builds that class from them.
 """
 
 from __future__ import annotations
 
 from dpr_pipeline.data.dev_split import dev_split_of
 from dpr_pipeline.models.hub_fetch import model_source
+from dpr_pipeline.models.settings import StartingModelSettings
 from dpr_pipeline.pretraining.methods import RANDOM_GENERATOR
+from dpr_pipeline.pretraining.settings import NgramCountSettings, PretrainSettings, TokenizeCorpusSettings
+from dpr_pipeline.reranking.settings import DenoiseScoringSettings, RerankSettings, TeacherScoreSettings
 from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import FILTER_KEYS as NEGATIVE_FILTERS
+from dpr_pipeline.retrieval.settings import DenseIndexSettings, DenseSearchSettings, EncodeCorpusSettings
 from dpr_pipeline.training.schedule import STEP_KEYS
+from dpr_pipeline.training.settings import RerankerSettings, settings_class
 from dpr_pipeline.orchestration.config import stage_params
 from dpr_pipeline.layout import PRETRAINING_START, model_dir, stage_file
 from dpr_pipeline.stages import (
@@ -74,7 +80,8 @@ def job_params(config: dict, dataset: str, block: str) -> dict:
 def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
     """Pre-training settings (`pretrain`), ``plm`` and ``generator`` as the jobs load them (``plm``: the
     :func:`pretraining_start` folder where ``reinitialize_layers`` is set); ``method``: the one a
-    ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from)."""
+    ``pretrain/{method}`` job trains, not ``pretrain.method`` (the one the main chain starts from), and then only
+    the keys that job reads (:class:`~dpr_pipeline.pretraining.settings.PretrainSettings`)."""
     params = job_params(config, dataset, "pretrain")
     start = pretraining_start(config, dataset)
     generator = params["generator"]
@@ -82,22 +89,17 @@ def pretrain(config: dict, dataset: str, method: str | None = None) -> dict:
               "generator": generator if generator == RANDOM_GENERATOR else model_source(config, generator)}
     if method is None:
         return params
-    return {**{key: value for key, value in params.items() if key not in PRETRAINING_INPUT_KEYS}, "method": method}
-
-
-#: The pre-training settings only its input jobs (tokenisation, the ablation's list) read, kept out of a
-#: ``pretrain/{method}`` job.
-PRETRAINING_INPUT_KEYS = ("tokenize_shards", "ablation_methods")
+    return PretrainSettings.pick({**params, "method": method})
 
 
 def tokenize_corpus(config: dict, dataset: str) -> dict:
-    """What a tokenisation job reads: the plm (its tokenizer), the shards and the length."""
-    return reads(pretrain(config, dataset), ("plm", "tokenize_shards", "max_length"))
+    """What a tokenisation job reads (:class:`~dpr_pipeline.pretraining.settings.TokenizeCorpusSettings`)."""
+    return TokenizeCorpusSettings.pick(pretrain(config, dataset))
 
 
 def count_ngrams(config: dict, dataset: str) -> dict:
-    """What the n-gram counting job reads: the plm (its tokenizer) and CDMAE's window."""
-    return reads(pretrain(config, dataset), ("plm", "cdmae_window"))
+    """What the n-gram counting job reads (:class:`~dpr_pipeline.pretraining.settings.NgramCountSettings`)."""
+    return NgramCountSettings.pick(pretrain(config, dataset))
 
 
 def pretraining_start(config: dict, dataset: str) -> dict | None:
@@ -135,59 +137,49 @@ def initialisation(config: dict, dataset: str, stage: str) -> str:
     return model_source(config, plm)
 
 
-def reads(params: dict, keys: tuple[str, ...]) -> dict:
-    """The ``keys`` of ``params`` that it has (a job's params: exactly the settings the job reads, so that a change
-    of any other setting reruns none of its jobs)."""
-    return {key: params[key] for key in keys if key in params}
-
-
-#: The bi-encoder settings only the corpus encoding, index and search jobs read (:func:`encoding`), kept out of
-#: a bi-encoder's training job.
-ENCODING_KEYS = ("encode_shards", "encode_batch_size", "embedding_dtype", "index", "search_depth")
-#: What the starting model's job reads: the plm, its pooling, lengths and prompts.
-STARTING_MODEL_KEYS = ("plm", "pooling", "query_max_length", "passage_max_length", "query_prompt", "passage_prompt")
+def bi_encoder_block(config: dict, dataset: str, stage: str) -> dict:
+    """A bi-encoder stage's declared block (:func:`job_params`), ``plm`` resolved to the model it starts from."""
+    return {**job_params(config, dataset, declared(stage).block), "plm": initialisation(config, dataset, stage)}
 
 
 def biencoder(config: dict, dataset: str, stage: str) -> dict:
-    """A bi-encoder stage's training settings (its declared block but :data:`ENCODING_KEYS`), ``plm`` resolved to
-    the model it starts from."""
-    params = {key: value for key, value in job_params(config, dataset, declared(stage).block).items()
-              if key not in ENCODING_KEYS}
-    return {**params, "plm": initialisation(config, dataset, stage)}
+    """A trained bi-encoder stage's training job's params: the keys of its settings class
+    (:func:`~dpr_pipeline.training.settings.settings_class`) from :func:`bi_encoder_block`."""
+    return settings_class(stage).pick(bi_encoder_block(config, dataset, stage))
 
 
 def starting_model(config: dict, dataset: str) -> dict:
-    """What the ``starting_model`` job reads (:data:`STARTING_MODEL_KEYS`), ``plm`` as loaded."""
-    return reads(biencoder(config, dataset, starting_stage()), STARTING_MODEL_KEYS)
+    """What the ``starting_model`` job reads (:class:`~dpr_pipeline.models.settings.StartingModelSettings`), ``plm``
+    as loaded."""
+    return StartingModelSettings.pick(bi_encoder_block(config, dataset, starting_stage()))
 
 
 def encode_corpus(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
-    """What a corpus encoding job reads: ``stage``'s passage length (a transfer's: target B's, None for the
-    model's own) and bf16, and the corpus side's shards, batch size and vector dtype (:func:`encoding`; target B's
-    shards in a transfer)."""
-    return _encoding_job(config, dataset, stage, target, "passage",
-                         ("encode_shards", "encode_batch_size", "embedding_dtype"))
+    """What a corpus encoding job reads (:class:`~dpr_pipeline.retrieval.settings.EncodeCorpusSettings`):
+    ``stage``'s passage length (a transfer's: target B's, None for the model's own) and bf16, and the corpus
+    side's settings (:func:`encoding`; target B's shards in a transfer)."""
+    return EncodeCorpusSettings.pick(_encoding_values(config, dataset, stage, target, "passage"))
 
 
 def dense_index(config: dict, dataset: str, target: str | None = None) -> dict:
-    """What an index job reads: ``index`` (:func:`encoding`)."""
-    return reads(encoding(config, dataset, target), ("index",))
+    """What an index job reads (:class:`~dpr_pipeline.retrieval.settings.DenseIndexSettings`, :func:`encoding`)."""
+    return DenseIndexSettings.pick(encoding(config, dataset, target))
 
 
 def dense_search(config: dict, dataset: str, stage: str, target: str | None = None) -> dict:
-    """What a dense search job reads: ``stage``'s query length (a transfer's: target B's, None for the model's
-    own) and bf16, the encoding batch size and ``index`` (its search breadth); its depth: :func:`search_depth`."""
-    return _encoding_job(config, dataset, stage, target, "query", ("encode_batch_size", "index"))
+    """What a dense search job reads (:class:`~dpr_pipeline.retrieval.settings.DenseSearchSettings`): ``stage``'s
+    query length (a transfer's: target B's, None for the model's own) and bf16, and the corpus side's settings;
+    its depth: :func:`search_depth`."""
+    return DenseSearchSettings.pick(_encoding_values(config, dataset, stage, target, "query"))
 
 
-def _encoding_job(config: dict, dataset: str, stage: str, target: str | None, side: str,
-                  corpus_keys: tuple[str, ...]) -> dict:
-    """``stage``'s ``<side>_max_length`` (target B's ``transfer_max_length[side]`` in a transfer) and bf16, and
-    ``corpus_keys`` of the corpus side (:func:`encoding`)."""
+def _encoding_values(config: dict, dataset: str, stage: str, target: str | None, side: str) -> dict:
+    """The corpus side's settings (:func:`encoding`) with ``stage``'s ``<side>_max_length`` (target B's
+    ``transfer_max_length[side]`` in a transfer) and bf16."""
     corpus = encoding(config, dataset, target)
-    stage_side = biencoder(config, dataset, stage)
+    stage_side = bi_encoder_block(config, dataset, stage)
     length = corpus["transfer_max_length"][side] if target else stage_side[f"{side}_max_length"]
-    return {f"{side}_max_length": length, **reads(stage_side, ("bf16",)), **reads(corpus, corpus_keys)}
+    return {**corpus, f"{side}_max_length": length, "bf16": stage_side["bf16"]}
 
 
 def selection(config: dict, dataset: str, stage: str) -> dict:
@@ -263,13 +255,10 @@ def mining(config: dict, dataset: str, stage: str) -> dict:
     params = {key: value for key, value in stage_params(config, dataset, "mining")[stage].items()
               if not (key in NEGATIVE_FILTERS and value is None)}
     if "denoise" in params:
-        kept = {key: value for key, value in params["denoise"].items() if key not in DENOISE_SCORING}
+        kept = {key: value for key, value in params["denoise"].items()
+                if key == "model" or key not in DenoiseScoringSettings.keys()}
         params["denoise"] = {**kept, "model": denoise_model(config, dataset, stage)}
     return params
-
-
-#: `mining.<stage>.denoise` keys only the scoring jobs read (:func:`denoise_scoring`), kept out of the mining job's.
-DENOISE_SCORING = ("max_length", "batch_size", "bf16", "shards")
 
 
 def denoise_model(config: dict, dataset: str, stage: str) -> str | None:
@@ -291,7 +280,7 @@ def denoise_scoring(config: dict, dataset: str, stage: str) -> dict:
     ``batch_size``, ``bf16`` and the number of ``shards`` (not the thresholds: changing one re-runs the mining job
     only)."""
     denoise = stage_params(config, dataset, "mining")[stage]["denoise"]
-    return {"model": denoise_model(config, dataset, stage), **{key: denoise[key] for key in DENOISE_SCORING}}
+    return DenoiseScoringSettings.pick({**denoise, "model": denoise_model(config, dataset, stage)})
 
 
 def search_depth(config: dict, dataset: str, stage: str, split: str, target: str | None = None) -> int:
@@ -317,23 +306,20 @@ def reranker(config: dict, dataset: str, target: str | None = None) -> dict:
     return params if target is None else {**params, "rerank_depth": config["transfer"]["rerank_depth"]}
 
 
-#: The re-ranker settings only its scoring jobs read (re-ranking a run, scoring the teacher pairs).
-SCORING_KEYS = ("rerank_depth", "teacher_shards", "score_batch_size")
-
-
 def train_reranker(config: dict, dataset: str) -> dict:
-    """What the re-ranker's training job reads: :func:`reranker` but :data:`SCORING_KEYS`."""
-    return {key: value for key, value in reranker(config, dataset).items() if key not in SCORING_KEYS}
+    """What the re-ranker's training job reads: the keys of
+    :class:`~dpr_pipeline.training.settings.RerankerSettings` from :func:`reranker`."""
+    return RerankerSettings.pick(reranker(config, dataset))
 
 
 def rerank(config: dict, dataset: str, target: str | None = None) -> dict:
-    """What a re-ranking job reads: its depth, the pairs' length, the scoring batch and bf16."""
-    return reads(reranker(config, dataset, target), ("rerank_depth", "max_length", "score_batch_size", "bf16"))
+    """What a re-ranking job reads (:class:`~dpr_pipeline.reranking.settings.RerankSettings`)."""
+    return RerankSettings.pick(reranker(config, dataset, target))
 
 
 def teacher_scores(config: dict, dataset: str) -> dict:
-    """What a teacher-scores job reads: the shards, the pairs' length, the scoring batch and bf16."""
-    return reads(reranker(config, dataset), ("teacher_shards", "max_length", "score_batch_size", "bf16"))
+    """What a teacher-scores job reads (:class:`~dpr_pipeline.reranking.settings.TeacherScoreSettings`)."""
+    return TeacherScoreSettings.pick(reranker(config, dataset))
 
 
 #: The distilled retriever's settings that decide which pairs it draws (training.groups, training.trainer).

@@ -12,12 +12,11 @@ import pyarrow.parquet as pq
 
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.orchestration.card import write_job_card
-from dpr_pipeline.pretraining.settings import PretrainSettings
-from dpr_pipeline.stages import stage as declared
+from dpr_pipeline.pretraining.settings import PretrainSettings  # noqa: F401  (settings_class of pretrain/{method})
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.selection_record import (START, describe, read_selection, selection_record,
                                                     teacher_below_start, write_selection)
-from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings, StageSettings
+from dpr_pipeline.training.settings import BiEncoderSettings, RerankerSettings, StageSettings, settings_class
 from dpr_pipeline.training.tracking import dev_scores, log_once
 from dpr_pipeline.orchestration.manifests import negatives_per_query, write_job_manifest
 from dpr_pipeline.orchestration.resources import nodes_of, processes_for
@@ -31,15 +30,10 @@ def negative_counts(negatives_path) -> list[int]:
     return pc.list_value_length(column).to_pylist()
 
 
-#: The settings class of a training stage's jobs, by the rule that trains it (the stage's declared ``trainer``).
-SETTINGS_OF_TRAINER: dict[str, type[StageSettings]] = {
-    "train_retriever": BiEncoderSettings, "train_distill": DistillSettings, "train_reranker": RerankerSettings,
-    "pretrain": PretrainSettings}
-
-
 def job_settings(stage: str, params: dict) -> StageSettings:
-    """The settings of a training job of ``stage`` from its params, strictly (:meth:`StageSettings.from_params`)."""
-    return SETTINGS_OF_TRAINER[declared(stage).trainer].from_params(params, stage)
+    """The settings of a training job of ``stage`` from its params, strictly (:meth:`StageSettings.from_params`),
+    as the class of its declared trainer (:func:`~dpr_pipeline.training.settings.settings_class`)."""
+    return settings_class(stage).from_params(params, stage)
 
 
 def group_negatives(snakemake, settings: BiEncoderSettings | RerankerSettings, *, in_batch: bool) -> dict:
@@ -62,13 +56,13 @@ def selection_options(snakemake) -> dict:
     return {**snakemake.params.selection, "files": files, "output": snakemake.output.selection}
 
 
-def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bool, **options) -> None:
-    """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) on the rule's negatives, corpus
-    and queries, in one process per GPU the job holds (torchrun when several, one per node of the job), then the
+def run_training_job(snakemake, train, stage: str, settings: BiEncoderSettings | RerankerSettings, *,
+                     in_batch: bool, **options) -> None:
+    """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) with the job's ``settings`` on the
+    rule's negatives, corpus and queries, in one process per GPU the job holds (torchrun when several, one per node of the job), then the
     model folder's card and the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its
     ``report``); with `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
-    settings = job_settings(stage, params)
     seed = settings.training.seed
     resources = dict(snakemake.resources.items())
     processes = processes_for(resources)
@@ -84,7 +78,7 @@ def run_training_job(snakemake, train, stage: str, params: dict, *, in_batch: bo
     run_training(train, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads, stage=stage,
                  negatives_path=snakemake.input.negatives, passages_path=snakemake.input.passages,
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
-                 checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, params=params,
+                 checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, settings=settings,
                  tracking=tracking.as_dict(), **options)
     if selection:
         log_once(tracking, dev_scores(read_selection(selection["output"])))

@@ -68,7 +68,7 @@ class ObjectiveSettings:
     cdmae_sigma: float = 1.0
     seed_decoder_layers: int = 3
     seed_attention_span: int = 2
-    bottleneck: str = "cls"  # the vector the decoder or head reads: "cls" or "mean" (config `auto` resolved)
+    bottleneck: str = "auto"  # the vector the decoder or head reads: cls, mean or auto (resolved by the trainer)
 
 
 @dataclass(frozen=True)

@@ -176,12 +176,10 @@ def save_pretrained_encoder(model: PretrainingModel, tokenizer, output_dir: str 
 
 
 def pretrain(token_shards: Sequence[str], output_dir: str | Path, checkpoint_dir: str | Path,
-             loss_log: str | Path, params: dict, ngram_counts: str | None = None, stage: str | None = None,
-             tracking: dict | None = None) -> None:
-    """Pre-train the ``plm`` with the ``method`` of ``params`` and save the encoder to ``output_dir`` (``params``: the
-    job's, read as :class:`~dpr_pipeline.pretraining.settings.PretrainSettings`; ``stage``: the job's,
-    ``pretrain/<method>``, whose settings its errors name; ``tracking``: its tracked run)."""
-    settings = PretrainSettings.from_params(params, stage)
+             loss_log: str | Path, settings: PretrainSettings, ngram_counts: str | None = None,
+             stage: str | None = None, tracking: dict | None = None) -> None:
+    """Pre-train the ``plm`` with the ``method`` of ``settings`` and save the encoder to ``output_dir``
+    (``stage``: the job's, ``pretrain/<method>``, whose settings its errors name; ``tracking``: its tracked run)."""
     training, objective = settings.training, settings.objective
     dist = Distributed.from_environment()
     tokenizer = models.load_tokenizer(settings.plm)

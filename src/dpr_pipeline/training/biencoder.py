@@ -133,13 +133,13 @@ def distillation_step(temperature: float, alpha: float) -> BiEncoderLoss:
 
 
 def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
-                    output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
-                    *, distill: bool = False, selection: dict | None = None, stage: str | None = None,
+                    output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path,
+                    settings: BiEncoderSettings, *, selection: dict | None = None, stage: str | None = None,
                     tracking: dict | None = None) -> None:
-    """Fine-tune the ``plm`` of ``params`` on a negatives artifact and save it to ``output_dir``.
+    """Fine-tune the ``plm`` of ``settings`` on a negatives artifact and save it to ``output_dir``.
 
-    Retriever (``distill=False``; ``params`` read as :class:`~dpr_pipeline.training.settings.BiEncoderSettings`):
-    Eq. 3 over in-batch and hard negatives. Distilled retriever (read as ``DistillSettings``): the artifact carries
+    Retriever (:class:`~dpr_pipeline.training.settings.BiEncoderSettings`): Eq. 3 over in-batch and hard
+    negatives. Distilled retriever (:class:`~dpr_pipeline.training.settings.DistillSettings`): the artifact carries
     the re-ranker's scores and the loss is L_kl + α·L_cont.
 
     ``selection`` (:func:`dpr_pipeline.training.dev_selection.select`'s, plus ``output``: where its record goes): the
@@ -147,7 +147,7 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     ``stage``: the job's stage (``retriever1``, ``distill``, ``ablation/simlm``), whose settings its errors name;
     ``tracking``: its tracked run (:func:`dpr_pipeline.training.trainer.train`).
     """
-    settings = (DistillSettings if distill else BiEncoderSettings).from_params(params, stage)
+    distill = isinstance(settings, DistillSettings)
     training = settings.training
     dist = Distributed.from_environment()
     groups = read_query_groups(negatives_path, passages_path, queries_path, settings.negatives_per_query,

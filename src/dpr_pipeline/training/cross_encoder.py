@@ -144,16 +144,14 @@ def save_reranker(model: torch.nn.Module, tokenizer, output_dir: str | Path, max
 
 
 def train_reranker(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
-                   output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path, params: dict,
-                   stage: str | None = None, tracking: dict | None = None) -> None:
-    """Train the re-ranker ``plm`` of ``params`` on a negatives artifact and save it to ``output_dir``.
+                   output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path,
+                   settings: RerankerSettings, stage: str | None = None, tracking: dict | None = None) -> None:
+    """Train the re-ranker ``plm`` of ``settings`` on a negatives artifact and save it to ``output_dir``.
 
-    ``params``: the job's, read as :class:`~dpr_pipeline.training.settings.RerankerSettings` (plm, max_length,
-    negatives_per_query and the ``TrainingSettings``: learning_rate, warmup_steps, batch_size = queries per
-    step, epochs, ...); ``stage``: the job's stage, whose settings its errors name; ``tracking``: its tracked run
-    (:func:`dpr_pipeline.training.trainer.train`).
+    ``settings``: the job's (plm, max_length, negatives_per_query and the ``TrainingSettings``: learning_rate,
+    warmup_steps, batch_size = queries per step, epochs, ...); ``stage``: the job's stage, whose settings its
+    errors name; ``tracking``: its tracked run (:func:`dpr_pipeline.training.trainer.train`).
     """
-    settings = RerankerSettings.from_params(params, stage)
     training = settings.training
     dist = Distributed.from_environment()
     groups = read_query_groups(negatives_path, passages_path, queries_path, settings.negatives_per_query,

@@ -2,7 +2,7 @@
 on one node or over ``nodes`` nodes of a Slurm job.
 
 The Snakemake rules call ``run_training``; with ``processes > 1`` it writes a JSON spec naming the function and its
-arguments beside the training's checkpoints (on the storage every node reads) and starts ``torchrun --standalone
+arguments (the typed settings as params, with the training rule whose settings class builds them again) beside the training's checkpoints (on the storage every node reads) and starts ``torchrun --standalone
 --nproc_per_node N -m dpr_pipeline.training.launch SPEC``; over ``nodes`` > 1 it starts ``srun`` with one task per
 node, each of which becomes that node's torchrun, all joining one c10d rendezvous
 (:mod:`dpr_pipeline.training.nodes`). Every process calls the function (DDP with cross-device negatives).
@@ -30,6 +30,7 @@ from typing import Callable
 from dpr_pipeline.models.devices import require_cuda_where_allocated
 from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, stage_setting, visible_gpus
 from dpr_pipeline.training.nodes import processes_per_node, require_slurm_job, srun_command, torchrun_command
+from dpr_pipeline.training.settings import StageSettings
 from dpr_pipeline.training.stops import clear_finished, continuations, mark_finished, record_stop
 from dpr_pipeline.training.trainer import stop_signals
 from dpr_pipeline.orchestration.job_log import quiet_third_party
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 
 def run_training(function: Callable, processes: int, nodes: int = 1, cpus_per_node: int | None = None,
                  **kwargs) -> None:
-    """``function(**kwargs)`` here, or in ``processes`` torchrun processes (kwargs must be JSON values), over
+    """``function(**kwargs)`` here, or in ``processes`` torchrun processes (kwargs must be JSON values but
+    ``kwargs["settings"]``, the job's :class:`~dpr_pipeline.training.settings.StageSettings`), over
     ``nodes`` nodes of this Slurm job (``processes / nodes`` on each, with ``cpus_per_node`` CPUs: the job's
     threads) where ``nodes`` > 1.
 
@@ -78,7 +80,11 @@ def run_training(function: Callable, processes: int, nodes: int = 1, cpus_per_no
 def _run_workers(function: Callable, per_node: int, nodes: int, cpus_per_node: int | None, stage: str,
                  kwargs: dict) -> None:
     """``function(**kwargs)`` in ``per_node`` torchrun processes on each of ``nodes`` nodes."""
-    spec = {"function": f"{function.__module__}:{function.__qualname__}", "kwargs": kwargs}
+    spec = {"function": f"{function.__module__}:{function.__qualname__}",
+            "kwargs": {key: value for key, value in kwargs.items() if key != "settings"}}
+    if "settings" in kwargs:
+        settings = kwargs["settings"]
+        spec["settings"] = {"trainer": settings.TRAINER, "params": settings.as_params()}
     # every node's workers read the spec: beside the checkpoints, on the storage the nodes share
     folder = Path(kwargs["checkpoint_dir"]).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -103,7 +109,12 @@ def main() -> None:
     quiet_third_party()
     spec = json.loads(Path(sys.argv[1]).read_text())
     module, name = spec["function"].split(":")
-    getattr(importlib.import_module(module), name)(**spec["kwargs"])
+    function = getattr(importlib.import_module(module), name)    # its module imports its settings class
+    kwargs = spec["kwargs"]
+    if "settings" in spec:
+        settings_class = StageSettings.OF_TRAINER[spec["settings"]["trainer"]]
+        kwargs["settings"] = settings_class.from_params(spec["settings"]["params"], kwargs.get("stage"))
+    function(**kwargs)
 
 
 if __name__ == "__main__":

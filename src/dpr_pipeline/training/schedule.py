@@ -16,16 +16,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainingSettings:
+    """The training loop's settings: a default is its key's default in the schema's `training` fragment (the blocks
+    `retriever`, `reranker` and `distill` build on), a key whose blocks default it differently has none
+    (``tests/test_training_settings.py``)."""
+
     learning_rate: float
     warmup_steps: int
     batch_size: int
-    epochs: float = 1.0
+    epochs: float  # passes over the examples (unless train_steps is set)
     train_steps: int | None = None  # a fixed step budget instead of epochs
-    min_steps: int = 0  # the fewest steps a run sized in epochs takes (more epochs on a small collection)
+    min_steps: int = 40  # the fewest steps a run sized in epochs takes (more epochs on a small collection)
     seed: int = 42
     save_steps: int = 500
     gradient_checkpointing: bool = False
-    bf16: bool = False  # bf16 autocast where the device runs it natively (devices.uses_bf16)
+    bf16: bool = True  # bf16 autocast where the device runs it natively (devices.uses_bf16)
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     head_learning_rate: float | None = None  # the task head's (parameters outside the base model), if not learning_rate
@@ -61,10 +65,12 @@ def total_steps(num_examples: int, settings: TrainingSettings) -> int:
 STEP_KEYS = ("batch_size", "epochs", "train_steps", "min_steps")
 
 
-def epochs_visited(num_examples: int, **steps) -> int:
+def epochs_visited(num_examples: int, *, batch_size: int, epochs: float, min_steps: int,
+                   train_steps: int | None = None) -> int:
     """How many epochs (each with its own negative draws) a run of ``num_examples`` reaches, its steps set by
-    :data:`STEP_KEYS` (``batch_size`` required, the others as in :class:`TrainingSettings`)."""
-    settings = TrainingSettings(learning_rate=0.0, warmup_steps=0, **steps)  # the schedule plays no part
+    :data:`STEP_KEYS` (``train_steps`` None: sized by ``epochs``)."""
+    settings = TrainingSettings(learning_rate=0.0, warmup_steps=0, batch_size=batch_size, epochs=epochs,
+                                train_steps=train_steps, min_steps=min_steps)  # the schedule plays no part
     return math.ceil(total_steps(num_examples, settings) / steps_per_epoch(num_examples, settings.batch_size))
 
 

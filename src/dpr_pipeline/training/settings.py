@@ -1,80 +1,58 @@
 """A training job's settings, typed: one frozen dataclass per kind of training stage (as Tevatron's dataclass
-arguments), built from the job's params by :meth:`StageSettings.from_params`; no torch.
+arguments, a :class:`~dpr_pipeline.job_settings.JobSettings`), each declaring the rule that trains its stages
+(``trainer``: :func:`settings_class`); no torch.
 
-The params dict stays what travels (Snakemake compares it to rerun a job, torchrun workers receive it as JSON):
-a training function takes it and builds its settings object at its top. ``from_params`` is strict: a key the
-class does not declare, or a required one missing, is a ConfigError naming the stage, the key and the fix. Since
-a job's params hold exactly the settings it reads (:mod:`dpr_pipeline.orchestration.stage_settings`), a key handed
-on that no field declares is caught there. A field's default is its key's schema default
-(``schemas/config.schema.yaml``, ``tests/test_training_settings.py``); a field without one (``plm``, a count the
-blocks sharing the class default differently) is required. The optimisation settings are one part,
+The adapter builds the object from the job's params once and hands it to the training function; torchrun workers
+receive it as JSON (:meth:`~dpr_pipeline.job_settings.JobSettings.as_params`, with the class's training rule:
+:mod:`dpr_pipeline.training.launch`) and build it again. A field's default is its key's schema default (``schemas/config.schema.yaml``,
+``tests/test_training_settings.py``); a field without one (``plm``, a count the blocks sharing the class default
+differently) is required. The optimisation settings are one part,
 :class:`~dpr_pipeline.training.schedule.TrainingSettings` (the object the loop and its checkpoints take).
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import ClassVar, Self
+from dataclasses import dataclass
+from typing import ClassVar
 
-from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.stages import settings_block
+from dpr_pipeline.job_settings import JobSettings, part
+from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.schedule import TrainingSettings
 
-PART = "part"
-
-
-def part(of: type):
-    """A field holding a group of the job's keys as a dataclass of its own (``of``), built from the same dict."""
-    return field(metadata={PART: of})
-
 
 @dataclass(frozen=True, kw_only=True)
-class StageSettings:
-    """What every training job's settings class shares: the strict :meth:`from_params`."""
+class StageSettings(JobSettings):
+    """What every training job's settings class shares. A subclass names the rule that trains its stages:
+    ``class BiEncoderSettings(StageSettings, trainer="train_retriever")`` (:func:`settings_class`)."""
 
-    #: The config block the messages name when the job's stage is not known (a training run by hand).
-    BLOCK: ClassVar[str]
+    #: The rule that trains the class's stages (declared in its class statement).
+    TRAINER: ClassVar[str]
+    #: The settings class of each training rule, as each class declares it.
+    OF_TRAINER: ClassVar[dict[str, type[StageSettings]]] = {}
+
+    def __init_subclass__(cls, trainer: str | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if trainer is not None:
+            cls.TRAINER = trainer
+            StageSettings.OF_TRAINER[trainer] = cls
 
     @classmethod
-    def keys(cls) -> dict[str, Field]:
-        """Every params key the class reads: its own fields' and its parts' fields', each with its field."""
-        keys = {}
-        for own in fields(cls):
-            keys.update({f.name: f for f in fields(own.metadata[PART])} if PART in own.metadata else {own.name: own})
-        return keys
-
-    @classmethod
-    def from_params(cls, params: dict, stage: str | None = None) -> Self:
-        """The settings of a job of ``stage`` (``retriever1``, ``pretrain/simlm``; None: by hand) from its params:
-        every key one the class declares, every required one present."""
-        block = settings_block(stage) or cls.BLOCK
+    def pick(cls, block: dict) -> dict:
+        """A training job's params from its merged config ``block``: the values of the keys the class reads, in
+        the block's order (the order its params have always had: Snakemake records them as written, and another
+        order would rerun every training)."""
         keys = cls.keys()
-        unknown = sorted(set(params) - set(keys))
-        if unknown:
-            raise ConfigError(
-                f"stages.{block}: the {stage or block} job's params carry {', '.join(unknown)}, which "
-                f"{cls.__name__} does not declare, so no code of the job reads it. Fix: declare it as a field of "
-                f"{cls.__module__}.{cls.__name__} where the job reads it, or keep it out of the job's params "
-                "(dpr_pipeline.orchestration.stage_settings)")
-        missing = [key for key, f in keys.items()
-                   if key not in params and f.default is MISSING and f.default_factory is MISSING]
-        if missing:
-            raise ConfigError(
-                f"stages.{block}: the {stage or block} job's params lack {', '.join(missing)}, which {cls.__name__} "
-                f"requires. Fix: hand the job these keys of stages.{block} (dpr_pipeline.orchestration."
-                "stage_settings gives each job its block's values; params written by hand must carry them too)")
-        values = {}
-        for own in fields(cls):
-            if PART in own.metadata:
-                of = own.metadata[PART]
-                values[own.name] = of(**{f.name: params[f.name] for f in fields(of) if f.name in params})
-            elif own.name in params:
-                values[own.name] = params[own.name]
-        return cls(**values)
+        return {key: value for key, value in block.items() if key in keys}
+
+
+def settings_class(stage: str) -> type[StageSettings]:
+    """The settings class of a training ``stage``'s jobs: the one its declared ``trainer`` rule's class names
+    (the class's module imported: :mod:`dpr_pipeline.pretraining.settings` for ``pretrain/{method}``)."""
+    return StageSettings.OF_TRAINER[declared(stage).trainer]
 
 
 @dataclass(frozen=True, kw_only=True)
-class BiEncoderSettings(StageSettings):
+class BiEncoderSettings(StageSettings, trainer="train_retriever"):
     """A bi-encoder's training job (`retriever`, `retriever1`/`retriever2` over it, the ablation's rows; SimLM
     Eq. 3), but the corpus encoding, index and search settings its other jobs read."""
 
@@ -94,7 +72,7 @@ class BiEncoderSettings(StageSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DistillSettings(BiEncoderSettings):
+class DistillSettings(BiEncoderSettings, trainer="train_distill"):
     """The distilled retriever's training job (`distill`; SimLM Eq. 5): a bi-encoder's, and the weight α."""
 
     BLOCK: ClassVar[str] = "distill"
@@ -102,7 +80,7 @@ class DistillSettings(BiEncoderSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RerankerSettings(StageSettings):
+class RerankerSettings(StageSettings, trainer="train_reranker"):
     """The cross-encoder re-ranker's training job (`reranker`; SimLM Eq. 4), but the settings of its scoring
     jobs and of the fusion."""
 
