@@ -59,8 +59,8 @@ def selection_options(snakemake) -> dict:
 def run_training_job(snakemake, train, stage: str, settings: BiEncoderSettings | RerankerSettings, *,
                      in_batch: bool, **options) -> None:
     """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) with the job's ``settings`` on the
-    rule's negatives, corpus and queries, in one process per GPU the job holds (torchrun when several, one per node of the job), then the
-    model folder's card and the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its
+    rule's negatives, corpus and queries, in one process per GPU the job holds (torchrun when several, one per node
+    of the job), then the model folder's card and the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its
     ``report``); with `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
     seed = settings.training.seed

@@ -2,7 +2,8 @@
 on one node or over ``nodes`` nodes of a Slurm job.
 
 The Snakemake rules call ``run_training``; with ``processes > 1`` it writes a JSON spec naming the function and its
-arguments (the typed settings as params, with the training rule whose settings class builds them again) beside the training's checkpoints (on the storage every node reads) and starts ``torchrun --standalone
+arguments (the typed settings as params, with the training rule whose settings class builds them again) beside the
+training's checkpoints (on the storage every node reads) and starts ``torchrun --standalone
 --nproc_per_node N -m dpr_pipeline.training.launch SPEC``; over ``nodes`` > 1 it starts ``srun`` with one task per
 node, each of which becomes that node's torchrun, all joining one c10d rendezvous
 (:mod:`dpr_pipeline.training.nodes`). Every process calls the function (DDP with cross-device negatives).

@@ -4,9 +4,9 @@ arguments, a :class:`~dpr_pipeline.job_settings.JobSettings`), each declaring th
 
 The adapter builds the object from the job's params once and hands it to the training function; torchrun workers
 receive it as JSON (:meth:`~dpr_pipeline.job_settings.JobSettings.as_params`, with the class's training rule:
-:mod:`dpr_pipeline.training.launch`) and build it again. A field's default is its key's schema default (``schemas/config.schema.yaml``,
-``tests/test_training_settings.py``); a field without one (``plm``, a count the blocks sharing the class default
-differently) is required. The optimisation settings are one part,
+:mod:`dpr_pipeline.training.launch`) and build it again. A field's default is its key's schema default
+(``schemas/config.schema.yaml``, ``tests/test_training_settings.py``); a field without one (``plm``, a count the
+blocks sharing the class default differently) is required. The optimisation settings are one part,
 :class:`~dpr_pipeline.training.schedule.TrainingSettings` (the object the loop and its checkpoints take).
 """
 
