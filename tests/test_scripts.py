@@ -45,13 +45,14 @@ def scripts() -> list[str]:
     return sorted(str(path.relative_to(REPO)) for folder in FOLDERS for path in (REPO / folder).glob("*.py"))
 
 
-def run(script: str, *arguments, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
+def run(script: str, *arguments, cwd: Path = REPO, timeout: int = 300, check: bool = True
+        ) -> subprocess.CompletedProcess:
     """``script`` run by this interpreter with the tests' environment; fails the test, showing its output's end,
-    unless it exits 0."""
+    unless it exits 0 (``check``; else returned as it ended)."""
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(REPO / script), *map(str, arguments)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{script} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}"
+    assert done.returncode == 0 or not check, f"{script} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}"
     return done
 
 
@@ -117,21 +118,29 @@ def test_seed_spread(tmp_path):
     assert "# Seed spread of distill" in done.stdout
 
 
-def test_seed_spread_of_a_mining_variant_reads_the_runs_without_it(tmp_path):
+@pytest.mark.parametrize(("stage", "option", "variant"), [
+    ("retriever2", ["--mining", "relative_margin=0.05"], "mining_relative_margin=0.05"),
+    ("distill", ["--set", "negatives_per_query=15"], "set_negatives_per_query=15")])
+def test_seed_spread_of_a_variant_reads_the_runs_without_it(tmp_path, stage, option, variant):
     """A variant's runs are Snakemake runs of the chain (their folders: tests/test_seed_spread.py); here the
     variant's run has finished, so the script reads it (not rerun) and the run without the variant."""
     config = load_config(REPO / "config.yaml")
-    seed = stage_params(config, "scifact", SEEDED_STAGES["retriever2"])["seed"]
-    write_metrics(tmp_path, "retriever2", 0.6)
-    write_metrics(tmp_path, STAGE_BELOW["retriever2"], 0.5)
-    workdir = tmp_path / "results" / "scifact" / "seeds" / "retriever2" / "mining_relative_margin=0.05" / f"seed_{seed}"
-    write_metrics(workdir, "retriever2", 0.65)
-    done = run("experiments/seed_spread.py", "retriever2", "--seeds", seed, "--mining", "relative_margin=0.05",
-               "--workdir", tmp_path)
-    report = json_of(tmp_path / "results" / "scifact" / "seed_spread_retriever2_mining_relative_margin=0.05.json")
-    assert report["variant"] == "mining_relative_margin=0.05"
+    seed = stage_params(config, "scifact", SEEDED_STAGES[stage])["seed"]
+    write_metrics(tmp_path, stage, 0.6)
+    write_metrics(tmp_path, STAGE_BELOW[stage], 0.5)
+    write_metrics(tmp_path / "results" / "scifact" / "seeds" / stage / variant / f"seed_{seed}", stage, 0.65)
+    done = run("experiments/seed_spread.py", stage, "--seeds", seed, *option, "--workdir", tmp_path)
+    report = json_of(tmp_path / "results" / "scifact" / f"seed_spread_{stage}_{variant}.json")
+    assert report["variant"] == variant
     assert report["paired_difference_without_variant"]["test"]["nDCG@10"]["mean"] == pytest.approx(0.05)
-    assert "without mining_relative_margin=0.05 (paired by seed): +0.0500" in done.stdout
+    assert f"without {variant} (paired by seed): +0.0500" in done.stdout
+
+
+def test_seed_spread_refuses_a_setting_its_stage_lacks(tmp_path):
+    write_metrics(tmp_path, "distill", 0.6)
+    done = run("experiments/seed_spread.py", "distill", "--seeds", 1, "--set", "no_such_key=1", "--workdir", tmp_path,
+               check=False)
+    assert done.returncode != 0 and "no_such_key" in done.stderr
 
 
 def test_pooled_vector_geometry(tiny, tmp_path):

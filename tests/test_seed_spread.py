@@ -99,6 +99,26 @@ def test_a_mining_variant_remines_the_negatives_the_stage_trains_on(tmp_path):
     assert config["datasets"]["a"]["stages"]["mining"] == {"retriever1": {"depth": 100}}
 
 
+def test_a_settings_variant_sets_the_stage_block_and_keeps_the_mined_negatives(tmp_path):
+    finished = tmp_path / "results" / "a"
+    for stage in ("retriever2", "reranker", "distill"):
+        (finished / stage).mkdir(parents=True)
+        (finished / stage / "metrics.json").write_text("{}")
+    (finished / "retriever2" / "negatives.parquet").write_text("")
+    (tmp_path / "data").mkdir()
+    config = {"datasets": {"a": {"format": "beir", "path": "data/a", "eval_splits": ["test"],
+                                 "stages": {"distill": {"epochs": 2}}}}}
+    workdir = seed_workdir(tmp_path, config, "a", "distill", 1, settings={"negatives_per_query": 15, "alpha": 0.5})
+    assert workdir == finished / "seeds" / "distill" / "set_alpha=0.5_negatives_per_query=15" / "seed_1"
+    copy = workdir / "results" / "a"
+    assert (copy / "retriever2" / "negatives.parquet").exists() and not (copy / "distill").exists()
+    stages = yaml.safe_load((workdir / "config.yaml").read_text())["datasets"]["a"]["stages"]
+    assert stages["distill"] == {"epochs": 2, "seed": 1, "negatives_per_query": 15, "alpha": 0.5}
+    assert "mining" not in stages
+    both = seed_workdir(tmp_path, config, "a", "distill", 1, {"relative_margin": 0.1}, {"alpha": 0.5})
+    assert both.parent.name == "mining_relative_margin=0.1_set_alpha=0.5"
+
+
 def test_a_variant_is_read_against_the_runs_without_it_seed_by_seed(tmp_path):
     without = {42: {"dev": {"nDCG@10": 0.71}}, 1: {"dev": {"nDCG@10": 0.70}}, 2: {"dev": {"nDCG@10": 0.76}}}
     report = write_report(tmp_path / "variant", "distill", "retriever2", RUNS, BELOW, "mining_relative_margin=0.05",

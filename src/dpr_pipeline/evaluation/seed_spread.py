@@ -19,6 +19,10 @@ Snakemake remakes them and, through their new time stamp, every stage trained on
 retriever: the re-ranker, its teacher). Such a variant has no finished run: its configured seed is rerun as well.
 :func:`write_report` then gives the variant's paired difference from the runs without it, seed by seed.
 
+A variant may also change the stage's own settings (``settings``: keys of its config block, e.g. the distilled
+retriever's ``negatives_per_query``): its folder is ``seeds/{S}/set_<key>=<value>…/seed_{n}/`` (after the mining
+part where both are given), and it is read against the runs without it the same way.
+
 The seed changes what the stage's config ``seed`` drives: batch order, negative draws, weights new to the model
 (the re-ranker's head) and dropout. It leaves its inputs (the stage before it, the teacher model) as they are, so
 the spread is the stage's own, not the chain's; only the distilled retriever's teacher scores are made again
@@ -64,24 +68,26 @@ def seeded_outputs(stage: str) -> dict[str, str]:
     return {stage: ABLATION.block, **pretrained}
 
 
-def variant_name(mining: dict | None) -> str | None:
-    """The folder name of a mining variant (``mining_relative_margin=0.05``), None for none."""
-    if not mining:
-        return None
-    return "mining_" + "_".join(f"{key}={value}" for key, value in sorted(mining.items()))
+def variant_name(mining: dict | None, settings: dict | None = None) -> str | None:
+    """The folder name of a variant: ``mining_relative_margin=0.05`` for a mining variant,
+    ``set_negatives_per_query=15`` for one of the stage's own settings, both joined by ``_``; None for none."""
+    parts = [prefix + "_".join(f"{key}={value}" for key, value in sorted(changed.items()))
+             for prefix, changed in (("mining_", mining), ("set_", settings)) if changed]
+    return "_".join(parts) or None
 
 
 def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int,
-                 mining: dict | None = None) -> Path:
+                 mining: dict | None = None, settings: dict | None = None) -> Path:
     """The folder of one rerun, made (once) as the module docstring says; returns it. ``mining``: settings of
-    ``mining.<the stage it trains on the negatives of>`` for this rerun (a variant), none by default."""
+    ``mining.<the stage it trains on the negatives of>`` for this rerun (a variant), none by default;
+    ``settings``: keys of the stage's own config block for this rerun (a variant), none by default."""
     remade = seeded_outputs(stage)
     finished = repo / dataset_dir(dataset)
     if not (finished / stage / "metrics.json").is_file():
         raise FileNotFoundError(f"{finished / stage / 'metrics.json'}: run the workflow for {stage} first "
                                 f"(snakemake {stage_file(stage, 'metrics.json', dataset)})")
-    variant = variant_name(mining)
-    mined = declared(stage).fed_by if variant else None   # every trained stage trains on mined negatives
+    variant = variant_name(mining, settings)
+    mined = declared(stage).fed_by if mining else None   # every trained stage trains on mined negatives
     workdir = finished / "seeds" / stage / (variant or "") / f"seed_{seed}"
     if not (workdir / dataset_dir(dataset)).is_dir():
         copy_of = workdir / dataset_dir(dataset)
@@ -97,16 +103,28 @@ def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int,
             remined = (stage_file(mined, "negatives.parquet", dataset), *negatives_filter_files(mined, dataset).values())
             for path in remined:
                 (workdir / path).unlink(missing_ok=True)
-    seeded = copy.deepcopy(config)
-    stages = seeded["datasets"][dataset].setdefault("stages", {})
-    for block in set(remade.values()):
-        stages.setdefault(block, {})["seed"] = seed
-    if mined:
-        stages.setdefault("mining", {}).setdefault(mined, {}).update(mining)
+    seeded = seeded_config(config, dataset, stage, seed, mining, settings)
     (workdir / "config.yaml").write_text(yaml.safe_dump(seeded, sort_keys=False), encoding="utf-8")
     if not (workdir / "data").exists():  # the raw collections, relative to the working directory as in config.yaml
         (workdir / "data").symlink_to((repo / "data").resolve(), target_is_directory=True)
     return workdir
+
+
+def seeded_config(config: dict, dataset: str, stage: str, seed: int, mining: dict | None = None,
+                  settings: dict | None = None) -> dict:
+    """``config`` as one rerun of ``stage`` reads it: ``seed`` in the block of each stage it remakes, the variant's
+    ``settings`` in the stage's own block and its ``mining`` in ``mining.<the stage it trains on the negatives of>``
+    (a copy; ``config`` is left as it is)."""
+    remade = seeded_outputs(stage)
+    seeded = copy.deepcopy(config)
+    stages = seeded["datasets"][dataset].setdefault("stages", {})
+    for block in set(remade.values()):
+        stages.setdefault(block, {})["seed"] = seed
+    if settings:
+        stages.setdefault(remade[stage], {}).update(settings)
+    if mining:
+        stages.setdefault("mining", {}).setdefault(declared(stage).fed_by, {}).update(mining)
+    return seeded
 
 
 def _link_unless_rewritten(finished: Path, source: str, destination: str) -> None:
