@@ -60,6 +60,16 @@ def test_kl_distillation_loss_by_hand():
     assert kl_distillation_loss(same, same + 5).item() == pytest.approx(0.0, abs=1e-7)
 
 
+def test_the_teacher_temperature_divides_the_teachers_scores():
+    # Teacher [0, 2 ln 3] at T = 2 → [0, ln 3] → p = [1/4, 3/4], the by-hand case above.
+    loss = kl_distillation_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, 2 * math.log(3)]]), 2.0)
+    assert loss.item() == pytest.approx(0.25 * math.log(0.5) + 0.75 * math.log(1.5), rel=1e-6)
+    # Student [0, ln 3] learns the teacher at T = 2 exactly: zero.
+    student = torch.tensor([[0.0, math.log(3)]])
+    assert kl_distillation_loss(student, torch.tensor([[0.0, 2 * math.log(3)]]), 2.0).item() == pytest.approx(
+        0.0, abs=1e-7)
+
+
 def test_distillation_loss_is_kl_plus_alpha_contrastive():
     # Student scores of each query's own group at τ = 1: query 1 [d1⁺, n1] = [1, 0], query 2 [d2⁺, n2] = [1, 0].
     # Teacher [0, 0] → p = [1/2, 1/2]; student p = [e, 1]/(e + 1).
@@ -68,6 +78,9 @@ def test_distillation_loss_is_kl_plus_alpha_contrastive():
     kl = 0.5 * math.log(0.5 * (E + 1) / E) + 0.5 * math.log(0.5 * (E + 1))
     expected = kl + 0.2 * math.log(3 + 4 / E)
     assert distillation_loss(QUERIES, PASSAGES, teacher, 1.0, 0.2).item() == pytest.approx(expected, rel=1e-6)
+    # A uniform teacher stays uniform at any temperature.
+    assert distillation_loss(QUERIES, PASSAGES, teacher, 1.0, 0.2, teacher_temperature=3.0).item() == pytest.approx(
+        expected, rel=1e-6)
 
 
 def test_contrastive_loss_drops_other_copies_of_the_positive():

@@ -103,8 +103,8 @@ class BiEncoderLoss:
     every process, with the chunks' passage keys and teacher scores. Called as ``loss_fn(model, batch, dist)``: the
     one-pass step."""
 
-    def __init__(self, temperature: float, alpha: float | None = None):
-        self.temperature, self.alpha = temperature, alpha
+    def __init__(self, temperature: float, alpha: float | None = None, teacher_temperature: float = 1.0):
+        self.temperature, self.alpha, self.teacher_temperature = temperature, alpha, teacher_temperature
 
     def represent(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         return model(batch["query_input_ids"], batch["query_attention_mask"],
@@ -118,7 +118,7 @@ class BiEncoderLoss:
             if self.alpha is None:
                 return contrastive_loss(queries, passages, self.temperature, keys)
             return distillation_loss(queries, passages, dist.gather(joined(batches, "teacher_scores")),
-                                     self.temperature, self.alpha, keys)
+                                     self.temperature, self.alpha, keys, self.teacher_temperature)
 
     def __call__(self, model: torch.nn.Module, batch: dict, dist: Distributed) -> torch.Tensor:
         return self.loss(self.represent(model, batch), [batch], dist)
@@ -128,8 +128,8 @@ def contrastive_step(temperature: float) -> BiEncoderLoss:
     return BiEncoderLoss(temperature)
 
 
-def distillation_step(temperature: float, alpha: float) -> BiEncoderLoss:
-    return BiEncoderLoss(temperature, alpha)
+def distillation_step(temperature: float, alpha: float, teacher_temperature: float = 1.0) -> BiEncoderLoss:
+    return BiEncoderLoss(temperature, alpha, teacher_temperature)
 
 
 def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
@@ -160,7 +160,7 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     model = BiEncoder(encoder, (encoder.prompt_tokens(tokenizer, prompts.query),
                                 encoder.prompt_tokens(tokenizer, prompts.passage)))
     log.info("%s: %s pooling; %s", settings.plm, encoder.pooling, prompts.describe())
-    step = distillation_step(settings.temperature, settings.alpha) if distill \
+    step = distillation_step(settings.temperature, settings.alpha, settings.teacher_temperature) if distill \
         else contrastive_step(settings.temperature)
     description = "distilled retriever" if distill else "retriever"
     training = resolve_micro_batch(

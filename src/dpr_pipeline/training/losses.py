@@ -56,24 +56,29 @@ def listwise_loss(scores: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(scores, torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device))
 
 
-def kl_distillation_loss(student_scores: torch.Tensor, teacher_scores: torch.Tensor) -> torch.Tensor:
+def kl_distillation_loss(student_scores: torch.Tensor, teacher_scores: torch.Tensor,
+                         teacher_temperature: float = 1.0) -> torch.Tensor:
     """Eq. 5: Σᵢ p_ranker^i log(p_ranker^i / p_ret^i), each p a softmax over one query's row of scores.
 
     ``student_scores`` [B, n] are the retriever's cos/τ, ``teacher_scores`` [B, n] the re-ranker's θ,
-    both over the same passages (positive first). Averaged over the B queries.
+    both over the same passages (positive first). Averaged over the B queries. ``teacher_temperature`` T:
+    p_ranker = softmax(θ / T) (the paper's T = 1; T > 1 flattens the teacher's distribution, as FlagEmbedding's
+    ``teacher_temperature`` and knowledge distillation's temperature do).
     """
-    teacher_log_p = F.log_softmax(at_least_float32(teacher_scores), dim=-1)
+    teacher_log_p = F.log_softmax(at_least_float32(teacher_scores) / teacher_temperature, dim=-1)
     student_log_p = F.log_softmax(at_least_float32(student_scores), dim=-1)
     return (teacher_log_p.exp() * (teacher_log_p - student_log_p)).sum(dim=-1).mean()
 
 
 def distillation_loss(queries: torch.Tensor, passages: torch.Tensor, teacher_scores: torch.Tensor,
-                      temperature: float, alpha: float, passage_keys: torch.Tensor | None = None) -> torch.Tensor:
-    """L = L_kl + α·L_cont, the student's KL term over each query's own group of passages [d⁺, n₁ …]."""
+                      temperature: float, alpha: float, passage_keys: torch.Tensor | None = None,
+                      teacher_temperature: float = 1.0) -> torch.Tensor:
+    """L = L_kl + α·L_cont, the student's KL term over each query's own group of passages [d⁺, n₁ …], the
+    teacher's θ over ``teacher_temperature``."""
     batch, group = teacher_scores.shape
     own_group = passages.view(batch, group, -1)
     student_scores = torch.einsum("bd,bgd->bg", queries, own_group) / temperature
-    return kl_distillation_loss(student_scores, teacher_scores) + alpha * contrastive_loss(
+    return kl_distillation_loss(student_scores, teacher_scores, teacher_temperature) + alpha * contrastive_loss(
         queries, passages, temperature, passage_keys)
 
 

@@ -73,10 +73,12 @@ class BiEncoderSettings(StageSettings, trainer="train_retriever"):
 
 @dataclass(frozen=True, kw_only=True)
 class DistillSettings(BiEncoderSettings, trainer="train_distill"):
-    """The distilled retriever's training job (`distill`; SimLM Eq. 5): a bi-encoder's, and the weight α."""
+    """The distilled retriever's training job (`distill`; SimLM Eq. 5): a bi-encoder's, the weight α and the
+    teacher's temperature."""
 
     BLOCK: ClassVar[str] = "distill"
     alpha: float = 0.2  # weight of the contrastive loss beside the KL to the teacher
+    teacher_temperature: float = 1.0  # T of the teacher's softmax(θ / T) in the KL
 
 
 @dataclass(frozen=True, kw_only=True)
