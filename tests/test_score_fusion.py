@@ -15,6 +15,7 @@ from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.reranking.score_fusion import (
     FUSION_GRID,
     choose_fusion_weight,
+    describe_fusion_choice,
     fuse_runs,
     fused_scores,
     mixing_weight,
@@ -82,16 +83,40 @@ def test_a_reranker_run_of_other_hits_is_refused_with_its_file():
         fuse_runs(other, FIRST_STAGE, weight=0.5, depth=3, reranker_path="ce.trec", first_stage_path="r2.trec")
 
 
+def judged(doc: str, queries: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Runs and qrels of ``queries`` copies of q1 (q1, q2, …), each judging ``doc`` relevant."""
+    copies = [f"q{i}" for i in range(1, queries + 1)]
+    return (*(pd.concat([frame.assign(query_id=q) for q in copies], ignore_index=True)
+              for frame in (RERANKER, FIRST_STAGE)),
+            pd.DataFrame({"query_id": copies, "doc_id": [doc] * queries, "relevance": [1] * queries}))
+
+
 def test_choose_fusion_weight_takes_the_best_dev_value_and_the_larger_weight_on_a_tie():
-    judged_d1 = pd.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "relevance": [1]})
     # d1 stays first while w * (-1.3887 - 0.4629) + (1 - w) * 1.2247 > 0 (w < 0.398) and
-    # w * (-1.3887 - 0.9258) + (1 - w) * 2.4495 > 0 (w < 0.514): weights 0 ... 0.3 tie at MRR 1, the larger wins
-    choice = choose_fusion_weight(RERANKER, FIRST_STAGE, judged_d1, depth=3, metric="MRR@10")
-    assert choice["weight"] == 0.3 and choice["metric"] == "MRR@10"
+    # w * (-1.3887 - 0.9258) + (1 - w) * 2.4495 > 0 (w < 0.514): weights 0 ... 0.3 tie at MRR 1, the larger wins;
+    # at 0.5, d2 (0.2315) is above d1 (-0.0820): MRR 1/2 on each of 10 queries, a difference the queries resolve
+    choice = choose_fusion_weight(*judged("d1", 10), depth=3, metric="MRR@10")
+    assert choice["best"] == choice["weight"] == 0.3 and choice["metric"] == "MRR@10" and choice["resolved"]
     assert list(choice["values"]) == list(FUSION_GRID)
     assert choice["values"][0.0] == 1.0 and choice["values"][1.0] == pytest.approx(1 / 3)
-    judged_d3 = judged_d1.assign(doc_id=["d3"])
-    assert choose_fusion_weight(RERANKER, FIRST_STAGE, judged_d3, depth=3, metric="MRR@10")["weight"] == 1.0
+    assert choice["against_equal_mix"]["mean"] == pytest.approx(0.5) and choice["against_equal_mix"]["queries"] == 10
+    assert choose_fusion_weight(*judged("d3", 10), depth=3, metric="MRR@10")["weight"] == 1.0
+
+
+def test_a_best_weight_the_dev_queries_do_not_resolve_leaves_the_equal_mix():
+    # one query resolves nothing; nor two whose differences from the equal mix point both ways
+    one = choose_fusion_weight(*judged("d1"), depth=3, metric="MRR@10")
+    assert (one["best"], one["weight"], one["resolved"], one["against_equal_mix"]) == (0.3, 0.5, False, None)
+    reranker, first_stage, qrels = judged("d1", 2)
+    qrels.loc[1, "doc_id"] = "d3"   # q2: d3 third at 0 … 0.5, first from 0.8: weights 0 … 0.3 and 0.8 … 1 tie at 2/3
+    two = choose_fusion_weight(reranker, first_stage, qrels, depth=3, metric="MRR@10")
+    assert two["best"] == 1.0 and two["values"][1.0] == pytest.approx(2 / 3)
+    assert two["weight"] == 0.5 and not two["resolved"]
+    assert two["against_equal_mix"]["mean"] == pytest.approx((-1 / 6 + 2 / 3) / 2)   # q1: 1/3 − 1/2, q2: 1 − 1/3
+    sentence = describe_fusion_choice({**two, "values": {f"{w:g}": v for w, v in two["values"].items()},
+                                       "split": "dev"}, "the re-ranker", "Retriever2")
+    assert sentence.startswith(f"dev does not resolve the best fusion weight {two['best']:g} from the equal mix (")
+    assert "mix it in at weight 0.5" in sentence
 
 
 def write_run(frame, path):
@@ -108,7 +133,8 @@ def test_choice_and_fused_run_files(tmp_path):
                                  depth=3, metric="nDCG@10", split="dev")
     saved = json.loads((tmp_path / "choice.json").read_text())
     assert saved == json.loads(json.dumps(record)) and saved["split"] == "dev" and saved["depth"] == 3
-    assert read_fusion_weight(tmp_path / "choice.json") == 1.0 == saved["weight"]
+    assert read_fusion_weight(tmp_path / "choice.json") == 0.5 == saved["weight"]   # one query resolves nothing
+    assert saved["best"] == 1.0 and not saved["resolved"]
     assert set(saved["values"]) == {f"{w:g}" for w in FUSION_GRID}
     write_fused_run(tmp_path / "ce.trec", tmp_path / "r2.trec", tmp_path / "fused.trec", weight=0.0, depth=3,
                     tag="t")

@@ -284,7 +284,8 @@ def test_scifact_models_transfer_to_the_evaluation_only_collection(built):
 def test_the_reranked_runs_use_the_weight_chosen_on_dev(built):
     choice = json.loads((built / "reranker" / "fusion_weight.json").read_text())
     assert choice["split"] == "dev" and choice["metric"] == "nDCG@10" and len(choice["values"]) == 11
-    assert choice["values"][f"{choice['weight']:g}"] == max(choice["values"].values())
+    assert choice["values"][f"{choice['best']:g}"] == max(choice["values"].values())
+    assert choice["weight"] == (choice["best"] if choice["resolved"] else 0.5)   # unresolved: the equal mix
     # the dev split's evaluated re-ranked run is the fused run of the chosen weight
     metrics = json.loads((built / "reranker" / "metrics.json").read_text())
     assert metrics["dev"]["nDCG@10"] == pytest.approx(choice["values"][f"{choice['weight']:g}"], abs=1e-9)

@@ -10,8 +10,9 @@ A cross-encoder trained on a small budget ranks differently from the bi-encoder 
 beats both (the interpolation of re-ranker and first-stage scores that re-ranking studies report); how much of
 each is a setting, ``reranker.fusion_weight``: a number, or ``dev``, the weight of :data:`FUSION_GRID` with the
 best dev-split ``reranker.fusion_metric`` (:func:`choose_fusion_weight`; a tie goes to the larger weight, the
-re-ranker's side). The hits below the re-ranked depth follow in the first stage's order
-(:func:`.runs.append_tail`).
+re-ranker's side) where the dev split resolves its paired difference from the equal mix
+(:data:`UNRESOLVED_WEIGHT`), else the equal mix (docs/datasets.md, "What a small dev split cannot choose"). The
+hits below the re-ranked depth follow in the first stage's order (:func:`.runs.append_tail`).
 
 :func:`weight_setting` is the one reader of the setting's value: the config's check, the jobs' parameters
 (:func:`dpr_pipeline.orchestration.stage_settings.fusion`), the rules' inputs and the jobs (:func:`mixing_weight`) ask it.
@@ -22,19 +23,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.data.schemas import read_artifact
 from dpr_pipeline.data.trec_runs import append_tail, rank_order, read_trec_run, write_trec_run
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.evaluation.metrics import evaluate_run
+from dpr_pipeline.evaluation.metrics import per_query_metrics
+from dpr_pipeline.evaluation.paired_difference import paired_difference
 from dpr_pipeline.layout import stage_file
 
 #: The weights ``fusion_weight: dev`` chooses from: 0, 0.1, …, 1.
 FUSION_GRID = tuple(i / 10 for i in range(11))
 #: The ``reranker.fusion_weight`` that has the weight chosen on the dev split (:func:`choose_fusion_weight`).
 CHOSEN_ON_DEV = "dev"
+#: The weight ``dev`` keeps where the dev split does not resolve the best weight's difference from it: both
+#: rankers' standardised scores at equal weight (docs/datasets.md, "What a small dev split cannot choose").
+UNRESOLVED_WEIGHT = 0.5
 
 
 def weight_setting(setting: float | str, dataset: str) -> dict:
@@ -110,20 +116,29 @@ def fuse_runs(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, *, weig
 def choose_fusion_weight(reranker_run: pd.DataFrame, first_stage_run: pd.DataFrame, qrels: pd.DataFrame, *,
                          depth: int, metric: str, relevance_level: int = 1, grid=FUSION_GRID,
                          qrels_source: str = "qrels", **paths) -> dict:
-    """The weight of ``grid`` whose fused run scores best in ``metric`` against ``qrels`` (ties: the larger
-    weight), with every weight's value: ``{"weight", "metric", "values": {weight: value}}``. The hits are
-    matched and standardised once, then mixed at each weight."""
+    """The weight the re-ranked runs mix at, chosen on ``qrels``' queries: ``{"weight", "best", "metric",
+    "values": {weight: value}, "against_equal_mix", "resolved"}``. ``best`` is the weight of ``grid`` whose fused
+    run scores best in ``metric`` (ties: the larger weight); ``weight`` is ``best`` where the queries resolve its
+    paired difference from :data:`UNRESOLVED_WEIGHT` (``against_equal_mix``, a paired t-test at 95 %:
+    ``resolved``), else :data:`UNRESOLVED_WEIGHT`. The hits are matched and standardised once, then mixed at each
+    weight."""
     hits, tails = reranked_hits(reranker_run, first_stage_run, depth, **paths)
     z_reranker = standardised(hits["reranker"], hits["query_id"])
     z_first_stage = standardised(hits["first_stage"], hits["query_id"])
-    values = {}
-    for weight in grid:
+    per_query = {}
+    for weight in dict.fromkeys((*grid, UNRESOLVED_WEIGHT)):
         fused = pd.DataFrame([(qid, doc, score) for qid, ranked in _ranked(hits, mixed(z_reranker, z_first_stage,
                                                                                        weight), tails)
                               for doc, score in ranked], columns=["query_id", "doc_id", "score"])
-        values[float(weight)] = evaluate_run(fused, qrels, [metric], qrels_source, relevance_level)[metric]
+        table = per_query_metrics(fused, qrels, [metric], qrels_source, relevance_level)[metric]
+        per_query[float(weight)] = {str(query): float(value) for query, value in table.items()}
+    values = {float(weight): float(np.mean(list(per_query[float(weight)].values()))) for weight in grid}
     best = max(values, key=lambda weight: (values[weight], weight))
-    return {"weight": best, "metric": metric, "values": values}
+    against = (paired_difference(per_query[best], per_query[UNRESOLVED_WEIGHT])
+               if best != UNRESOLVED_WEIGHT and len(per_query[best]) > 1 else None)
+    resolved = best == UNRESOLVED_WEIGHT or (against is not None and against.significant and against.mean > 0)
+    return {"weight": best if resolved else UNRESOLVED_WEIGHT, "best": best, "metric": metric, "values": values,
+            "against_equal_mix": against.as_dict() if against is not None else None, "resolved": resolved}
 
 
 def write_fusion_choice(reranker_run: str | Path, first_stage_run: str | Path, qrels: str | Path,
@@ -145,10 +160,17 @@ def write_fusion_choice(reranker_run: str | Path, first_stage_run: str | Path, q
 
 def describe_fusion_choice(choice: dict, label: str, first_stage_label: str) -> str:
     """One sentence on a fusion weight chosen on dev (:func:`write_fusion_choice`'s record): weight 0 is the
-    re-ranker not beating the run it re-ranks, whose order then goes on."""
+    re-ranker not beating the run it re-ranks, whose order then goes on; a best weight the dev split does not
+    resolve from the equal mix leaves the equal mix."""
     values = choice["values"]
     weight = float(choice["weight"])
     change = f"{values[f'{weight:g}'] - values['0']:+.4f} {choice['metric']} on {choice['split']}"
+    if not choice.get("resolved", True):   # a record written before the check resolved nothing: its best
+        against = choice["against_equal_mix"]
+        return (f"{choice['split']} does not resolve the best fusion weight {float(choice['best']):g} from the equal "
+                f"mix ({against['mean']:+.4f} ± {against['ci95']:.4f} {choice['metric']}, {against['queries']} "
+                f"queries): {label}'s re-ranked runs mix it in at weight {weight:g} ({change} over "
+                f"{first_stage_label}).")
     if weight == 0:
         return (f"{label} did not beat its start ({first_stage_label}) on {choice['split']} (at best "
                 f"{max(v for w, v in values.items() if w != '0') - values['0']:+.4f} {choice['metric']}): "
