@@ -31,7 +31,7 @@ from typing import Callable
 from dpr_pipeline.models.devices import require_cuda_where_allocated
 from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, stage_setting, visible_gpus
 from dpr_pipeline.training.nodes import processes_per_node, require_slurm_job, srun_command, torchrun_command
-from dpr_pipeline.training.settings import StageSettings
+from dpr_pipeline.training.settings import DevSelection, StageSettings
 from dpr_pipeline.training.stops import clear_finished, continuations, mark_finished, record_stop
 from dpr_pipeline.training.trainer import stop_signals
 from dpr_pipeline.orchestration.job_log import quiet_third_party
@@ -82,10 +82,12 @@ def _run_workers(function: Callable, per_node: int, nodes: int, cpus_per_node: i
                  kwargs: dict) -> None:
     """``function(**kwargs)`` in ``per_node`` torchrun processes on each of ``nodes`` nodes."""
     spec = {"function": f"{function.__module__}:{function.__qualname__}",
-            "kwargs": {key: value for key, value in kwargs.items() if key != "settings"}}
+            "kwargs": {key: value for key, value in kwargs.items() if key not in ("settings", "selection")}}
     if "settings" in kwargs:
         settings = kwargs["settings"]
         spec["settings"] = {"trainer": settings.TRAINER, "params": settings.as_params()}
+    if "selection" in kwargs:
+        spec["selection"] = kwargs["selection"].as_dict()
     # every node's workers read the spec: beside the checkpoints, on the storage the nodes share
     folder = Path(kwargs["checkpoint_dir"]).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -115,6 +117,8 @@ def main() -> None:
     if "settings" in spec:
         settings_class = StageSettings.OF_TRAINER[spec["settings"]["trainer"]]
         kwargs["settings"] = settings_class.from_params(spec["settings"]["params"], kwargs.get("stage"))
+    if "selection" in spec:
+        kwargs["selection"] = DevSelection.from_dict(spec["selection"])
     function(**kwargs)
 
 

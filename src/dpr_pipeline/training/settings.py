@@ -12,7 +12,7 @@ blocks sharing the class default differently) is required. The optimisation sett
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from dpr_pipeline.job_settings import JobSettings, part
@@ -92,3 +92,58 @@ class RerankerSettings(StageSettings, trainer="train_reranker"):
     attention_dropout: float | None = None  # training only: the attention dropout (None keeps the plm's)
     processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it
     nodes: int = 1  # the nodes they spread over (resources), in the params as processes is
+
+
+@dataclass(frozen=True, kw_only=True)
+class DevSelectionSettings(JobSettings):
+    """How a trained bi-encoder stage chooses on the dev split between its trained model and its start
+    (`selection`, :mod:`dpr_pipeline.training.dev_selection`), as
+    :func:`dpr_pipeline.orchestration.stage_settings.selection` resolves it for the stage's job: its ``metric``
+    from the block, the rest from the dataset, the stage and the corpus search."""
+
+    BLOCK: ClassVar[str] = "selection"
+    split: str | None  # the dataset's dev split; None: the trained model goes on unchecked, for ``reason``
+    reason: str | None  # why the trained model goes on unchecked; None where it is checked
+    metric: str  # what the candidates are scored in (`selection.metric`)
+    depth: int  # hits per dev query, as the stage's dev search
+    relevance_level: int  # the dev split's lowest relevant grade
+    encode_batch_size: int  # the corpus encoding's batch size
+    embedding_dtype: str  # the corpus vectors' dtype, as the corpus encoding stores them
+    ignore_identical_ids: bool  # a hit with the query's own id is dropped, as the evaluation drops it
+    label: str  # the stage's summary label
+    start_label: str  # its start's label (a model outside the chain: its reference)
+    start_stage: str | None  # the chain stage whose model it starts from, whose dev run scores the start; None
+    teacher_stage: str | None = None  # a student's teacher, above its start on dev or not trained (None: no teacher)
+    teacher_label: str | None = None  # the teacher's label
+
+
+@dataclass(frozen=True, kw_only=True)
+class DevFiles:
+    """The files a dev selection reads (the training job's inputs, rules/inputs.smk ``selection_inputs``): the dev
+    split's ``queries`` and ``qrels``; the start's dev run (``start_run``) where the start is a chain stage; a
+    student's teacher's and start's metrics (``teacher_metrics``, ``start_metrics``). None: not an input of the
+    job."""
+
+    queries: str | None = None
+    qrels: str | None = None
+    start_run: str | None = None
+    teacher_metrics: str | None = None
+    start_metrics: str | None = None
+
+
+@dataclass(frozen=True)
+class DevSelection:
+    """A bi-encoder training job's dev selection: its settings, its files and where its record goes (``output``,
+    the job's dev_selection.json); :meth:`as_dict` and :meth:`from_dict` carry it to torchrun's workers."""
+
+    settings: DevSelectionSettings
+    files: DevFiles
+    output: str
+
+    def as_dict(self) -> dict:
+        return {"settings": self.settings.as_params(), "files": asdict(self.files), "output": self.output}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> DevSelection:
+        return cls(DevSelectionSettings.from_params(values["settings"]), DevFiles(**values["files"]),
+                   values["output"])
