@@ -54,6 +54,22 @@ def test_the_schemas_mining_blocks_are_the_mined_stages():
     assert list(SCHEMA["$defs"]["mining"]["properties"]) == stages.mined()
 
 
+def test_every_training_rule_names_its_function_and_settings_class_and_every_trained_stage_has_one():
+    """The registry names them by import path (stages.py imports neither): each path resolves."""
+    from dpr_pipeline.pretraining.settings import PretrainSettings
+    from dpr_pipeline.pretraining.train import pretrain
+    from dpr_pipeline.training.biencoder import train_biencoder
+    from dpr_pipeline.training.cross_encoder import train_reranker
+    from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings
+
+    assert {s.trainer for s in stages.CHAIN + stages.FAMILIES if s.trains} == set(stages.TRAINERS)
+    assert {name: (stages.training_function(name), stages.settings_class(name))
+            for name in ("retriever1", "retriever2", "ablation/mlm", "distill", "reranker", "pretrain/simlm")} == {
+        "retriever1": (train_biencoder, BiEncoderSettings), "retriever2": (train_biencoder, BiEncoderSettings),
+        "ablation/mlm": (train_biencoder, BiEncoderSettings), "distill": (train_biencoder, DistillSettings),
+        "reranker": (train_reranker, RerankerSettings), "pretrain/simlm": (pretrain, PretrainSettings)}
+
+
 def test_a_family_members_name_is_built_and_read_in_one_place():
     assert stages.member(stages.ABLATION, "simlm") == "ablation/simlm"
     assert stages.members(stages.PRETRAINING, ["mlm", "{method}"]) == ["pretrain/mlm", "pretrain/{method}"]

@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.orchestration.card import write_job_card
-from dpr_pipeline.pretraining.settings import PretrainSettings  # noqa: F401  (settings_class of pretrain/{method})
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.selection_record import (START, describe, read_selection, selection_record,
                                                     teacher_below_start, write_selection)
+from dpr_pipeline.stages import settings_class
 from dpr_pipeline.training.settings import (BiEncoderSettings, DevFiles, DevSelection, DevSelectionSettings,
-                                            RerankerSettings, StageSettings, settings_class)
+                                            RerankerSettings, StageSettings)
 from dpr_pipeline.training.tracking import dev_scores, log_once
 from dpr_pipeline.orchestration.manifests import negatives_per_query, write_job_manifest
 from dpr_pipeline.orchestration.resources import nodes_of, processes_for
@@ -33,7 +33,7 @@ def negative_counts(negatives_path) -> list[int]:
 
 def job_settings(stage: str, params: dict) -> StageSettings:
     """The settings of a training job of ``stage`` from its params, strictly (:meth:`StageSettings.from_params`),
-    as the class of its declared trainer (:func:`~dpr_pipeline.training.settings.settings_class`)."""
+    as the class of its declared trainer (:func:`dpr_pipeline.stages.settings_class`)."""
     return settings_class(stage).from_params(params, stage)
 
 
@@ -58,10 +58,10 @@ def dev_selection(snakemake) -> DevSelection:
                         snakemake.output.selection)
 
 
-def run_training_job(snakemake, train, stage: str, settings: BiEncoderSettings | RerankerSettings, *,
-                     in_batch: bool, selection: DevSelection | None = None) -> None:
-    """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) with the job's ``settings`` on the
-    rule's negatives, corpus and queries, in one process per GPU the job holds (torchrun when several, one per node
+def run_training_job(snakemake, stage: str, settings: BiEncoderSettings | RerankerSettings, *, in_batch: bool,
+                     selection: DevSelection | None = None) -> None:
+    """A training rule's job: ``stage``'s trainer (:data:`dpr_pipeline.stages.TRAINERS`: ``train_biencoder``,
+    ``train_reranker``) with the job's ``settings`` on the rule's negatives, corpus and queries, in one process per GPU the job holds (torchrun when several, one per node
     of the job), then the model folder's card and the stage's manifest (a bi-encoder's dev choice, ``selection``,
     under its ``report``); with `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
@@ -76,7 +76,7 @@ def run_training_job(snakemake, train, stage: str, settings: BiEncoderSettings |
         write_job_card(snakemake, stage, seed=seed, report=report)
         write_job_manifest(snakemake, stage, seed=seed, world_size=processes, report=report)
         return
-    run_training(train, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads, stage=stage,
+    run_training(stage, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads,
                  negatives_path=snakemake.input.negatives, passages_path=snakemake.input.passages,
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, settings=settings,

@@ -1,9 +1,9 @@
 """A training job's settings, typed: one frozen dataclass per kind of training stage (as Tevatron's dataclass
-arguments, a :class:`~dpr_pipeline.job_settings.JobSettings`), each declaring the rule that trains its stages
-(``trainer``: :func:`settings_class`); no torch.
+arguments, a :class:`~dpr_pipeline.job_settings.JobSettings`; the stage registry names each training rule's,
+:data:`dpr_pipeline.stages.TRAINERS`), and the bi-encoders' dev selection's; no torch.
 
 The adapter builds the object from the job's params once and hands it to the training function; torchrun workers
-receive it as JSON (:meth:`~dpr_pipeline.job_settings.JobSettings.as_params`, with the class's training rule:
+receive it as JSON (:meth:`~dpr_pipeline.job_settings.JobSettings.as_params`, with the job's stage:
 :mod:`dpr_pipeline.training.launch`) and build it again. A field's default is its key's schema default
 (``schemas/config.schema.yaml``, ``tests/test_training_settings.py``); a field without one (``plm``, a count the
 blocks sharing the class default differently) is required. The optimisation settings are one part,
@@ -16,25 +16,13 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from dpr_pipeline.job_settings import JobSettings, part
-from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.schedule import TrainingSettings
 
 
 @dataclass(frozen=True, kw_only=True)
 class StageSettings(JobSettings):
-    """What every training job's settings class shares. A subclass names the rule that trains its stages:
-    ``class BiEncoderSettings(StageSettings, trainer="train_retriever")`` (:func:`settings_class`)."""
-
-    #: The rule that trains the class's stages (declared in its class statement).
-    TRAINER: ClassVar[str]
-    #: The settings class of each training rule, as each class declares it.
-    OF_TRAINER: ClassVar[dict[str, type[StageSettings]]] = {}
-
-    def __init_subclass__(cls, trainer: str | None = None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if trainer is not None:
-            cls.TRAINER = trainer
-            StageSettings.OF_TRAINER[trainer] = cls
+    """What every training job's settings class shares (the registry names each training rule's:
+    :data:`dpr_pipeline.stages.TRAINERS`)."""
 
     @classmethod
     def pick(cls, block: dict) -> dict:
@@ -45,14 +33,8 @@ class StageSettings(JobSettings):
         return {key: value for key, value in block.items() if key in keys}
 
 
-def settings_class(stage: str) -> type[StageSettings]:
-    """The settings class of a training ``stage``'s jobs: the one its declared ``trainer`` rule's class names
-    (the class's module imported: :mod:`dpr_pipeline.pretraining.settings` for ``pretrain/{method}``)."""
-    return StageSettings.OF_TRAINER[declared(stage).trainer]
-
-
 @dataclass(frozen=True, kw_only=True)
-class BiEncoderSettings(StageSettings, trainer="train_retriever"):
+class BiEncoderSettings(StageSettings):
     """A bi-encoder's training job (`retriever`, `retriever1`/`retriever2` over it, the ablation's rows; SimLM
     Eq. 3), but the corpus encoding, index and search settings its other jobs read."""
 
@@ -72,7 +54,7 @@ class BiEncoderSettings(StageSettings, trainer="train_retriever"):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DistillSettings(BiEncoderSettings, trainer="train_distill"):
+class DistillSettings(BiEncoderSettings):
     """The distilled retriever's training job (`distill`; SimLM Eq. 5): a bi-encoder's, and the weight α."""
 
     BLOCK: ClassVar[str] = "distill"
@@ -80,7 +62,7 @@ class DistillSettings(BiEncoderSettings, trainer="train_distill"):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RerankerSettings(StageSettings, trainer="train_reranker"):
+class RerankerSettings(StageSettings):
     """The cross-encoder re-ranker's training job (`reranker`; SimLM Eq. 4), but the settings of its scoring
     jobs and of the fusion."""
 
