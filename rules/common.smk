@@ -45,6 +45,7 @@ from dpr_pipeline.orchestration.cluster_site import read_site, site_file, site_o
 from dpr_pipeline.orchestration.config import train_split_of, validate_config
 from dpr_pipeline.orchestration.deleted_inputs import rerun_deleted_inputs
 from dpr_pipeline.orchestration.hub_models import check_offline_fetches
+from dpr_pipeline.training.settings import DevSelectionSettings
 from dpr_pipeline.training.stops import continuations, training_finished
 from dpr_pipeline.training.tracking import check_installed, tracking_run
 from dpr_pipeline.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,

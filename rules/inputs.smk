@@ -108,16 +108,17 @@ def selection_inputs(stage=None):
 
     def inputs(wildcards):
         selection = settings.selection(config, wildcards.dataset, stage or wildcards.stage)
-        dev = selection["split"]
+        chosen = DevSelectionSettings.from_params(selection)
+        dev = chosen.split
         if dev is None:
             return {}
         files = {"dev_queries": data_file(f"queries_{dev}.parquet", wildcards.dataset),
                  "dev_qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset)}
-        if selection["start_stage"] is not None:
-            files["dev_start_run"] = stage_file(selection["start_stage"], f"run_{dev}.trec", wildcards.dataset)
-        if "teacher_stage" in selection:  # a student is trained only from a teacher above its start on dev
-            files["teacher_metrics"] = stage_file(selection["teacher_stage"], "metrics.json", wildcards.dataset)
-            files["start_metrics"] = stage_file(selection["start_stage"], "metrics.json", wildcards.dataset)
+        if chosen.start_stage is not None:
+            files["dev_start_run"] = stage_file(chosen.start_stage, f"run_{dev}.trec", wildcards.dataset)
+        if chosen.teacher_stage is not None:  # a student is trained only from a teacher above its start on dev
+            files["teacher_metrics"] = stage_file(chosen.teacher_stage, "metrics.json", wildcards.dataset)
+            files["start_metrics"] = stage_file(chosen.start_stage, "metrics.json", wildcards.dataset)
         return files
 
     return inputs

@@ -4,6 +4,7 @@ the trained model is not above it on the dev split, each searched in the whole c
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.dev_selection import corpus_run, dev_queries, select, top_hits
 from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.selection_record import START, TRAINED, choose, describe
-from dpr_pipeline.training.settings import BiEncoderSettings
+from dpr_pipeline.training.settings import BiEncoderSettings, DevFiles, DevSelection, DevSelectionSettings
 from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
 
@@ -112,10 +113,11 @@ def dev_files(tmp_path):
             "files": {"queries": data / "queries.parquet", "qrels": qrels}}
 
 
-def selection_settings(files: dict, **changes) -> dict:
-    return {"split": "dev", "reason": None, "metric": "nDCG@10", "depth": 16, "relevance_level": 1,
-            "encode_batch_size": 8, "embedding_dtype": "float32", "ignore_identical_ids": False, "label": "Retriever₂", "start_label": "Retriever₁", "start_stage": None,
-            "files": files, **changes}
+def selection_settings(files: dict, output: str = "unwritten.json", **changes) -> DevSelection:
+    params = {"split": "dev", "reason": None, "metric": "nDCG@10", "depth": 16, "relevance_level": 1,
+              "encode_batch_size": 8, "embedding_dtype": "float32", "ignore_identical_ids": False,
+              "label": "Retriever₂", "start_label": "Retriever₁", "start_stage": None, **changes}
+    return DevSelection(DevSelectionSettings.from_params(params), DevFiles(**files), output)
 
 
 def test_a_trained_model_below_its_start_on_dev_is_not_handed_on(dev_files, caplog):
@@ -176,7 +178,7 @@ def test_the_training_job_saves_its_start_when_training_made_it_worse_on_dev(dev
     out, record_path = tmp_path / "model", tmp_path / "dev_selection.json"
     train_biencoder(data / "negatives.parquet", data / "passages.arrow", data / "queries.parquet", out,
                     tmp_path / "ckpt", tmp_path / "loss.jsonl", BiEncoderSettings.from_params(params),
-                    selection={**selection_settings(dev_files["files"]), "output": str(record_path)})
+                    selection=selection_settings(dev_files["files"], str(record_path)))
     assert len((tmp_path / "loss.jsonl").read_text().splitlines()) == 6          # min_steps: 2 steps an epoch
     record = json.loads(record_path.read_text())
     assert record["handed_on"] == START and record["trained_score"] < record["start_score"]
@@ -199,6 +201,8 @@ def test_each_trained_bi_encoder_knows_its_start_and_whether_it_can_choose():
     assert (student["start_stage"], student["label"]) == ("retriever2", "Retriever_distill")
     assert (student["teacher_stage"], student["teacher_label"]) == ("reranker", "Re-ranker")
     assert "teacher_stage" not in first and "teacher_stage" not in second
+    assert DevSelectionSettings.from_params(student).teacher_stage == "reranker"         # the job's adapter's
+    assert DevSelectionSettings.from_params(first).teacher_stage is None
     assert settings.selection(config, "scifact", "ablation/simlm")["split"] is None
     assert settings.selection(config, "msmarco", "retriever1")["reason"] == "the dataset has no dev_split"
     misspelt = yaml.safe_load(BUNDLED.read_text())
@@ -214,20 +218,21 @@ def test_a_student_is_not_trained_from_a_teacher_not_above_its_start(tmp_path, c
 
     teacher, start = tmp_path / "reranker.json", tmp_path / "retriever2.json"
     start.write_text(json.dumps({"dev": {"nDCG@10": 0.70}, "test": {"nDCG@10": 0.9}}))
-    selection = {"split": "dev", "metric": "nDCG@10", "label": "Retriever_distill", "start_label": "Retriever₂",
-                 "teacher_label": "Re-ranker", "output": str(tmp_path / "dev_selection.json"),
-                 "files": {"teacher_metrics": teacher, "start_metrics": start}}
+    selection = selection_settings({"teacher_metrics": teacher, "start_metrics": start},
+                                   str(tmp_path / "dev_selection.json"), label="Retriever_distill",
+                                   start_label="Retriever₂", start_stage="retriever2", teacher_stage="reranker",
+                                   teacher_label="Re-ranker")
     teacher.write_text(json.dumps({"dev": {"nDCG@10": 0.71}}))
     assert teacher_verdict(selection, "r2") is None                          # above: the student trains
-    assert teacher_verdict({**selection, "files": {}}, "r2") is None         # no check asked
+    assert teacher_verdict(replace(selection, files=DevFiles()), "r2") is None      # no check asked
     teacher.write_text(json.dumps({"dev": {"nDCG@10": 0.70}}))
     record = teacher_verdict(selection, "r2")
     assert record["handed_on"] == START and "(0.7000 against 0.7000 nDCG@10)" in record["reason"]
     model = make_tiny_bert(tmp_path / "r2")
     out, losses = tmp_path / "distill" / "model", tmp_path / "distill" / "loss_log.jsonl"
-    hand_on_start(str(model), str(out), str(losses), selection["output"], record)
+    hand_on_start(str(model), str(out), str(losses), selection.output, record)
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in model.iterdir())
-    assert losses.read_text() == "" and json.loads(Path(selection["output"]).read_text()) == record
+    assert losses.read_text() == "" and json.loads(Path(selection.output).read_text()) == record
     assert ("Retriever_distill was not trained: its teacher (Re-ranker) is not above its start on dev (0.7000 "
             "against 0.7000 nDCG@10)") in caplog.text and "its start (Retriever₂) was handed on." in caplog.text
     teacher.write_text(json.dumps({"test": {"nDCG@10": 0.8}}))

@@ -100,6 +100,7 @@ def test_a_job_given_gpus_without_cuda_stops_naming_the_torch_build_the_driver_a
     """A training job in a Slurm GPU allocation whose torch sees no CUDA (a driver older than the wheel's CUDA)
     stops before it starts, instead of training on the CPU."""
     from dpr_pipeline.errors import ConfigError
+    from dpr_pipeline.training import launch
     from dpr_pipeline.training.launch import run_training
 
     monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
@@ -109,15 +110,16 @@ def test_a_job_given_gpus_without_cuda_stops_naming_the_torch_build_the_driver_a
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SLURM_JOB_GPUS", "0,1")
     trained = []
+    monkeypatch.setattr(launch, "training_function", lambda stage: lambda **kwargs: trained.append(kwargs))
     with pytest.raises(ConfigError, match=r"given GPUs \(SLURM_JOB_GPUS=0,1\) but torch .* \(built for CUDA 13.0, "
                                           r"which needs an NVIDIA driver 580 or newer\) sees no CUDA device; the "
                                           r"NVIDIA driver here is 535.104.05.*Fix: install the torch wheel"):
-        run_training(lambda **kwargs: trained.append(kwargs), 1, stage="retriever1", checkpoint_dir=str(tmp_path))
+        run_training("retriever1", 1, checkpoint_dir=str(tmp_path))
     assert not trained
     with pytest.raises(ConfigError, match="given GPUs"):
         devices.default_device()                           # the GPU inference jobs (encoding, search, scoring)
     monkeypatch.setenv(devices.ALLOW_CPU_VARIABLE, "1")     # where the CPU is meant
-    run_training(lambda **kwargs: trained.append(kwargs), 1, stage="retriever1", checkpoint_dir=str(tmp_path))
+    run_training("retriever1", 1, checkpoint_dir=str(tmp_path))
     assert trained and devices.default_device().type == "cpu"
 
 

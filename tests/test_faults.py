@@ -30,6 +30,7 @@ from dpr_pipeline.errors import CheckpointError
 from dpr_pipeline.models.loading import load_tokenizer
 from dpr_pipeline.pretraining.tokens import tokenize_corpus_shard
 from dpr_pipeline.training import trainer
+from dpr_pipeline.training import launch
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.schedule import TrainingSettings
 from dpr_pipeline.training.stops import continuations, mark_finished, record_stop, training_finished
@@ -290,8 +291,8 @@ def test_sigterm_saves_the_step_reached_and_the_rerun_resumes_there_to_the_same_
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference[0].state_dict().values()))
 
 
-def tiny_job(checkpoint_dir: str, output: Path, results: list, stop_at: str | None = None) -> None:
-    """A training job's function for run_training: tiny_training, then its model saved to ``output``; ``stop_at``
+def tiny_job(stage: str, checkpoint_dir: str, output: Path, results: list, stop_at: str | None = None) -> None:
+    """A training job's function for run_training (in place of ``stage``'s trainer): tiny_training, then its model saved to ``output``; ``stop_at``
     sends this process SIGTERM (Slurm's time limit) at step 3 of the loop (``"step"``) or while the model is saved
     (``"saving"``: after the training loop). The model and loss lines go to ``results``."""
     original, calls = trainer.train, []
@@ -316,20 +317,22 @@ def tiny_job(checkpoint_dir: str, output: Path, results: list, stop_at: str | No
 
 
 def test_a_stop_after_the_training_loop_ends_the_job_at_once_and_its_rerun_has_nothing_left_to_train(tmp_path,
-                                                                                                    caplog):
+                                                                                                    caplog,
+                                                                                                    monkeypatch):
     """SIGTERM while a one-process job saves its model (after the loop's last step): the job stops at once
     (JobStopped, no model written), the stop is recorded (its retry is a continuation: the same resources) and the
     last step's checkpoint kept, so the retry trains no step and saves an uninterrupted run's model; the folder is
     marked finished once the model is saved (the Snakemake run removes it). A stop in the loop is recorded once."""
     caplog.set_level("INFO", logger="dpr_pipeline.training.trainer")
+    monkeypatch.setattr(launch, "training_function", lambda stage: tiny_job)
     before = signal.getsignal(signal.SIGTERM)
     reference, stopped, rerun = [], [], []
-    run_training(tiny_job, 1, checkpoint_dir=str(tmp_path / "reference"), output=tmp_path / "reference.pt",
+    run_training("retriever1", 1, checkpoint_dir=str(tmp_path / "reference"), output=tmp_path / "reference.pt",
                  results=reference)
     assert training_finished(tmp_path / "reference")
     ckpt = tmp_path / "ckpt"
     with pytest.raises(JobStopped, match="stopped by SIGTERM outside its training steps"):
-        run_training(tiny_job, 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=stopped,
+        run_training("retriever1", 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=stopped,
                      stop_at="saving")
     assert signal.getsignal(signal.SIGTERM) == before
     assert not stopped and not (tmp_path / "model.pt").exists()
@@ -337,7 +340,7 @@ def test_a_stop_after_the_training_loop_ends_the_job_at_once_and_its_rerun_has_n
         {"step": None, "signal": "SIGTERM"}]
     assert torch.load(ckpt / "latest" / "state.pt", weights_only=True)["step"] == 6
     assert not training_finished(ckpt)          # stopped before the model was saved
-    run_training(tiny_job, 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=rerun)
+    run_training("retriever1", 1, checkpoint_dir=str(ckpt), output=tmp_path / "model.pt", results=rerun)
     assert "resuming training from checkpoint step 6 of 6" in caplog.text
     (model, losses), = rerun
     assert losses == reference[0][1]
@@ -346,7 +349,7 @@ def test_a_stop_after_the_training_loop_ends_the_job_at_once_and_its_rerun_has_n
 
     fresh = tmp_path / "fresh"
     with pytest.raises(trainer.TrainingStopped):
-        run_training(tiny_job, 1, checkpoint_dir=str(fresh), output=tmp_path / "model.pt", results=[], stop_at="step")
+        run_training("retriever1", 1, checkpoint_dir=str(fresh), output=tmp_path / "model.pt", results=[], stop_at="step")
     assert continuations(fresh) == 1 and not training_finished(fresh)
 
 

@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from dpr_pipeline.errors import ConfigError
-from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.nodes import (NODE_MODULE, RENDEZVOUS_PORTS, WORKER_MODULE, Rendezvous,
                                          first_host, processes_per_node, rendezvous_port, require_slurm_job,
@@ -85,8 +84,8 @@ def test_a_training_over_nodes_outside_a_slurm_job_stops_before_it_starts(tmp_pa
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)   # as on a laptop, whatever runs the tests
     checkpoints = tmp_path / "checkpoints"
     with pytest.raises(ConfigError, match="pretrain/simlm training: stages.pretrain.nodes is 2"):
-        run_training(train_biencoder, 4, nodes=2, cpus_per_node=4, stage="pretrain/simlm",
+        run_training("pretrain/simlm", 4, nodes=2, cpus_per_node=4,
                      checkpoint_dir=str(checkpoints))
     with pytest.raises(ConfigError, match="stages.reranker.nodes: 3 nodes cannot share 4 processes"):
-        run_training(train_biencoder, 4, nodes=3, cpus_per_node=4, stage="reranker", checkpoint_dir=str(checkpoints))
+        run_training("reranker", 4, nodes=3, cpus_per_node=4, checkpoint_dir=str(checkpoints))
     assert not checkpoints.exists()                      # nothing started

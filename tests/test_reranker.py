@@ -444,7 +444,7 @@ def test_two_gloo_processes_train_the_packed_reranker_as_one_process_over_the_jo
               "max_length": 64, "negatives_per_query": 2, "seed": 3, "save_steps": 50,
               "gradient_checkpointing": False, "min_steps": 0, "bf16": False}
     for run, processes in (("one", 1), ("two", 2)):
-        run_training(train_reranker, processes, negatives_path=str(negatives), passages_path=str(dataset["passages"]),
+        run_training("reranker", processes, negatives_path=str(negatives), passages_path=str(dataset["passages"]),
                      queries_path=str(dataset["queries"]), output_dir=str(tmp_path / run),
                      checkpoint_dir=str(tmp_path / f"{run}.ckpt"), loss_log=str(tmp_path / f"{run}.jsonl"),
                      settings=RerankerSettings.from_params(params))

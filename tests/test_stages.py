@@ -13,7 +13,8 @@ from conftest import REPO
 
 from dpr_pipeline.evaluation.seed_spread import SEEDED_STAGES
 from dpr_pipeline import stages
-from dpr_pipeline.orchestration.config import validate_config
+from dpr_pipeline.orchestration.config import shared_only, validate_config
+from dpr_pipeline.pretraining.methods import METHODS
 from dpr_pipeline.orchestration.stage_settings import biencoder
 
 PROFILE = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
@@ -52,6 +53,22 @@ def test_what_feeds_each_stage_and_the_mined_stages_follow_from_the_declaration(
 
 def test_the_schemas_mining_blocks_are_the_mined_stages():
     assert list(SCHEMA["$defs"]["mining"]["properties"]) == stages.mined()
+
+
+def test_every_training_rule_names_its_function_and_settings_class_and_every_trained_stage_has_one():
+    """The registry names them by import path (stages.py imports neither): each path resolves."""
+    from dpr_pipeline.pretraining.settings import PretrainSettings
+    from dpr_pipeline.pretraining.train import pretrain
+    from dpr_pipeline.training.biencoder import train_biencoder
+    from dpr_pipeline.training.cross_encoder import train_reranker
+    from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings
+
+    assert {s.trainer for s in stages.CHAIN + stages.FAMILIES if s.trains} == set(stages.TRAINERS)
+    assert {name: (stages.training_function(name), stages.settings_class(name))
+            for name in ("retriever1", "retriever2", "ablation/mlm", "distill", "reranker", "pretrain/simlm")} == {
+        "retriever1": (train_biencoder, BiEncoderSettings), "retriever2": (train_biencoder, BiEncoderSettings),
+        "ablation/mlm": (train_biencoder, BiEncoderSettings), "distill": (train_biencoder, DistillSettings),
+        "reranker": (train_reranker, RerankerSettings), "pretrain/simlm": (pretrain, PretrainSettings)}
 
 
 def test_a_family_members_name_is_built_and_read_in_one_place():
@@ -101,10 +118,24 @@ def test_a_biencoder_reads_its_declared_block():
     assert biencoder(config, "a", "ablation/mlm")["epochs"] == 3             # the retriever block
 
 
-def test_transfer_stages_are_the_chain_stages_with_a_model():
+def test_the_schemas_stage_lists_are_the_registrys():
+    """The schema's lists of stages and blocks, written out (docs/configuration.md is made from them), each as the
+    registry declares them: the transfer's stages (the chain's with a model, then the ablation's rows), and the
+    blocks of ``stages`` and of a dataset's ``stages``."""
     enum = SCHEMA["properties"]["transfer"]["properties"]["stages"]["items"]["enum"]
     with_model = [s.name for s in stages.CHAIN if s.kind in (stages.BIENCODER, stages.CROSS_ENCODER)]
-    assert [name for name in enum if "/" not in name] == with_model
+    rows = SCHEMA["$defs"]["pretrain"]["properties"]["ablation_methods"]["items"]["enum"]
+    assert rows == ["none", *METHODS]
+    assert enum == with_model + stages.members(stages.ABLATION, rows)
+    declared = {s.block for s in stages.CHAIN + stages.FAMILIES} | {s.shares for s in stages.CHAIN if s.shares}
+    for properties in (SCHEMA["properties"]["stages"]["properties"],
+                       SCHEMA["$defs"]["dataset"]["properties"]["stages"]["properties"]):
+        assert set(properties) == declared | {"mining", "selection"}
+
+
+def test_the_settings_a_stages_own_block_cannot_set_follow_from_its_settings_class():
+    assert shared_only(SCHEMA) == {"retriever": ["processes", "nodes", "search_depth", "encode_shards",
+                                                 "encode_batch_size", "embedding_dtype", "index"]}
 
 
 # ------------------------------------------------------------------------------- the parsed workflow

@@ -24,7 +24,6 @@ from dpr_pipeline.errors import ConfigError
 from dpr_pipeline.models.embedding import load_text_encoder
 from dpr_pipeline.models.loading import load_encoder, load_tokenizer
 from dpr_pipeline.retrieval.encode import encode_texts
-from dpr_pipeline.training.biencoder import train_biencoder
 from dpr_pipeline.training.distributed import check_processes, visible_gpus
 from dpr_pipeline.training.groups import read_queries
 from dpr_pipeline.training.launch import run_training
@@ -104,7 +103,7 @@ def test_retriever_training_learns_and_saves_a_loadable_model(tmp_path, seed):
               "seed": seed, "save_steps": 100, "negatives_per_query": 3, "temperature": 0.1,
               "query_max_length": 16, "passage_max_length": 24, "min_steps": 0, "bf16": False}
     out, checkpoints, log = tmp_path / "model", tmp_path / "ckpt", tmp_path / "loss.jsonl"
-    run_training(train_biencoder, 1, negatives_path=data / "negatives.parquet", passages_path=data / "passages.arrow",
+    run_training("retriever1", 1, negatives_path=data / "negatives.parquet", passages_path=data / "passages.arrow",
                  queries_path=data / "queries.parquet", output_dir=out, checkpoint_dir=checkpoints, loss_log=log,
                  settings=BiEncoderSettings.from_params(params))
     steps = [json.loads(line) for line in log.read_text().splitlines()]
@@ -200,7 +199,7 @@ def test_two_gloo_processes_on_one_node_or_two_match_one_process_over_the_joint_
               "passage_max_length": 24, "min_steps": 0, "bf16": False}
     runs = {"one": (1, 1), "two": (2, 1), "two_nodes": (2, 2)}           # name: processes, nodes
     for name, (processes, nodes) in runs.items():
-        run_training(train_biencoder, processes, nodes=nodes, cpus_per_node=1,
+        run_training("retriever1", processes, nodes=nodes, cpus_per_node=1,
                      negatives_path=str(data / "negatives.parquet"), passages_path=str(data / "passages.arrow"),
                      queries_path=str(data / "queries.parquet"), output_dir=str(tmp_path / name),
                      checkpoint_dir=str(tmp_path / f"{name}.ckpt"), loss_log=str(tmp_path / f"{name}.jsonl"),
@@ -254,10 +253,11 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
                 "checkpoint_dir": str(tmp_path / f"{name}.ckpt"), "loss_log": str(tmp_path / f"{name}.jsonl"),
                 "nodes": nodes, "cpus_per_node": 1}
 
-    run_training(train_biencoder, 2, **spec("straight"), settings=BiEncoderSettings.from_params(params))
-    (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "params": params, "seconds_per_step": 0.5}))
+    run_training("retriever1", 2, **spec("straight"), settings=BiEncoderSettings.from_params(params))
+    (tmp_path / "spec.json").write_text(json.dumps({**spec("stopped"), "params": params}))
     scripts = REPO / "tests" / "scripts"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "src")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scripts / "slow_steps"), str(REPO / "src")]),
+           "SLOW_STEP_SECONDS": "0.5"}
     with open(tmp_path / "stopped.stderr", "w") as stderr:
         run = subprocess.Popen([sys.executable, str(scripts / "slow_training.py"), str(tmp_path / "spec.json")],
                                env=env, stderr=stderr, start_new_session=True)
@@ -276,7 +276,7 @@ def test_sigterm_to_a_two_process_run_saves_a_checkpoint_and_the_rerun_resumes_t
     assert output.count(f"trainer: retriever stopped by SIGTERM at step {step} of 12") == 2, output[-3000:]
     assert not (tmp_path / "stopped").exists()
 
-    run_training(train_biencoder, 2, **spec("stopped"), settings=BiEncoderSettings.from_params(params))
+    run_training("retriever1", 2, **spec("stopped"), settings=BiEncoderSettings.from_params(params))
     straight, resumed = ([json.loads(line) for line in (tmp_path / f"{n}.jsonl").open()] for n in ("straight", "stopped"))
     assert [r["step"] for r in resumed] == list(range(1, 13))
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]

@@ -21,7 +21,7 @@ from dpr_pipeline.orchestration import stage_settings as settings
 from dpr_pipeline.orchestration.config import validate_config
 from dpr_pipeline.orchestration.training_job import job_settings
 from dpr_pipeline.pretraining.settings import PretrainSettings
-from dpr_pipeline.stages import PRETRAINING, member, settings_block
+from dpr_pipeline.stages import PRETRAINING, TRAINERS, member, settings_block, settings_class
 from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.schedule import TrainingSettings
 from dpr_pipeline.job_settings import PART, part
@@ -30,7 +30,7 @@ from dpr_pipeline.pretraining.settings import NgramCountSettings, TokenizeCorpus
 from dpr_pipeline.reranking.settings import DenoiseScoringSettings, RerankSettings, TeacherScoreSettings
 from dpr_pipeline.retrieval.settings import (BM25Settings, DenseIndexSettings, DenseSearchSettings, EncodeCorpusSettings,
                                              MiningSettings)
-from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings, StageSettings
+from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["$defs"]
 
@@ -183,7 +183,9 @@ def test_every_planned_job_builds_its_settings_from_the_params_its_rule_gives_it
         elif job["rule"] in OTHER_JOBS:
             entry, cls = OTHER_JOBS[job["rule"]]
             built[job["rule"]] = cls.from_params(job["params"][entry])
-    assert {type(s) for s in built.values()} == set(StageSettings.OF_TRAINER.values()) | {
+    trained = [stage for stage in built if stage not in OTHER_JOBS]
+    assert {declared(stage).trainer for stage in trained} == set(TRAINERS)       # every training rule's jobs
+    assert {type(s) for s in built.values()} == {settings_class(stage) for stage in trained} | {
         cls for _, cls in OTHER_JOBS.values()}
     assert {"retriever1", "retriever2", "reranker", "distill", "ablation/none", "pretrain/simlm"} <= set(built)
     assert built["retriever1"].plm == str(tiny_bert) and built["retriever1"].training.learning_rate == 1e-3

@@ -1,6 +1,5 @@
 import _hub_offline  # noqa: F401  (the Hub offline before transformers loads)
 from dpr_pipeline.pretraining.methods import pretraining_method
-from dpr_pipeline.pretraining.train import pretrain
 from dpr_pipeline.orchestration.resources import nodes_of, processes_for
 from dpr_pipeline.orchestration.training_job import job_settings
 from dpr_pipeline.stages import PRETRAINING, member
@@ -13,7 +12,7 @@ with logged(snakemake.log[0], snakemake.threads):
     settings = job_settings(stage, snakemake.params.pretrain)
     resources = dict(snakemake.resources.items())
     processes = processes_for(resources)
-    run_training(pretrain, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads, stage=stage,
+    run_training(stage, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads,
                  token_shards=list(snakemake.input.tokens),
                  output_dir=snakemake.output.model, checkpoint_dir=snakemake.params.checkpoints,
                  loss_log=snakemake.output.loss_log, settings=settings, tracking=snakemake.params.tracking.as_dict(),

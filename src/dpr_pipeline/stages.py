@@ -19,6 +19,7 @@ and declares a stage of its own to check that the plan and the report take it up
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 
@@ -268,6 +269,48 @@ def card_negatives(name: str) -> str:
 STAGE_LABELS = {s.name: s.label for s in CHAIN}
 #: The stage each one is read against: the one it improves on in the chain (SimLM Table 6).
 STAGE_BELOW = {s.name: s.below for s in CHAIN if s.below is not None}
+
+@dataclass(frozen=True)
+class Trainer:
+    """What a training rule's jobs run: the training ``function`` and the ``settings`` class its jobs' params build,
+    each named ``module:name`` and imported only when asked (:func:`training_function`, :func:`settings_class`).
+    Named, not imported: every layer imports this module, the functions import torch, and the settings classes
+    import this module."""
+
+    function: str
+    settings: str
+
+
+#: Each training rule's trainer (a stage's ``trainer``): its jobs run it in one process or in torchrun's workers,
+#: which get the stage's name and look it up here (:mod:`dpr_pipeline.training.launch`).
+TRAINERS = {
+    "train_retriever": Trainer("dpr_pipeline.training.biencoder:train_biencoder",
+                               "dpr_pipeline.training.settings:BiEncoderSettings"),
+    "train_distill": Trainer("dpr_pipeline.training.biencoder:train_biencoder",
+                             "dpr_pipeline.training.settings:DistillSettings"),
+    "train_reranker": Trainer("dpr_pipeline.training.cross_encoder:train_reranker",
+                              "dpr_pipeline.training.settings:RerankerSettings"),
+    "pretrain": Trainer("dpr_pipeline.pretraining.train:pretrain",
+                        "dpr_pipeline.pretraining.settings:PretrainSettings"),
+}
+
+
+def _named(path: str):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def training_function(name: str):
+    """The function that trains stage ``name`` (``retriever1``, ``pretrain/simlm``): its trainer's
+    (:data:`TRAINERS`)."""
+    return _named(TRAINERS[stage(name).trainer].function)
+
+
+def settings_class(name: str) -> type:
+    """The settings class of a training job of stage ``name``: its trainer's (:data:`TRAINERS`), a
+    :class:`~dpr_pipeline.training.settings.StageSettings`."""
+    return _named(TRAINERS[stage(name).trainer].settings)
+
 
 #: The rules that train a stage, each with the config block whose ``processes`` sets its GPUs (torchrun, one
 #: process per GPU).

@@ -23,7 +23,6 @@ from snakemake.iocontainers import Namedlist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from dpr_pipeline.orchestration import training_job  # noqa: E402
-from dpr_pipeline.training.cross_encoder import train_reranker  # noqa: E402
 from dpr_pipeline.training.tracking import TrackingRun  # noqa: E402
 
 
@@ -66,7 +65,7 @@ def main() -> None:
     job = Job(spec["kwargs"], spec["config"], args.spec.parent)
     if args.term_in:
         terminate_in(args.term_in)
-    training_job.run_training_job(job, train_reranker, "reranker",
+    training_job.run_training_job(job, "reranker",
                                   training_job.job_settings("reranker", job.params.reranker), in_batch=False)
 
 

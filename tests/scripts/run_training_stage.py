@@ -5,7 +5,8 @@ Runs the specs one after the other (one process start for several stages). Each 
 {"stage": "pretrain" | "retriever" | "reranker" | "distill", "kwargs": {...}} with the keyword arguments
 of dpr_pipeline.pretraining.train.pretrain, dpr_pipeline.training.biencoder.train_biencoder or
 dpr_pipeline.training.cross_encoder.train_reranker (``params`` in place of ``settings``: the stage's class built
-from them), run as a job runs them (dpr_pipeline.training.launch.run_training). With --kill-at-step N the process sends itself SIGKILL (kill -9: no
+from them), run as a job runs them (dpr_pipeline.training.launch.run_training, for retriever1, distill, reranker or
+pretrain/<method>). With --kill-at-step N the process sends itself SIGKILL (kill -9: no
 cleanup, no exception handlers, no atexit) right after the optimizer step N, before that step's loss line
 and checkpoint are written, so the kill always lands mid-run at the same place.
 """
@@ -53,23 +54,14 @@ def run(spec: dict) -> None:
     """The stage's function in one process, as its job runs it (run_training: the checkpoint folder is marked
     finished after)."""
     from dpr_pipeline.training.launch import run_training
-    from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings, RerankerSettings
+    from dpr_pipeline.stages import PRETRAINING, member, settings_class
     kwargs = {key: value for key, value in spec["kwargs"].items() if key != "params"}
     params = spec["kwargs"]["params"]
-    if spec["stage"] == "pretrain":
-        from dpr_pipeline.pretraining.settings import PretrainSettings
-        from dpr_pipeline.pretraining.train import pretrain
-        run_training(pretrain, 1, **kwargs, settings=PretrainSettings.from_params(params))
-    elif spec["stage"] in ("retriever", "distill"):
-        from dpr_pipeline.training.biencoder import train_biencoder
-        settings = (DistillSettings if spec["stage"] == "distill" else BiEncoderSettings).from_params(params)
-        run_training(train_biencoder, 1, **kwargs, settings=settings)
-    elif spec["stage"] == "reranker":
-        from dpr_pipeline.training.cross_encoder import train_reranker
-        run_training(train_reranker, 1, **kwargs, settings=RerankerSettings.from_params(params))
-    else:
+    stage = {"pretrain": member(PRETRAINING, params["method"]), "retriever": "retriever1",
+             "distill": "distill", "reranker": "reranker"}.get(spec["stage"])
+    if stage is None:
         raise SystemExit(f"unknown stage {spec['stage']!r}")
-
+    run_training(stage, 1, **kwargs, settings=settings_class(stage).from_params(params))
 
 if __name__ == "__main__":
     main()

@@ -29,7 +29,8 @@ from dpr_pipeline.layout import model_stage
 from dpr_pipeline.training.nodes import processes_per_node
 from dpr_pipeline.training.schedule import check_micro_batch
 from dpr_pipeline.stages import (BIENCODER, CHAIN, FAMILIES, PRETRAINING, blocks, denoisers, family_member, mined,
-                                 overriding_blocks, reads_mined, shared_block, starts_named_by, trained_with)
+                                 overriding_blocks, reads_mined, settings_class, shared_block, starts_named_by,
+                                 trained_with)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "config.schema.yaml"
 
@@ -92,18 +93,39 @@ def stage_params(config: dict, dataset: str, stage: str) -> dict:
     return merged
 
 
-#: The settings of a shared block that its stages' own blocks cannot override: the corpus encoding, index and
-#: search every bi-encoder stage shares, and the GPUs and nodes its training rule asks for.
-SHARED_ONLY = {"retriever": ("processes", "nodes", "search_depth", "encode_shards", "encode_batch_size",
-                             "embedding_dtype", "index")}
+#: The keys of a trained stage's block that set its training rule's resources: one value per rule, its shared
+#: block's where it has one (:data:`dpr_pipeline.stages.GPU_TRAINING_RULES`).
+RULE_KEYS = ("processes", "nodes")
 
 
-def check_own_blocks(config: dict) -> None:
-    """A stage's own block (``stages.retriever2``, ``datasets.<d>.stages.retriever2``) sets no SHARED_ONLY key."""
+def shared_only(schema: dict) -> dict[str, list[str]]:
+    """By shared block (``retriever``), the settings its stages' own blocks cannot override, in the schema's order:
+    the rule's resources (:data:`RULE_KEYS`) and every key of the block that no stage's own settings class reads
+    (the corpus encoding, index and search every bi-encoder stage shares)."""
+    shared_only = {}
+    for declared in CHAIN:
+        if declared.shares:
+            own = set(settings_class(declared.name).keys()) - set(RULE_KEYS)
+            keys = _block_keys(schema, schema["$defs"][declared.shares])
+            shared_only[declared.shares] = [key for key in keys if key not in own]
+    return shared_only
+
+
+def _block_keys(schema: dict, block: dict) -> list[str]:
+    """A schema block's keys, those of the fragments it builds on (``allOf``) first."""
+    keys = [key for fragment in block.get("allOf", [])
+            for key in _block_keys(schema, schema["$defs"][fragment["$ref"].rsplit("/", 1)[1]])]
+    return list(dict.fromkeys(keys + list(block.get("properties", {}))))
+
+
+def check_own_blocks(config: dict, schema: dict) -> None:
+    """A stage's own block (``stages.retriever2``, ``datasets.<d>.stages.retriever2``) sets no key of
+    :func:`shared_only`."""
+    fixed = shared_only(schema)
     for prefix, stages in _stage_blocks(config):
         for block in overriding_blocks():
             shared = shared_block(block)
-            for key in SHARED_ONLY.get(shared, ()):
+            for key in fixed.get(shared, ()):
                 if isinstance(stages, dict) and isinstance(stages.get(block), dict) and key in stages[block]:
                     raise ConfigError(f"config key {prefix}.{block}.{key}: every stage that shares {shared} "
                                       f"uses the same {key}. Fix: set it under {prefix}.{shared}")
@@ -158,7 +180,7 @@ def check_moved_settings(config: dict) -> None:
 def check_stage_overrides(config: dict, schema: dict) -> None:
     """Validate every dataset's merged stage parameters against the stage's schema (a stage's own block against
     the block it overrides: ``retriever2`` as ``retriever``)."""
-    check_own_blocks(config)
+    check_own_blocks(config, schema)
     for name, dataset in config["datasets"].items():
         for stage in dict.fromkeys([*dataset.get("stages", {}), *overriding_blocks()]):
             # the stage's block with the shared fragments it refers to (#/$defs/training, ...)

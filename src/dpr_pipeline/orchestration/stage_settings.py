@@ -24,7 +24,7 @@ from dpr_pipeline.reranking.score_fusion import weight_setting
 from dpr_pipeline.retrieval.negative_filters import FILTER_KEYS as NEGATIVE_FILTERS
 from dpr_pipeline.retrieval.settings import DenseIndexSettings, DenseSearchSettings, EncodeCorpusSettings
 from dpr_pipeline.training.schedule import STEP_KEYS
-from dpr_pipeline.training.settings import RerankerSettings, settings_class
+from dpr_pipeline.training.settings import RerankerSettings
 from dpr_pipeline.orchestration.config import stage_params
 from dpr_pipeline.layout import PRETRAINING_START, model_dir, stage_file
 from dpr_pipeline.stages import (
@@ -36,6 +36,7 @@ from dpr_pipeline.stages import (
     denoisers,
     family_member,
     member,
+    settings_class,
     starting_stage,
     trained,
 )
@@ -144,7 +145,7 @@ def bi_encoder_block(config: dict, dataset: str, stage: str) -> dict:
 
 def biencoder(config: dict, dataset: str, stage: str) -> dict:
     """A trained bi-encoder stage's training job's params: the keys of its settings class
-    (:func:`~dpr_pipeline.training.settings.settings_class`) from :func:`bi_encoder_block`."""
+    (:func:`dpr_pipeline.stages.settings_class`) from :func:`bi_encoder_block`."""
     return settings_class(stage).pick(bi_encoder_block(config, dataset, stage))
 
 

@@ -12,11 +12,12 @@ import pyarrow.parquet as pq
 
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.orchestration.card import write_job_card
-from dpr_pipeline.pretraining.settings import PretrainSettings  # noqa: F401  (settings_class of pretrain/{method})
 from dpr_pipeline.training.launch import run_training
 from dpr_pipeline.training.selection_record import (START, describe, read_selection, selection_record,
                                                     teacher_below_start, write_selection)
-from dpr_pipeline.training.settings import BiEncoderSettings, RerankerSettings, StageSettings, settings_class
+from dpr_pipeline.stages import settings_class
+from dpr_pipeline.training.settings import (BiEncoderSettings, DevFiles, DevSelection, DevSelectionSettings,
+                                            RerankerSettings, StageSettings)
 from dpr_pipeline.training.tracking import dev_scores, log_once
 from dpr_pipeline.orchestration.manifests import negatives_per_query, write_job_manifest
 from dpr_pipeline.orchestration.resources import nodes_of, processes_for
@@ -32,7 +33,7 @@ def negative_counts(negatives_path) -> list[int]:
 
 def job_settings(stage: str, params: dict) -> StageSettings:
     """The settings of a training job of ``stage`` from its params, strictly (:meth:`StageSettings.from_params`),
-    as the class of its declared trainer (:func:`~dpr_pipeline.training.settings.settings_class`)."""
+    as the class of its declared trainer (:func:`dpr_pipeline.stages.settings_class`)."""
     return settings_class(stage).from_params(params, stage)
 
 
@@ -42,67 +43,66 @@ def group_negatives(snakemake, settings: BiEncoderSettings | RerankerSettings, *
                                batch_size=settings.training.batch_size, in_batch=in_batch)
 
 
-#: A bi-encoder training job's inputs for its dev selection (rules/inputs.smk, selection_inputs), by the names
-#: :func:`dpr_pipeline.training.dev_selection.select` reads them.
+#: A bi-encoder training job's inputs for its dev selection (rules/inputs.smk, selection_inputs), by the
+#: :class:`~dpr_pipeline.training.settings.DevFiles` field each one is.
 SELECTION_INPUTS = {"dev_queries": "queries", "dev_qrels": "qrels", "dev_start_run": "start_run",
                     "teacher_metrics": "teacher_metrics", "start_metrics": "start_metrics"}
 
 
-def selection_options(snakemake) -> dict:
+def dev_selection(snakemake) -> DevSelection:
     """A bi-encoder training job's ``selection`` argument (:func:`dpr_pipeline.training.biencoder.train_biencoder`):
-    its settings, its dev files and its ``output``, the job's dev_selection.json."""
-    files = {name: getattr(snakemake.input, key) for key, name in SELECTION_INPUTS.items()
-             if key in snakemake.input.keys()}
-    return {**snakemake.params.selection, "files": files, "output": snakemake.output.selection}
+    its settings, built once from its params, its dev files and its ``output``, the job's dev_selection.json."""
+    files = DevFiles(**{field: getattr(snakemake.input, key) for key, field in SELECTION_INPUTS.items()
+                        if key in snakemake.input.keys()})
+    return DevSelection(DevSelectionSettings.from_params(snakemake.params.selection), files,
+                        snakemake.output.selection)
 
 
-def run_training_job(snakemake, train, stage: str, settings: BiEncoderSettings | RerankerSettings, *,
-                     in_batch: bool, **options) -> None:
-    """A training rule's job: ``train`` (``train_biencoder``, ``train_reranker``) with the job's ``settings`` on the
-    rule's negatives, corpus and queries, in one process per GPU the job holds (torchrun when several, one per node
-    of the job), then the model folder's card and the stage's manifest (a bi-encoder's dev choice, ``options["selection"]``, under its
-    ``report``); with `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
+def run_training_job(snakemake, stage: str, settings: BiEncoderSettings | RerankerSettings, *, in_batch: bool,
+                     selection: DevSelection | None = None) -> None:
+    """A training rule's job: ``stage``'s trainer (:data:`dpr_pipeline.stages.TRAINERS`: ``train_biencoder``,
+    ``train_reranker``) with the job's ``settings`` on the rule's negatives, corpus and queries, in one process per GPU the job holds (torchrun when several, one per node
+    of the job), then the model folder's card and the stage's manifest (a bi-encoder's dev choice, ``selection``,
+    under its ``report``); with `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
     ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
     seed = settings.training.seed
     resources = dict(snakemake.resources.items())
     processes = processes_for(resources)
     tracking = snakemake.params.tracking        # the stage's tracked run (training/tracking.py); off by default
-    selection = options.get("selection")
     untrained = teacher_verdict(selection, settings.plm) if selection else None
     if untrained is not None:
-        hand_on_start(settings.plm, snakemake.output.model, snakemake.output.loss_log, selection["output"], untrained)
+        hand_on_start(settings.plm, snakemake.output.model, snakemake.output.loss_log, selection.output, untrained)
         report = {"dev_selection": untrained}
         write_job_card(snakemake, stage, seed=seed, report=report)
         write_job_manifest(snakemake, stage, seed=seed, world_size=processes, report=report)
         return
-    run_training(train, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads, stage=stage,
+    run_training(stage, processes, nodes=nodes_of(resources), cpus_per_node=snakemake.threads,
                  negatives_path=snakemake.input.negatives, passages_path=snakemake.input.passages,
                  queries_path=snakemake.input.queries, output_dir=snakemake.output.model,
                  checkpoint_dir=snakemake.params.checkpoints, loss_log=snakemake.output.loss_log, settings=settings,
-                 tracking=tracking.as_dict(), **options)
+                 tracking=tracking.as_dict(), **({"selection": selection} if selection else {}))
     if selection:
-        log_once(tracking, dev_scores(read_selection(selection["output"])))
+        log_once(tracking, dev_scores(read_selection(selection.output)))
     negatives = group_negatives(snakemake, settings, in_batch=in_batch)
-    report = {"dev_selection": read_selection(selection["output"])} if selection else None
+    report = {"dev_selection": read_selection(selection.output)} if selection else None
     write_job_card(snakemake, stage, seed=seed, negatives=negatives, report=report)
     write_job_manifest(snakemake, stage, seed=seed, world_size=processes, negatives=negatives, report=report)
 
 
-def teacher_verdict(selection: dict, start_model: str) -> dict | None:
+def teacher_verdict(selection: DevSelection, start_model: str) -> dict | None:
     """A student's dev_selection.json record when its teacher is not above its start on dev (the student is then
     not trained and its start goes on), else None (:func:`~dpr_pipeline.training.selection_record.teacher_below_start`)."""
-    files = selection["files"]
-    if "teacher_metrics" not in files:
+    files, chosen = selection.files, selection.settings
+    if files.teacher_metrics is None:
         return None
-    below = teacher_below_start(files["teacher_metrics"], files["start_metrics"], selection["split"],
-                                selection["metric"])
+    below = teacher_below_start(files.teacher_metrics, files.start_metrics, chosen.split, chosen.metric)
     if below is None:
         return None
     teacher, start = below
-    reason = (f"its teacher ({selection['teacher_label']}) is not above its start on {selection['split']} "
-              f"({teacher:.4f} against {start:.4f} {selection['metric']}), so distilling it would teach nothing "
+    reason = (f"its teacher ({chosen.teacher_label}) is not above its start on {chosen.split} "
+              f"({teacher:.4f} against {start:.4f} {chosen.metric}), so distilling it would teach nothing "
               "better than the start already does")
-    return selection_record(label=selection["label"], start_label=selection["start_label"], start_model=start_model,
+    return selection_record(label=chosen.label, start_label=chosen.start_label, start_model=start_model,
                             handed_on=START, reason=reason)
 
 

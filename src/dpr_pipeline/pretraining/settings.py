@@ -35,7 +35,7 @@ class GeneratorSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PretrainSettings(StageSettings, trainer="pretrain"):
+class PretrainSettings(StageSettings):
     """A ``pretrain/{method}`` job: the method's settings (:class:`ObjectiveSettings`, ``method`` the job's own,
     ``bottleneck`` as configured: ``auto`` resolved by the trainer), the generator's, the loop's, and these."""
 

@@ -29,7 +29,7 @@ from dpr_pipeline.training.losses import contrastive_loss, distillation_loss
 from dpr_pipeline.training.pass_memory import model_size, resolve_micro_batch
 from dpr_pipeline.training.schedule import STEP_KEYS, epochs_visited
 from dpr_pipeline.training.selection_record import write_selection
-from dpr_pipeline.training.settings import BiEncoderSettings, DistillSettings
+from dpr_pipeline.training.settings import BiEncoderSettings, DevSelection, DistillSettings
 from dpr_pipeline.training.trainer import train
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def distillation_step(temperature: float, alpha: float, teacher_temperature: flo
 
 def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queries_path: str | Path,
                     output_dir: str | Path, checkpoint_dir: str | Path, loss_log: str | Path,
-                    settings: BiEncoderSettings, *, selection: dict | None = None, stage: str | None = None,
+                    settings: BiEncoderSettings, *, selection: DevSelection | None = None, stage: str | None = None,
                     tracking: dict | None = None) -> None:
     """Fine-tune the ``plm`` of ``settings`` on a negatives artifact and save it to ``output_dir``.
 
@@ -142,7 +142,7 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
     negatives. Distilled retriever (:class:`~dpr_pipeline.training.settings.DistillSettings`): the artifact carries
     the re-ranker's scores and the loss is L_kl + α·L_cont.
 
-    ``selection`` (:func:`dpr_pipeline.training.dev_selection.select`'s, plus ``output``: where its record goes): the
+    ``selection`` (:func:`dpr_pipeline.training.dev_selection.select`'s, its ``output`` where its record goes): the
     saved model is the trained one or, where that scores lower on the dev split, the model it started from.
     ``stage``: the job's stage (``retriever1``, ``distill``, ``ablation/simlm``), whose settings its errors name;
     ``tracking``: its tracked run (:func:`dpr_pipeline.training.trainer.train`).
@@ -178,7 +178,7 @@ def train_biencoder(negatives_path: str | Path, passages_path: str | Path, queri
         if selection is not None:
             handed_on, record = select(model.encoder, lambda: load_start(settings), tokenizer, groups.passages,
                                        settings, selection, device=dist.device)
-            write_selection(selection["output"], record)
+            write_selection(selection.output, record)
         with atomic_output(output_dir) as tmp:
             save_text_encoder(handed_on.cpu(), tokenizer, tmp, settings.passage_max_length,
                               settings.query_max_length)

@@ -36,7 +36,7 @@ from dpr_pipeline.evaluation.metrics import drop_identical_ids, per_query_metric
 from dpr_pipeline.evaluation.paired_difference import paired_difference
 from dpr_pipeline.retrieval.encode import encode_texts
 from dpr_pipeline.training.selection_record import START, TRAINED, choose, describe, scoring, selection_record
-from dpr_pipeline.training.settings import BiEncoderSettings
+from dpr_pipeline.training.settings import BiEncoderSettings, DevSelection, DevSelectionSettings
 
 log = logging.getLogger(__name__)
 
@@ -108,50 +108,51 @@ def corpus_run(encoder, tokenizer, queries: DevQueries, passages: PassageStore, 
                          "score": best_scores.ravel().astype(float)})
 
 
-def run_scores(run: pd.DataFrame, queries: DevQueries, selection: dict) -> dict[str, float]:
+def run_scores(run: pd.DataFrame, queries: DevQueries, chosen: DevSelectionSettings) -> dict[str, float]:
     """``{query_id: metric}`` of a dev run, as the evaluation scores it (identical ids dropped where the dataset
     says so)."""
-    if selection.get("ignore_identical_ids"):
+    if chosen.ignore_identical_ids:
         run = drop_identical_ids(run)
-    table = per_query_metrics(run, queries.qrels, [selection["metric"]], queries.source,
-                              selection["relevance_level"])
-    return {str(query): float(value) for query, value in table[selection["metric"]].items()}
+    table = per_query_metrics(run, queries.qrels, [chosen.metric], queries.source, chosen.relevance_level)
+    return {str(query): float(value) for query, value in table[chosen.metric].items()}
 
 
 def select(trained_encoder, load_start: Callable[[], object], tokenizer, passages: PassageStore,
-           settings: BiEncoderSettings, selection: dict, *, device=None) -> tuple[object, dict]:
+           settings: BiEncoderSettings, selection: DevSelection, *, device=None) -> tuple[object, dict]:
     """The encoder a bi-encoder stage hands on, and its dev_selection.json record.
 
-    ``selection``: :func:`dpr_pipeline.orchestration.stage_settings.selection` with ``files``, the dev split's ``queries``
-    and ``qrels`` and, where the start is a chain stage's model, that stage's dev run (``start_run``);
-    ``load_start``: the model the stage started from, loaded as training loaded it (only where it is searched, or
-    handed on); ``settings``: the stage's (``plm``, the max lengths, ``bf16``); ``passages``: the whole corpus."""
-    named = {"label": selection["label"], "start_label": selection["start_label"], "start_model": settings.plm}
-    if selection["split"] is None:
-        record = selection_record(**named, handed_on=TRAINED, reason=selection["reason"])
+    ``selection``: the job's settings (:func:`dpr_pipeline.orchestration.stage_settings.selection`) and files, the
+    dev split's ``queries`` and ``qrels`` and, where the start is a chain stage's model, that stage's dev run
+    (``start_run``); ``load_start``: the model the stage started from, loaded as training loaded it (only where it
+    is searched, or handed on); ``settings``: the stage's (``plm``, the max lengths, ``bf16``); ``passages``: the
+    whole corpus."""
+    chosen, files = selection.settings, selection.files
+    named = {"label": chosen.label, "start_label": chosen.start_label, "start_model": settings.plm}
+    if chosen.split is None:
+        record = selection_record(**named, handed_on=TRAINED, reason=chosen.reason)
         log.warning("%s", describe(record))
         return trained_encoder, record
-    files = selection["files"]
-    queries = dev_queries(files["queries"], files["qrels"])
+    queries = dev_queries(files.queries, files.qrels)
 
     def searched(encoder) -> dict[str, float]:
-        run = corpus_run(encoder, tokenizer, queries, passages, depth=selection["depth"],
+        run = corpus_run(encoder, tokenizer, queries, passages, depth=chosen.depth,
                          query_max_length=settings.query_max_length,
-                         passage_max_length=settings.passage_max_length, batch_size=selection["encode_batch_size"],
-                         dtype=selection["embedding_dtype"], device=device, bf16=settings.training.bf16)
-        return run_scores(run, queries, selection)
+                         passage_max_length=settings.passage_max_length, batch_size=chosen.encode_batch_size,
+                         dtype=chosen.embedding_dtype, device=device, bf16=settings.training.bf16)
+        return run_scores(run, queries, chosen)
 
     trained = searched(trained_encoder)
-    start_encoder, start_run = None, files.get("start_run")
-    if start_run:
-        start, start_from = run_scores(read_trec_run(start_run), queries, selection), f"its dev run {start_run}"
+    start_encoder = None
+    if files.start_run:
+        start = run_scores(read_trec_run(files.start_run), queries, chosen)
+        start_from = f"its dev run {files.start_run}"
     else:
         start_encoder = load_start()
         start, start_from = searched(start_encoder), "searching the whole corpus"
     difference = paired_difference(trained, start) if len(trained) > 1 else None
     trained_score, start_score = float(np.mean(list(trained.values()))), float(np.mean(list(start.values())))
     handed_on = choose(trained_score, start_score)
-    record = selection_record(**named, handed_on=handed_on, settings=scoring(selection, settings),
+    record = selection_record(**named, handed_on=handed_on, settings=scoring(chosen, settings),
                               trained=trained_score, start=start_score, queries=len(queries.query_ids),
                               passages=len(passages), paired=difference, start_score_from=start_from)
     (log.warning if handed_on == START else log.info)("%s", describe(record))

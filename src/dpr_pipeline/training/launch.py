@@ -1,9 +1,10 @@
-"""Run a stage's training function in one process, or in ``processes`` processes under ``torchrun`` (one per GPU),
-on one node or over ``nodes`` nodes of a Slurm job.
+"""Run a stage's training function (its trainer's in the stage registry, :data:`dpr_pipeline.stages.TRAINERS`) in
+one process, or in ``processes`` processes under ``torchrun`` (one per GPU), on one node or over ``nodes`` nodes of
+a Slurm job.
 
-The Snakemake rules call ``run_training``; with ``processes > 1`` it writes a JSON spec naming the function and its
-arguments (the typed settings as params, with the training rule whose settings class builds them again) beside the
-training's checkpoints (on the storage every node reads) and starts ``torchrun --standalone
+The Snakemake rules call ``run_training``; with ``processes > 1`` it writes a JSON spec naming the stage and the
+function's arguments (the typed settings and dev selection as params, which the stage's settings class builds again)
+beside the training's checkpoints (on the storage every node reads) and starts ``torchrun --standalone
 --nproc_per_node N -m dpr_pipeline.training.launch SPEC``; over ``nodes`` > 1 it starts ``srun`` with one task per
 node, each of which becomes that node's torchrun, all joining one c10d rendezvous
 (:mod:`dpr_pipeline.training.nodes`). Every process calls the function (DDP with cross-device negatives).
@@ -17,7 +18,6 @@ removes the folder once the job has completed (:mod:`dpr_pipeline.orchestration.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -26,12 +26,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
 
 from dpr_pipeline.models.devices import require_cuda_where_allocated
 from dpr_pipeline.training.distributed import STAGE_VARIABLE, check_processes, stage_setting, visible_gpus
 from dpr_pipeline.training.nodes import processes_per_node, require_slurm_job, srun_command, torchrun_command
-from dpr_pipeline.training.settings import StageSettings
+from dpr_pipeline.stages import settings_class, training_function
+from dpr_pipeline.training.settings import DevSelection
 from dpr_pipeline.training.stops import clear_finished, continuations, mark_finished, record_stop
 from dpr_pipeline.training.trainer import stop_signals
 from dpr_pipeline.orchestration.job_log import quiet_third_party
@@ -39,19 +39,18 @@ from dpr_pipeline.orchestration.job_log import quiet_third_party
 log = logging.getLogger(__name__)
 
 
-def run_training(function: Callable, processes: int, nodes: int = 1, cpus_per_node: int | None = None,
-                 **kwargs) -> None:
-    """``function(**kwargs)`` here, or in ``processes`` torchrun processes (kwargs must be JSON values but
-    ``kwargs["settings"]``, the job's :class:`~dpr_pipeline.training.settings.StageSettings`), over
-    ``nodes`` nodes of this Slurm job (``processes / nodes`` on each, with ``cpus_per_node`` CPUs: the job's
-    threads) where ``nodes`` > 1.
+def run_training(stage: str, processes: int, nodes: int = 1, cpus_per_node: int | None = None, **kwargs) -> None:
+    """Stage ``stage``'s training function (:func:`dpr_pipeline.stages.training_function`) with ``stage`` and
+    ``kwargs`` here, or in ``processes`` torchrun processes (kwargs must be JSON values but ``kwargs["settings"]``,
+    the job's :class:`~dpr_pipeline.training.settings.StageSettings`, and ``kwargs["selection"]``, a bi-encoder's
+    :class:`~dpr_pipeline.training.settings.DevSelection`), over ``nodes`` nodes of this Slurm job
+    (``processes / nodes`` on each, with ``cpus_per_node`` CPUs: the job's threads) where ``nodes`` > 1.
 
-    ``kwargs["stage"]`` (the job's stage: ``retriever1``, ``reranker``, ``pretrain/simlm`` …; the function gets it
-    too, for the settings its errors name) names the setting in the error when ``processes`` does not split over
-    ``nodes``, when a node's share exceeds the visible GPUs (:func:`check_processes`), or when ``nodes`` > 1 outside
-    a Slurm job (:func:`require_slurm_job`), each raised before any process starts; a job given GPUs whose torch
-    sees no CUDA stops first (:func:`dpr_pipeline.models.devices.require_cuda_where_allocated`)."""
-    stage = kwargs.get("stage") or "training"
+    ``stage`` (``retriever1``, ``reranker``, ``pretrain/simlm`` …; the function gets it too, for the settings its
+    errors name) names the setting in the error when ``processes`` does not split over ``nodes``, when a node's
+    share exceeds the visible GPUs (:func:`check_processes`), or when ``nodes`` > 1 outside a Slurm job
+    (:func:`require_slurm_job`), each raised before any process starts; a job given GPUs whose torch sees no CUDA
+    stops first (:func:`dpr_pipeline.models.devices.require_cuda_where_allocated`)."""
     require_cuda_where_allocated()
     nodes_setting = stage_setting(stage, "nodes") or "nodes"
     per_node = processes_per_node(processes, nodes, nodes_setting)
@@ -69,23 +68,22 @@ def run_training(function: Callable, processes: int, nodes: int = 1, cpus_per_no
     with stop_signals(defer=processes > 1) as received:
         try:
             if processes <= 1:
-                function(**kwargs)
+                training_function(stage)(stage=stage, **kwargs)
             else:
-                _run_workers(function, per_node, nodes, cpus_per_node, stage, kwargs)
+                _run_workers(stage, per_node, nodes, cpus_per_node, kwargs)
             mark_finished(checkpoint_dir)      # the model is saved: a later attempt has nothing left to train
         finally:
             if received and continuations(checkpoint_dir) == stops:    # stopped where the training loop does not record
                 record_stop(checkpoint_dir, None, signal.Signals(received[0]).name)
 
 
-def _run_workers(function: Callable, per_node: int, nodes: int, cpus_per_node: int | None, stage: str,
-                 kwargs: dict) -> None:
-    """``function(**kwargs)`` in ``per_node`` torchrun processes on each of ``nodes`` nodes."""
-    spec = {"function": f"{function.__module__}:{function.__qualname__}",
-            "kwargs": {key: value for key, value in kwargs.items() if key != "settings"}}
-    if "settings" in kwargs:
-        settings = kwargs["settings"]
-        spec["settings"] = {"trainer": settings.TRAINER, "params": settings.as_params()}
+def _run_workers(stage: str, per_node: int, nodes: int, cpus_per_node: int | None, kwargs: dict) -> None:
+    """``stage``'s training function with ``kwargs`` in ``per_node`` torchrun processes on each of ``nodes``
+    nodes."""
+    spec = {"stage": stage, "settings": kwargs["settings"].as_params(),
+            "kwargs": {key: value for key, value in kwargs.items() if key not in ("settings", "selection")}}
+    if "selection" in kwargs:
+        spec["selection"] = kwargs["selection"].as_dict()
     # every node's workers read the spec: beside the checkpoints, on the storage the nodes share
     folder = Path(kwargs["checkpoint_dir"]).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -109,13 +107,11 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_third_party()
     spec = json.loads(Path(sys.argv[1]).read_text())
-    module, name = spec["function"].split(":")
-    function = getattr(importlib.import_module(module), name)    # its module imports its settings class
-    kwargs = spec["kwargs"]
-    if "settings" in spec:
-        settings_class = StageSettings.OF_TRAINER[spec["settings"]["trainer"]]
-        kwargs["settings"] = settings_class.from_params(spec["settings"]["params"], kwargs.get("stage"))
-    function(**kwargs)
+    stage = spec["stage"]
+    kwargs = {**spec["kwargs"], "settings": settings_class(stage).from_params(spec["settings"], stage)}
+    if "selection" in spec:
+        kwargs["selection"] = DevSelection.from_dict(spec["selection"])
+    training_function(stage)(stage=stage, **kwargs)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dpr_pipeline.atomic_writes import atomic_output
 from dpr_pipeline.errors import DataError
-from dpr_pipeline.training.settings import BiEncoderSettings
+from dpr_pipeline.training.settings import BiEncoderSettings, DevSelectionSettings
 
 TRAINED = "trained"
 START = "start"
@@ -20,10 +20,10 @@ def choose(trained: float, start: float) -> str:
     return TRAINED if trained > start else START
 
 
-def scoring(selection: dict, settings: BiEncoderSettings) -> dict:
+def scoring(chosen: DevSelectionSettings, settings: BiEncoderSettings) -> dict:
     """How the candidates were scored, for the record."""
-    return {"split": selection["split"], "metric": selection["metric"], "depth": selection["depth"],
-            "relevance_level": selection["relevance_level"], "query_max_length": settings.query_max_length,
+    return {"split": chosen.split, "metric": chosen.metric, "depth": chosen.depth,
+            "relevance_level": chosen.relevance_level, "query_max_length": settings.query_max_length,
             "passage_max_length": settings.passage_max_length}
 
 

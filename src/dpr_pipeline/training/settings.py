@@ -1,9 +1,9 @@
 """A training job's settings, typed: one frozen dataclass per kind of training stage (as Tevatron's dataclass
-arguments, a :class:`~dpr_pipeline.job_settings.JobSettings`), each declaring the rule that trains its stages
-(``trainer``: :func:`settings_class`); no torch.
+arguments, a :class:`~dpr_pipeline.job_settings.JobSettings`; the stage registry names each training rule's,
+:data:`dpr_pipeline.stages.TRAINERS`), and the bi-encoders' dev selection's; no torch.
 
 The adapter builds the object from the job's params once and hands it to the training function; torchrun workers
-receive it as JSON (:meth:`~dpr_pipeline.job_settings.JobSettings.as_params`, with the class's training rule:
+receive it as JSON (:meth:`~dpr_pipeline.job_settings.JobSettings.as_params`, with the job's stage:
 :mod:`dpr_pipeline.training.launch`) and build it again. A field's default is its key's schema default
 (``schemas/config.schema.yaml``, ``tests/test_training_settings.py``); a field without one (``plm``, a count the
 blocks sharing the class default differently) is required. The optimisation settings are one part,
@@ -12,29 +12,17 @@ blocks sharing the class default differently) is required. The optimisation sett
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from dpr_pipeline.job_settings import JobSettings, part
-from dpr_pipeline.stages import stage as declared
 from dpr_pipeline.training.schedule import TrainingSettings
 
 
 @dataclass(frozen=True, kw_only=True)
 class StageSettings(JobSettings):
-    """What every training job's settings class shares. A subclass names the rule that trains its stages:
-    ``class BiEncoderSettings(StageSettings, trainer="train_retriever")`` (:func:`settings_class`)."""
-
-    #: The rule that trains the class's stages (declared in its class statement).
-    TRAINER: ClassVar[str]
-    #: The settings class of each training rule, as each class declares it.
-    OF_TRAINER: ClassVar[dict[str, type[StageSettings]]] = {}
-
-    def __init_subclass__(cls, trainer: str | None = None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if trainer is not None:
-            cls.TRAINER = trainer
-            StageSettings.OF_TRAINER[trainer] = cls
+    """What every training job's settings class shares (the registry names each training rule's:
+    :data:`dpr_pipeline.stages.TRAINERS`)."""
 
     @classmethod
     def pick(cls, block: dict) -> dict:
@@ -45,14 +33,8 @@ class StageSettings(JobSettings):
         return {key: value for key, value in block.items() if key in keys}
 
 
-def settings_class(stage: str) -> type[StageSettings]:
-    """The settings class of a training ``stage``'s jobs: the one its declared ``trainer`` rule's class names
-    (the class's module imported: :mod:`dpr_pipeline.pretraining.settings` for ``pretrain/{method}``)."""
-    return StageSettings.OF_TRAINER[declared(stage).trainer]
-
-
 @dataclass(frozen=True, kw_only=True)
-class BiEncoderSettings(StageSettings, trainer="train_retriever"):
+class BiEncoderSettings(StageSettings):
     """A bi-encoder's training job (`retriever`, `retriever1`/`retriever2` over it, the ablation's rows; SimLM
     Eq. 3), but the corpus encoding, index and search settings its other jobs read."""
 
@@ -72,7 +54,7 @@ class BiEncoderSettings(StageSettings, trainer="train_retriever"):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DistillSettings(BiEncoderSettings, trainer="train_distill"):
+class DistillSettings(BiEncoderSettings):
     """The distilled retriever's training job (`distill`; SimLM Eq. 5): a bi-encoder's, the weight α and the
     teacher's temperature."""
 
@@ -82,7 +64,7 @@ class DistillSettings(BiEncoderSettings, trainer="train_distill"):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RerankerSettings(StageSettings, trainer="train_reranker"):
+class RerankerSettings(StageSettings):
     """The cross-encoder re-ranker's training job (`reranker`; SimLM Eq. 4), but the settings of its scoring
     jobs and of the fusion."""
 
@@ -94,3 +76,58 @@ class RerankerSettings(StageSettings, trainer="train_reranker"):
     attention_dropout: float | None = None  # training only: the attention dropout (None keeps the plm's)
     processes: int = 1  # the job's processes: its GPUs (resources), in the params so that a change reruns it
     nodes: int = 1  # the nodes they spread over (resources), in the params as processes is
+
+
+@dataclass(frozen=True, kw_only=True)
+class DevSelectionSettings(JobSettings):
+    """How a trained bi-encoder stage chooses on the dev split between its trained model and its start
+    (`selection`, :mod:`dpr_pipeline.training.dev_selection`), as
+    :func:`dpr_pipeline.orchestration.stage_settings.selection` resolves it for the stage's job: its ``metric``
+    from the block, the rest from the dataset, the stage and the corpus search."""
+
+    BLOCK: ClassVar[str] = "selection"
+    split: str | None  # the dataset's dev split; None: the trained model goes on unchecked, for ``reason``
+    reason: str | None  # why the trained model goes on unchecked; None where it is checked
+    metric: str  # what the candidates are scored in (`selection.metric`)
+    depth: int  # hits per dev query, as the stage's dev search
+    relevance_level: int  # the dev split's lowest relevant grade
+    encode_batch_size: int  # the corpus encoding's batch size
+    embedding_dtype: str  # the corpus vectors' dtype, as the corpus encoding stores them
+    ignore_identical_ids: bool  # a hit with the query's own id is dropped, as the evaluation drops it
+    label: str  # the stage's summary label
+    start_label: str  # its start's label (a model outside the chain: its reference)
+    start_stage: str | None  # the chain stage whose model it starts from, whose dev run scores the start; None
+    teacher_stage: str | None = None  # a student's teacher, above its start on dev or not trained (None: no teacher)
+    teacher_label: str | None = None  # the teacher's label
+
+
+@dataclass(frozen=True, kw_only=True)
+class DevFiles:
+    """The files a dev selection reads (the training job's inputs, rules/inputs.smk ``selection_inputs``): the dev
+    split's ``queries`` and ``qrels``; the start's dev run (``start_run``) where the start is a chain stage; a
+    student's teacher's and start's metrics (``teacher_metrics``, ``start_metrics``). None: not an input of the
+    job."""
+
+    queries: str | None = None
+    qrels: str | None = None
+    start_run: str | None = None
+    teacher_metrics: str | None = None
+    start_metrics: str | None = None
+
+
+@dataclass(frozen=True)
+class DevSelection:
+    """A bi-encoder training job's dev selection: its settings, its files and where its record goes (``output``,
+    the job's dev_selection.json); :meth:`as_dict` and :meth:`from_dict` carry it to torchrun's workers."""
+
+    settings: DevSelectionSettings
+    files: DevFiles
+    output: str
+
+    def as_dict(self) -> dict:
+        return {"settings": self.settings.as_params(), "files": asdict(self.files), "output": self.output}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> DevSelection:
+        return cls(DevSelectionSettings.from_params(values["settings"]), DevFiles(**values["files"]),
+                   values["output"])
