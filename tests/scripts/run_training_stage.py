@@ -57,11 +57,14 @@ def run(spec: dict) -> None:
     from dpr_pipeline.stages import PRETRAINING, member, settings_class
     kwargs = {key: value for key, value in spec["kwargs"].items() if key != "params"}
     params = spec["kwargs"]["params"]
-    stage = {"pretrain": member(PRETRAINING, params["method"]), "retriever": "retriever1",
-             "distill": "distill", "reranker": "reranker"}.get(spec["stage"])
+    if spec["stage"] == "pretrain":
+        stage = member(PRETRAINING, params["method"])
+    else:
+        stage = {"retriever": "retriever1", "distill": "distill", "reranker": "reranker"}.get(spec["stage"])
     if stage is None:
         raise SystemExit(f"unknown stage {spec['stage']!r}")
     run_training(stage, 1, **kwargs, settings=settings_class(stage).from_params(params))
+
 
 if __name__ == "__main__":
     main()
