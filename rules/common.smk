@@ -48,9 +48,9 @@ from dpr_pipeline.orchestration.hub_models import check_offline_fetches
 from dpr_pipeline.training.settings import DevSelectionSettings
 from dpr_pipeline.training.stops import continuations, training_finished
 from dpr_pipeline.training.tracking import check_installed, tracking_run
-from dpr_pipeline.layout import (PRETRAINING_START, RESULTS, benchmark_file, checkpoint_dir, data_file,
-                                 dataset_file, denoise_pool_file, denoise_scores_file, denoise_shard_file, log_file,
-                                 model_dir, negatives_filter_files, release_dir, stage_file)
+from dpr_pipeline.layout import (PRETRAINING_START, RESULTS, TEACHER_SCORES, benchmark_file, checkpoint_dir,
+                                 data_file, dataset_file, denoise_pool_file, denoise_scores_file, denoise_shard_file,
+                                 log_file, model_dir, negatives_filter_files, release_dir, stage_file)
 from dpr_pipeline.data.dev_split import carve_of, source_split
 import dpr_pipeline.orchestration.run_errors as run_errors
 

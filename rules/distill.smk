@@ -46,11 +46,32 @@ rule merge_teacher_scores:
         "../workflow_scripts/merge_teacher_scores.py"
 
 
+# distill.teacher: fused — the teacher's scores fused with Retriever2's, as the re-ranked runs fuse them
+rule fuse_teacher_scores:
+    input:
+        unpack(fused_teacher_inputs),
+    output:
+        stage_file("reranker", TEACHER_SCORES["fused"]),
+    params:
+        fusion=lambda wc: settings.fusion(config, wc.dataset),
+    threads: threads_of("fuse_teacher_scores")
+    resources:
+        **resources_of("fuse_teacher_scores"),
+    log:
+        log_file("fuse_teacher_scores"),
+    benchmark:
+        benchmark_file("fuse_teacher_scores")
+    conda:
+        "../envs/eval.yaml"
+    script:
+        "../workflow_scripts/fuse_teacher_scores.py"
+
+
 rule train_distill:
     input:
         # the trained student or its start, whichever scores higher on the dev split (stages.selection)
         unpack(selection_inputs("distill")),
-        negatives=stage_file(stages.stage("distill").teacher, "teacher_scores.parquet"),
+        negatives=distill_teacher_scores,
         passages=data_file("passages.arrow"),
         queries=train_queries,
         init=initialisation_input("distill"),

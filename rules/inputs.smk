@@ -42,6 +42,20 @@ def fusion_choice_inputs(wildcards):
             "qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset)}
 
 
+def distill_teacher_scores(wildcards):
+    """The scores the distilled retriever learns (distill.teacher): the teacher's, or those fused with Retriever2's."""
+    return stage_file(stages.stage("distill").teacher, settings.teacher_scores_file(config, wildcards.dataset),
+                      wildcards.dataset)
+
+
+def fused_teacher_inputs(wildcards):
+    """The teacher's scores, Retriever2's mined negatives they scored (whose scores are Retriever2's), and the fusion
+    weight's choice (fusion_choice)."""
+    return {"teacher": stage_file("reranker", TEACHER_SCORES["reranker"], wildcards.dataset),
+            "first_stage": stage_file(RERANKED, "negatives.parquet", wildcards.dataset),
+            "choice": fusion_choice(wildcards)}
+
+
 def fusion_inputs(wildcards):
     """A fused run's two runs, and the weight's choice (fusion_choice)."""
     return {"reranker": stage_file("reranker", f"cross_encoder/run_{wildcards.split}.trec", wildcards.dataset),

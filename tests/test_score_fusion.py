@@ -18,6 +18,7 @@ from dpr_pipeline.reranking.score_fusion import (
     describe_fusion_choice,
     fuse_runs,
     fused_scores,
+    fused_teacher_scores,
     mixing_weight,
     read_fusion_weight,
     standardised,
@@ -203,3 +204,39 @@ def test_fusion_weight_outside_zero_one_is_refused():
 
 def test_grid_is_zero_to_one_in_tenths():
     assert len(FUSION_GRID) == 11 and all(math.isclose(w, i / 10) for i, w in enumerate(FUSION_GRID))
+
+
+def negatives_frame(rows):
+    """A negatives artifact's frame from ``(query_id, positive_ids, positive_scores, negative_ids, negative_scores)``."""
+    return pd.DataFrame(rows, columns=["query_id", "positive_ids", "positive_scores", "negative_ids",
+                                       "negative_scores"])
+
+
+NAN = float("nan")
+TEACHER = negatives_frame([("q1", ["p"], [2.0], ["a", "b"], [0.0, 1.0]),
+                           ("q2", ["p"], [1.0], ["a", "c"], [NAN, 0.0])])   # q2's "a" not drawn: no teacher score
+FIRST = negatives_frame([("q1", ["p"], [0.9], ["a", "b"], [0.8, 0.7]),
+                         ("q2", ["p"], [NAN], ["a", "c"], [0.5, 0.3])])     # q2's positive not retrieved
+
+
+def test_fused_teacher_scores_by_hand():
+    # q1: θ (2, 0, 1): mean 1, sd √(2/3), z (1.2247, −1.2247, 0); s (0.9, 0.8, 0.7): z (1.2247, 0, −1.2247);
+    # at w = 0.5 the mix is (1.2247, −0.6124, −0.6124), on θ's scale 1 + √(2/3) · mix = (2, 0.5, 0.5).
+    # q2: the positive gets the query's lowest first-stage score, 0.3; over its two scored pairs θ (1, 0) has
+    # z (1, −1) and s (0.3, 0.3) z (0, 0): mix (0.5, −0.5), on θ's scale 0.5 + 0.5 · mix = (0.75, 0.25).
+    fused, bounded = fused_teacher_scores(TEACHER, FIRST, 0.5)
+    assert bounded == 1
+    assert fused["positive_scores"][0].tolist() == pytest.approx([2.0])
+    assert fused["negative_scores"][0].tolist() == pytest.approx([0.5, 0.5])
+    assert fused["positive_scores"][1].tolist() == pytest.approx([0.75])
+    assert math.isnan(fused["negative_scores"][1][0]) and fused["negative_scores"][1][1] == pytest.approx(0.25)
+    alone, _ = fused_teacher_scores(TEACHER, FIRST, 1.0)                    # w = 1: the teacher's own scores
+    assert alone["negative_scores"][0].tolist() == pytest.approx([0.0, 1.0])
+    assert alone["positive_scores"][1].tolist() == pytest.approx([1.0])
+
+
+def test_fused_teacher_scores_refuse_another_artifacts_pairs():
+    other = FIRST.copy()
+    other.at[1, "negative_ids"] = ["a", "d"]
+    with pytest.raises(DataError, match=r"t\.parquet, row 2: its negative_ids differ from f\.parquet's"):
+        fused_teacher_scores(TEACHER, other, 0.5, teacher_path="t.parquet", first_stage_path="f.parquet")

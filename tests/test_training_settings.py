@@ -45,7 +45,7 @@ CASES = {
     BiEncoderSettings: ("retriever", ("encode_shards", "encode_batch_size", "embedding_dtype", "index",
                                       "search_depth"), "retriever1",
                         lambda config: settings.biencoder(config, "a", "retriever1")),
-    DistillSettings: ("distill", (), "distill", lambda config: settings.biencoder(config, "a", "distill")),
+    DistillSettings: ("distill", ("teacher",), "distill", lambda config: settings.biencoder(config, "a", "distill")),
     RerankerSettings: ("reranker", ("rerank_depth", "teacher_shards", "score_batch_size", "teacher_pairs",
                                     "fusion_weight", "fusion_metric"), "reranker",
                        lambda config: settings.train_reranker(config, "a")),

@@ -88,6 +88,22 @@ def test_retriever2_continues_from_retriever1_when_set(workdir):
     assert "results/scifact/retriever1/model" not in inputs["retriever1"].split(", ")
 
 
+def test_a_fused_teacher_is_made_from_the_teacher_and_retriever2_scores_and_read_by_the_student(workdir):
+    """``distill.teacher: fused``: one job fuses the teacher's scores with Retriever2's mined negatives' at the
+    re-ranker's fusion weight (its dev choice), and the student trains on that file instead of the teacher's."""
+    override = workdir / "fused_teacher.yaml"
+    override.write_text(yaml.safe_dump({"datasets": {"scifact": {"stages": {"distill": {"teacher": "fused"}}}}}))
+    plan = snakemake(workdir, "-n", "results/scifact/distill/model", "--configfile", str(workdir / "config.yaml"),
+                     str(override))
+    assert planned_jobs(plan)["fuse_teacher_scores"] == 1
+    fuse = re.search(r"rule fuse_teacher_scores:\n\s+input: ([^\n]+)", plan).group(1).split(", ")
+    assert set(fuse) == {"results/scifact/reranker/teacher_scores.parquet",
+                         "results/scifact/retriever2/negatives.parquet", "results/scifact/reranker/fusion_weight.json"}
+    student = re.search(r"rule train_distill:\n\s+input: ([^\n]+)", plan).group(1).split(", ")
+    assert "results/scifact/reranker/fused_teacher_scores.parquet" in student
+    assert "results/scifact/reranker/teacher_scores.parquet" not in student
+
+
 def test_a_drawn_pretraining_start_is_made_once_and_read_by_every_row(workdir):
     """``pretrain.reinitialize_layers``: one job draws the start; tokenisation, each method's pre-training and the
     ablation's ``none`` row read it, and nothing reads the plm's own folder in its place."""

@@ -13,6 +13,9 @@ WILDCARD = "{dataset}"
 #: The folder of the start pre-training draws from its plm (``pretrain.reinitialize_layers``), read by every method
 #: and by the ablation's ``none`` row: ``results/<dataset>/pretrain_start/model``.
 PRETRAINING_START = "pretrain_start"
+#: The teacher scores a student learns (``distill.teacher``), in the teacher's stage folder: the re-ranker's θ, or θ
+#: fused with Retriever2's scores (:func:`dpr_pipeline.reranking.score_fusion.fused_teacher_scores`).
+TEACHER_SCORES = {"reranker": "teacher_scores.parquet", "fused": "fused_teacher_scores.parquet"}
 
 
 def dataset_dir(dataset: str = WILDCARD) -> str:

@@ -42,14 +42,14 @@ from pathlib import Path
 
 import yaml
 
-from dpr_pipeline.layout import checkpoint_dir, dataset_dir, negatives_filter_files, stage_file
+from dpr_pipeline.layout import TEACHER_SCORES, checkpoint_dir, dataset_dir, negatives_filter_files, stage_file
 from dpr_pipeline.stages import ABLATION, CHAIN, PRETRAINING, family_member, member, stage as declared
 
 #: Stages a seed can be varied for (the chain's trained stages), and the config block holding their seed.
 SEEDED_STAGES = {stage.name: stage.block for stage in CHAIN if stage.trains}
 #: Outputs of another stage made for the seed's own draws (results/<dataset>/<path>), removed with the stage's own
 #: so the rerun makes them again: the teacher scores the pairs a student of it (the distilled retriever) draws.
-DRAWN_FOR = {stage.name: (f"{stage.teacher}/teacher", f"{stage.teacher}/teacher_scores.parquet")
+DRAWN_FOR = {stage.name: (f"{stage.teacher}/teacher", *(f"{stage.teacher}/{name}" for name in TEACHER_SCORES.values()))
              for stage in CHAIN if stage.teacher is not None}
 
 

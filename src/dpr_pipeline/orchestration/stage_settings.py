@@ -26,7 +26,7 @@ from dpr_pipeline.retrieval.settings import DenseIndexSettings, DenseSearchSetti
 from dpr_pipeline.training.schedule import STEP_KEYS
 from dpr_pipeline.training.settings import RerankerSettings
 from dpr_pipeline.orchestration.config import stage_params
-from dpr_pipeline.layout import PRETRAINING_START, model_dir, stage_file
+from dpr_pipeline.layout import PRETRAINING_START, TEACHER_SCORES, model_dir, stage_file
 from dpr_pipeline.stages import (
     ABLATION,
     BIENCODER,
@@ -335,6 +335,13 @@ def teacher_draws(config: dict, dataset: str) -> dict | None:
         return None
     student = stage_params(config, dataset, declared("distill").block)
     return {key: student[key] for key in DRAW_KEYS if key in student}
+
+
+@resolves("distill", "teacher")
+def teacher_scores_file(config: dict, dataset: str) -> str:
+    """The file (in the teacher's stage folder) of the scores the distilled retriever learns, as ``distill.teacher``
+    says (:data:`TEACHER_SCORES`); a change reruns the student through its input, not its params."""
+    return TEACHER_SCORES[stage_params(config, dataset, declared("distill").block)["teacher"]]
 
 
 @resolves("reranker", "fusion_weight", "fusion_metric")

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from dpr_pipeline.atomic_writes import atomic_output
-from dpr_pipeline.data.schemas import read_artifact
+from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.data.trec_runs import append_tail, rank_order, read_trec_run, write_trec_run
 from dpr_pipeline.errors import DataError
 from dpr_pipeline.evaluation.metrics import per_query_metrics
@@ -58,7 +58,7 @@ def standardised(scores: pd.Series, groups: pd.Series) -> pd.Series:
     scores are all equal (a spread within float rounding of the mean)."""
     grouped = scores.groupby(groups)
     mean = grouped.transform("mean")
-    spread = grouped.transform(lambda values: values.std(ddof=0))
+    spread = grouped.transform("std", ddof=0)
     return ((scores - mean) / spread.where(spread > 1e-9 * (1.0 + mean.abs()))).fillna(0.0)
 
 
@@ -177,6 +177,62 @@ def describe_fusion_choice(choice: dict, label: str, first_stage_label: str) -> 
                 f"{first_stage_label}'s order was handed on (fusion weight 0).")
     return (f"{label} is above its start ({first_stage_label}) on {choice['split']} ({change}): its re-ranked runs "
             f"mix it in at fusion weight {weight:g}.")
+
+
+def fused_teacher_scores(teacher: pd.DataFrame, first_stage: pd.DataFrame, weight: float, *,
+                         teacher_path: str | Path = "teacher scores",
+                         first_stage_path: str | Path = "first-stage negatives") -> tuple[pd.DataFrame, int]:
+    """The teacher's scores of a negatives artifact's pairs fused with the first stage's scores of the same pairs,
+    as the re-ranked runs fuse them, on the teacher's scale: per query, over the pairs the teacher scored,
+    ``mean(θ) + sd(θ) · (w · z(θ) + (1 − w) · z(s))`` (``w = 1`` gives θ back), so a student distilled from it
+    learns the ranking the re-ranked runs are evaluated on. A pair the teacher did not score keeps none (NaN).
+
+    ``first_stage``: the negatives artifact the teacher scored (the same rows, ids and order; else a DataError
+    naming the first differing row), whose scores are the first stage's. A positive the first stage did not
+    retrieve has no score there; it gets the lowest score the first stage gave the query (its score is at most
+    that). Returns the fused artifact and how many positives were so bounded."""
+    if len(teacher) != len(first_stage):
+        raise DataError(teacher_path, f"{len(teacher)} rows against {len(first_stage)} in {first_stage_path}",
+                        "score the same negatives artifact with the teacher (teacher_scores rule)")
+    for column in ("query_id", "positive_ids", "negative_ids"):
+        same = [a == b if column == "query_id" else len(a) == len(b) and all(np.asarray(a) == np.asarray(b))
+                for a, b in zip(teacher[column], first_stage[column])]
+        if not all(same):
+            row = same.index(False) + 1
+            raise DataError(teacher_path, f"its {column} differ from {first_stage_path}'s",
+                            "score the same negatives artifact with the teacher (teacher_scores rule)", row=row)
+    sides = ("positive_scores", "negative_scores")
+    lengths = [teacher[side].map(len).to_numpy() for side in sides]
+    rows = np.concatenate([np.repeat(np.arange(len(teacher)), n) for n in lengths])
+    theta = np.concatenate([np.concatenate([*teacher[side], []]).astype(np.float64) for side in sides])
+    first = np.concatenate([np.concatenate([*first_stage[side], []]).astype(np.float64) for side in sides])
+    lowest = pd.Series(first).groupby(rows).transform("min").to_numpy()
+    unscored = np.isnan(first)
+    bounded = int((unscored & ~np.isnan(theta)).sum())
+    first = np.where(unscored, lowest, first)
+    scored = ~np.isnan(theta) & ~np.isnan(first)
+    pairs = pd.DataFrame({"row": rows[scored], "theta": theta[scored], "first": first[scored]})
+    grouped = pairs.groupby("row")["theta"]
+    fused = np.full(len(theta), np.nan)
+    fused[scored] = (grouped.transform("mean") + grouped.transform("std", ddof=0) * mixed(
+        standardised(pairs["theta"], pairs["row"]), standardised(pairs["first"], pairs["row"]), weight)).to_numpy()
+    positives = fused[:lengths[0].sum()]
+    negatives = fused[lengths[0].sum():]
+    out = teacher.copy()
+    for side, values, counts in (("positive_scores", positives, lengths[0]), ("negative_scores", negatives, lengths[1])):
+        out[side] = np.split(values, np.cumsum(counts)[:-1]) if len(counts) else []
+    return out, bounded
+
+
+def write_fused_teacher_scores(teacher_path: str | Path, first_stage_path: str | Path, output: str | Path, *,
+                               weight: float) -> int:
+    """:func:`fused_teacher_scores` of two negatives artifacts, written as one; returns how many positives had
+    no first-stage score."""
+    fused, bounded = fused_teacher_scores(read_artifact(teacher_path, "negatives"),
+                                          read_artifact(first_stage_path, "negatives"), weight,
+                                          teacher_path=teacher_path, first_stage_path=first_stage_path)
+    write_artifact(fused, output, "negatives", metadata={"source": f"teacher fused with the first stage at {weight:g}"})
+    return bounded
 
 
 def read_fusion_weight(path: str | Path) -> float:
