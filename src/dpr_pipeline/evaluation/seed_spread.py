@@ -100,7 +100,8 @@ def seed_workdir(repo: Path, config: dict, dataset: str, stage: str, seed: int,
         for drawn in map(copy_of.joinpath, DRAWN_FOR.get(stage, ())):
             shutil.rmtree(drawn) if drawn.is_dir() else drawn.unlink(missing_ok=True)
         if mined:  # remade from the variant's settings; the stages trained on them follow by time stamp
-            remined = (stage_file(mined, "negatives.parquet", dataset), *negatives_filter_files(mined, dataset).values())
+            remined = (stage_file(mined, "negatives.parquet", dataset),
+                       *negatives_filter_files(mined, dataset).values())
             for path in remined:
                 (workdir / path).unlink(missing_ok=True)
     seeded = seeded_config(config, dataset, stage, seed, mining, settings)

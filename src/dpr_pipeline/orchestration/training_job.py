@@ -38,7 +38,8 @@ def job_settings(stage: str, params: dict) -> StageSettings:
 
 
 def group_negatives(snakemake, settings: BiEncoderSettings | RerankerSettings, *, in_batch: bool) -> dict:
-    """The negatives a training query of a fine-tuning job sees (:func:`dpr_pipeline.orchestration.manifests.negatives_per_query`)."""
+    """The negatives a training query of a fine-tuning job sees
+    (:func:`dpr_pipeline.orchestration.manifests.negatives_per_query`)."""
     return negatives_per_query(negative_counts(snakemake.input.negatives), settings.negatives_per_query,
                                batch_size=settings.training.batch_size, in_batch=in_batch)
 
@@ -61,10 +62,11 @@ def dev_selection(snakemake) -> DevSelection:
 def run_training_job(snakemake, stage: str, settings: BiEncoderSettings | RerankerSettings, *, in_batch: bool,
                      selection: DevSelection | None = None) -> None:
     """A training rule's job: ``stage``'s trainer (:data:`dpr_pipeline.stages.TRAINERS`: ``train_biencoder``,
-    ``train_reranker``) with the job's ``settings`` on the rule's negatives, corpus and queries, in one process per GPU the job holds (torchrun when several, one per node
-    of the job), then the model folder's card and the stage's manifest (a bi-encoder's dev choice, ``selection``,
-    under its ``report``); with `tracking` on, the training's curves and the dev choice's scores go to the stage's tracked run.
-    ``in_batch``: the loss also contrasts every query with the batch's other passages (the bi-encoders)."""
+    ``train_reranker``) with the job's ``settings`` on the rule's negatives, corpus and queries, in one process per
+    GPU the job holds (torchrun when several, one per node of the job), then the model folder's card and the stage's
+    manifest (a bi-encoder's dev choice, ``selection``, under its ``report``); with `tracking` on, the training's
+    curves and the dev choice's scores go to the stage's tracked run. ``in_batch``: the loss also contrasts every
+    query with the batch's other passages (the bi-encoders)."""
     seed = settings.training.seed
     resources = dict(snakemake.resources.items())
     processes = processes_for(resources)
