@@ -138,10 +138,14 @@ def _link_unless_rewritten(finished: Path, source: str, destination: str) -> Non
 
 
 def rerun(repo: Path, workdir: Path, dataset: str, stage: str, cores: int) -> Path:
-    """Snakemake builds ``stage``'s metrics in ``workdir``; returns that metrics.json."""
+    """Snakemake builds ``stage``'s metrics in ``workdir``; returns that metrics.json. Only what is missing or older
+    than its inputs is built (``--rerun-triggers mtime``): the finished run's stages are kept even where the code or
+    another stage's settings changed since it ran, so the rerun differs from it in the stage's seed (and variant)
+    alone."""
     target = stage_file(stage, "metrics.json", dataset)
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"), "--directory",
-               str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", str(cores), target]
+               str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", str(cores),
+               "--rerun-triggers", "mtime", "--", target]
     subprocess.run(command, check=True, cwd=workdir)
     return workdir / target
 
