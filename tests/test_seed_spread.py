@@ -51,6 +51,7 @@ def test_a_rerun_folder_shares_the_finished_inputs_and_drops_the_stage_itself(tm
     (finished / "reranker" / "teacher").mkdir()
     (finished / "reranker" / "teacher" / "shard_0.parquet").write_text("")
     (finished / "reranker" / "teacher_scores.parquet").write_text("")
+    (finished / "reranker" / "fused_teacher_scores.parquet").write_text("")
     (finished / "benchmarks" / "train").mkdir(parents=True)
     (finished / "benchmarks" / "train" / "distill.tsv").write_text("s\n300\n")
     (tmp_path / "data").mkdir()
@@ -66,6 +67,7 @@ def test_a_rerun_folder_shares_the_finished_inputs_and_drops_the_stage_itself(tm
     assert (copy / "reranker" / "metrics.json").stat().st_ino == (finished / "reranker" / "metrics.json").stat().st_ino
     # the teacher scored the pairs seed 42 draws: the seed's own are scored again
     assert not (copy / "reranker" / "teacher").exists() and not (copy / "reranker" / "teacher_scores.parquet").exists()
+    assert not (copy / "reranker" / "fused_teacher_scores.parquet").exists()            # made from the teacher's
     assert (finished / "reranker" / "teacher_scores.parquet").exists()
     written = yaml.safe_load((workdir / "config.yaml").read_text())
     assert written["datasets"]["a"]["stages"]["distill"] == {"epochs": 2, "seed": 7}
