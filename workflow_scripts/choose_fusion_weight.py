@@ -7,4 +7,5 @@ with logged(snakemake.log[0]) as log:
     choice = write_fusion_choice(snakemake.input.reranker, snakemake.input.first_stage, snakemake.input.qrels,
                                  snakemake.output[0], depth=fusion["depth"], metric=fusion["metric"],
                                  relevance_level=fusion["relevance_level"], split=fusion["split"])
-    log.info("fusion weight %s (%s on %s: %s)", choice["weight"], choice["metric"], fusion["split"], choice["values"])
+    log.info("fusion weight %s (best %s, %s from the equal mix; %s on %s: %s)", choice["weight"], choice["best"],
+             "resolved" if choice["resolved"] else "not resolved", choice["metric"], fusion["split"], choice["values"])

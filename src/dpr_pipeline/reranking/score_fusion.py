@@ -165,7 +165,7 @@ def describe_fusion_choice(choice: dict, label: str, first_stage_label: str) -> 
     values = choice["values"]
     weight = float(choice["weight"])
     change = f"{values[f'{weight:g}'] - values['0']:+.4f} {choice['metric']} on {choice['split']}"
-    if not choice.get("resolved", True):   # a record written before the check resolved nothing: its best
+    if not choice.get("resolved", True):   # a record written before the check has no "resolved": its weight stood
         against = choice["against_equal_mix"]
         return (f"{choice['split']} does not resolve the best fusion weight {float(choice['best']):g} from the equal "
                 f"mix ({against['mean']:+.4f} ± {against['ci95']:.4f} {choice['metric']}, {against['queries']} "
@@ -219,7 +219,7 @@ def fused_teacher_scores(teacher: pd.DataFrame, first_stage: pd.DataFrame, weigh
     positives = fused[:lengths[0].sum()]
     negatives = fused[lengths[0].sum():]
     out = teacher.copy()
-    for side, values, counts in (("positive_scores", positives, lengths[0]), ("negative_scores", negatives, lengths[1])):
+    for side, values, counts in zip(sides, (positives, negatives), lengths):
         out[side] = np.split(values, np.cumsum(counts)[:-1]) if len(counts) else []
     return out, bounded
 
