@@ -2,12 +2,80 @@
 # the student trained on them.
 
 
+# distill.pseudo_queries: passages of the corpus each give a pseudo-query; Retriever2's top hits of it are its
+# candidates, which the teacher scores with the train queries' (data/pseudo_queries.py)
+rule pseudo_queries:
+    input:
+        data_file("corpus.parquet"),
+    output:
+        queries=stage_file("distill", "pseudo_queries/queries.parquet"),
+        qrels=stage_file("distill", "pseudo_queries/qrels.parquet"),
+    params:
+        pseudo=lambda wc: settings.pseudo_queries(config, wc.dataset),
+    threads: threads_of("pseudo_queries")
+    resources:
+        **resources_of("pseudo_queries"),
+    log:
+        log_file("pseudo_queries"),
+    benchmark:
+        benchmark_file("pseudo_queries")
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/pseudo_queries.py"
+
+
+use rule dense_search as pseudo_query_dense_search with:
+    input:
+        model=stage_file(RERANKED, "model"),
+        index=stage_file(RERANKED, "index.faiss"),
+        ids=stage_file(RERANKED, "index_ids.parquet"),
+        queries=stage_file("distill", "pseudo_queries/queries.parquet"),
+    output:
+        stage_file("distill", "pseudo_queries/run.trec"),
+    params:
+        search=lambda wc: settings.dense_search(config, wc.dataset, RERANKED),
+        depth=lambda wc: settings.pseudo_query_mining(config, wc.dataset)["depth"],
+        tag=f"dpr_pipeline-{RERANKED}",
+    log:
+        log_file("pseudo_query_dense_search"),
+    benchmark:
+        benchmark_file("pseudo_query_dense_search")
+
+
+rule pseudo_query_negatives:
+    input:
+        run=stage_file("distill", "pseudo_queries/run.trec"),
+        qrels=stage_file("distill", "pseudo_queries/qrels.parquet"),
+        queries=stage_file("distill", "pseudo_queries/queries.parquet"),
+        corpus=data_file("corpus.parquet"),
+        negatives=stage_file(RERANKED, "negatives.parquet"),
+        train_queries=train_queries,
+    output:
+        negatives=stage_file("distill", "pseudo_queries/negatives.parquet"),
+        groups=stage_file("distill", "training_groups.parquet"),
+        texts=stage_file("distill", "training_queries.parquet"),
+    params:
+        mining=lambda wc: settings.pseudo_query_mining(config, wc.dataset),
+    threads: threads_of("mine_hard_negatives")
+    resources:
+        **resources_of("mine_hard_negatives"),
+    log:
+        log_file("pseudo_query_negatives"),
+    benchmark:
+        benchmark_file("pseudo_query_negatives")
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/pseudo_query_negatives.py"
+
+
 rule teacher_scores_shard:
     input:
         model=stage_file("reranker", "model"),
-        negatives=stage_file(RERANKED, "negatives.parquet"),
+        negatives=distill_groups,
         passages=data_file("passages.arrow"),
-        queries=train_queries,
+        queries=distill_queries,
     output:
         stage_file("reranker", "teacher/shard_{shard}.parquet"),
     params:
@@ -73,7 +141,7 @@ rule train_distill:
         unpack(selection_inputs("distill")),
         negatives=distill_teacher_scores,
         passages=data_file("passages.arrow"),
-        queries=train_queries,
+        queries=distill_queries,
         init=initialisation_input("distill"),
     output:
         model=directory(stage_file("distill", "model")),

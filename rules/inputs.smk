@@ -42,6 +42,21 @@ def fusion_choice_inputs(wildcards):
             "qrels": data_file(f"qrels_{dev}.parquet", wildcards.dataset)}
 
 
+def distill_groups(wildcards):
+    """The groups the teacher scores and the student draws: Retriever2's mined negatives of the train queries, with
+    the pseudo-queries' appended where distill.pseudo_queries is on."""
+    if settings.pseudo_queries(config, wildcards.dataset) is None:
+        return stage_file(RERANKED, "negatives.parquet", wildcards.dataset)
+    return stage_file("distill", "training_groups.parquet", wildcards.dataset)
+
+
+def distill_queries(wildcards):
+    """The texts of distill_groups' queries: the train split's, with the pseudo-queries' where they are on."""
+    if settings.pseudo_queries(config, wildcards.dataset) is None:
+        return train_queries(wildcards)
+    return stage_file("distill", "training_queries.parquet", wildcards.dataset)
+
+
 def distill_teacher_scores(wildcards):
     """The scores the distilled retriever learns (distill.teacher): the teacher's, or those fused with Retriever2's."""
     return stage_file(stages.stage("distill").teacher, settings.teacher_scores_file(config, wildcards.dataset),
@@ -49,11 +64,10 @@ def distill_teacher_scores(wildcards):
 
 
 def fused_teacher_inputs(wildcards):
-    """The teacher's scores, Retriever2's mined negatives they scored (whose scores are Retriever2's), and the fusion
+    """The teacher's scores, the groups they scored (distill_groups, whose scores are Retriever2's), and the fusion
     weight's choice (fusion_choice)."""
     return {"teacher": stage_file("reranker", TEACHER_SCORES["reranker"], wildcards.dataset),
-            "first_stage": stage_file(RERANKED, "negatives.parquet", wildcards.dataset),
-            "choice": fusion_choice(wildcards)}
+            "first_stage": distill_groups(wildcards), "choice": fusion_choice(wildcards)}
 
 
 def fusion_inputs(wildcards):

@@ -298,7 +298,9 @@ def test_a_key_resolved_here_reaches_no_job_of_its_block(config):
     job's params of its block, and it names a key the block has (a misspelt one would leak the real one)."""
     assert {block: set(keys) for block, keys in settings.RESOLVED_HERE.items()} == {
         "reranker": {"teacher_pairs", "fusion_weight", "fusion_metric"},
-        "pretrain": {"reinitialize_layers", "reinitialize_seed"}, "distill": {"teacher"}}
+        "pretrain": {"reinitialize_layers", "reinitialize_seed"},
+        "distill": {"teacher", "pseudo_queries", "pseudo_query_source", "pseudo_query_min_words",
+                    "pseudo_query_max_words"}}
     for block, keys in settings.RESOLVED_HERE.items():
         assert set(keys) <= config["stages"][block].keys()
         assert not set(keys) & settings.job_params(config, "a", block).keys()

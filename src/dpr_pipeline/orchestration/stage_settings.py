@@ -15,6 +15,7 @@ fusion weight, the pairs the teacher scores) is read there only and kept out of 
 from __future__ import annotations
 
 from dpr_pipeline.data.dev_split import dev_split_of
+from dpr_pipeline.data.pseudo_queries import PseudoQuerySettings
 from dpr_pipeline.models.hub_fetch import model_source
 from dpr_pipeline.models.settings import StartingModelSettings
 from dpr_pipeline.pretraining.methods import RANDOM_GENERATOR
@@ -342,6 +343,23 @@ def teacher_scores_file(config: dict, dataset: str) -> str:
     """The file (in the teacher's stage folder) of the scores the distilled retriever learns, as ``distill.teacher``
     says (:data:`TEACHER_SCORES`); a change reruns the student through its input, not its params."""
     return TEACHER_SCORES[stage_params(config, dataset, declared("distill").block)["teacher"]]
+
+
+@resolves("distill", "pseudo_queries", "pseudo_query_source", "pseudo_query_min_words", "pseudo_query_max_words")
+def pseudo_queries(config: dict, dataset: str) -> dict | None:
+    """What the pseudo-query job reads (:class:`~dpr_pipeline.data.pseudo_queries.PseudoQuerySettings`: the
+    student's ``pseudo_*`` keys and its seed); None where ``distill.pseudo_queries`` is 0: no pseudo-query jobs, the
+    student learns the labelled queries alone."""
+    student = stage_params(config, dataset, declared("distill").block)
+    return PseudoQuerySettings.pick(student) if student["pseudo_queries"] else None
+
+
+def pseudo_query_mining(config: dict, dataset: str) -> dict:
+    """How the pseudo-queries' candidates are drawn from the run of the stage that feeds the student: as its train
+    queries' (`mining.<that stage>`), less the cross-encoder denoising (``denoise``), which scores only the train
+    pool; the teacher scores every candidate the student sees."""
+    return {key: value for key, value in mining(config, dataset, declared("distill").fed_by).items()
+            if key != "denoise"}
 
 
 @resolves("reranker", "fusion_weight", "fusion_metric")
