@@ -104,6 +104,35 @@ def test_a_fused_teacher_is_made_from_the_teacher_and_retriever2_scores_and_read
     assert "results/scifact/reranker/teacher_scores.parquet" not in student
 
 
+def test_pseudo_queries_join_the_groups_the_teacher_scores_and_the_student_draws(workdir):
+    """``distill.pseudo_queries``: one job draws them from the corpus, Retriever2 searches them, one job mines their
+    candidates and appends them to the train queries' groups; the teacher (and the fused teacher) scores those
+    groups and the student reads their texts, in place of Retriever2's negatives and the train split's texts."""
+    override = workdir / "pseudo_queries.yaml"
+    override.write_text(yaml.safe_dump({"datasets": {"scifact": {"stages": {"distill": {
+        "pseudo_queries": 20, "teacher": "fused"}}}}}))
+    plan = snakemake(workdir, "-n", "results/scifact/distill/model", "--configfile", str(workdir / "config.yaml"),
+                     str(override))
+    jobs = planned_jobs(plan)
+    assert [jobs[rule] for rule in ("pseudo_queries", "pseudo_query_dense_search", "pseudo_query_negatives")] == [1] * 3
+
+    def inputs(rule):
+        return set(re.search(rf"rule {rule}:\n\s+input: ([^\n]+)", plan).group(1).split(", "))
+
+    pseudo = "results/scifact/distill/pseudo_queries"
+    assert inputs("pseudo_query_dense_search") == {
+        "results/scifact/retriever2/model", "results/scifact/retriever2/index.faiss",
+        "results/scifact/retriever2/index_ids.parquet", f"{pseudo}/queries.parquet"}
+    assert {f"{pseudo}/run.trec", f"{pseudo}/qrels.parquet", "results/scifact/retriever2/negatives.parquet",
+            "results/scifact/data/queries_train.parquet"} <= inputs("pseudo_query_negatives")
+    groups, texts = "results/scifact/distill/training_groups.parquet", "results/scifact/distill/training_queries.parquet"
+    for rule in ("teacher_scores_shard", "fuse_teacher_scores", "train_distill"):
+        assert "results/scifact/retriever2/negatives.parquet" not in inputs(rule), rule
+        assert "results/scifact/data/queries_train.parquet" not in inputs(rule), rule
+    assert {groups, texts} <= inputs("teacher_scores_shard") and groups in inputs("fuse_teacher_scores")
+    assert texts in inputs("train_distill")
+
+
 def test_a_drawn_pretraining_start_is_made_once_and_read_by_every_row(workdir):
     """``pretrain.reinitialize_layers``: one job draws the start; tokenisation, each method's pre-training and the
     ablation's ``none`` row read it, and nothing reads the plm's own folder in its place."""
