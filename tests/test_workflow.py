@@ -125,7 +125,7 @@ def test_pseudo_queries_join_the_groups_the_teacher_scores_and_the_student_draws
         "results/scifact/retriever2/index_ids.parquet", f"{pseudo}/queries.parquet"}
     assert {f"{pseudo}/run.trec", f"{pseudo}/qrels.parquet", "results/scifact/retriever2/negatives.parquet",
             "results/scifact/data/queries_train.parquet"} <= inputs("pseudo_query_negatives")
-    groups, texts = "results/scifact/distill/training_groups.parquet", "results/scifact/distill/training_queries.parquet"
+    groups, texts = (f"results/scifact/distill/training_{name}.parquet" for name in ("groups", "queries"))
     for rule in ("teacher_scores_shard", "fuse_teacher_scores", "train_distill"):
         assert "results/scifact/retriever2/negatives.parquet" not in inputs(rule), rule
         assert "results/scifact/data/queries_train.parquet" not in inputs(rule), rule
