@@ -57,9 +57,9 @@ rule pseudo_query_negatives:
         texts=stage_file("distill", "training_queries.parquet"),
     params:
         mining=lambda wc: settings.pseudo_query_mining(config, wc.dataset),
-    threads: threads_of("mine_hard_negatives")
+    threads: threads_of("pseudo_query_negatives")
     resources:
-        **resources_of("mine_hard_negatives"),
+        **resources_of("pseudo_query_negatives"),
     log:
         log_file("pseudo_query_negatives"),
     benchmark:
