@@ -98,7 +98,7 @@ def test_the_students_groups_are_the_labelled_then_the_pseudo_queries_and_a_clas
     for name in ("groups", "texts"):
         paths[name].unlink()
     write_artifact(pd.DataFrame({"query_id": ["q1", f"{ID_PREFIX}d1"], "text": ["a", "b"]}), paths["q"], "queries")
-    with pytest.raises(DataError, match=r"query id 'pseudo:d1' is also a pseudo-query's id.*distill\.pseudo_queries"):
+    with pytest.raises(DataError, match=r"q\.parquet, row 2: query id 'pseudo:d1' is also a pseudo"):
         write_training_groups(*map(str, paths.values()))
     assert not paths["groups"].exists() and not paths["texts"].exists()
 

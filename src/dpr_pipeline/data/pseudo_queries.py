@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from dpr_pipeline.atomic_writes import atomic_outputs
-from dpr_pipeline.data.schemas import check_frame, read_artifact, write_artifact
+from dpr_pipeline.data.schemas import read_artifact, write_artifact
 from dpr_pipeline.errors import ConfigError, DataError
 from dpr_pipeline.job_settings import JobSettings
 
@@ -126,11 +126,8 @@ def write_pseudo_queries(corpus_path: str, queries_path: str, qrels_path: str,
             f"{settings.pseudo_query_min_words} words. Fix: lower pseudo_queries or pseudo_query_min_words, or "
             "choose another pseudo_query_source")
     qrels = pd.DataFrame({"query_id": queries["query_id"], "doc_id": queries["doc_id"], "relevance": 1})
-    texts = queries[["query_id", "text"]]
-    check_frame(texts, "queries", queries_path)
-    check_frame(qrels, "qrels", qrels_path)
     with atomic_outputs(queries_path, qrels_path) as (queries_tmp, qrels_tmp):
-        write_artifact(texts, queries_tmp, "queries")
+        write_artifact(queries[["query_id", "text"]], queries_tmp, "queries")
         write_artifact(qrels, qrels_tmp, "qrels")
     LOG.info("%d pseudo-queries (%s, %d–%d words, seed %d) of %s", len(queries), settings.pseudo_query_source,
              settings.pseudo_query_min_words, settings.pseudo_query_max_words, settings.seed, corpus_path)
@@ -141,18 +138,17 @@ def write_training_groups(negatives_path: str, queries_path: str, pseudo_negativ
                           pseudo_queries_path: str, groups_path: str, texts_path: str) -> tuple[int, int]:
     """The labelled queries' groups (``negatives_path``) and texts (``queries_path``) with the pseudo-queries'
     appended, written to ``groups_path`` and ``texts_path``; the numbers of labelled and pseudo groups. A
-    pseudo-query id that is also a labelled query's is a :class:`~dpr_pipeline.errors.DataError` naming it."""
+    pseudo-query id that is also a labelled query's is a :class:`~dpr_pipeline.errors.DataError` naming it and its
+    row, and writes nothing."""
     groups = [read_artifact(negatives_path, "negatives"), read_artifact(pseudo_negatives_path, "negatives")]
     texts = [read_artifact(queries_path, "queries"), read_artifact(pseudo_queries_path, "queries")]
-    clash = sorted(set(texts[0]["query_id"]) & set(texts[1]["query_id"]))
-    if clash:
-        raise DataError(queries_path, f"query id {clash[0]!r} is also a pseudo-query's id (they are "
-                                      f"'{ID_PREFIX}<doc_id>')",
-                        "rename the labelled query, or turn pseudo-queries off (distill.pseudo_queries: 0)")
-    combined_groups, combined_texts = pd.concat(groups, ignore_index=True), pd.concat(texts, ignore_index=True)
-    check_frame(combined_groups, "negatives", groups_path)
-    check_frame(combined_texts, "queries", texts_path)
+    clash = np.flatnonzero(texts[0]["query_id"].isin(texts[1]["query_id"]))
+    if len(clash):
+        raise DataError(queries_path, f"query id {texts[0]['query_id'].iloc[clash[0]]!r} is also a pseudo-query's "
+                                      f"id (they are '{ID_PREFIX}<doc_id>')",
+                        "rename the labelled query, or turn pseudo-queries off (distill.pseudo_queries: 0)",
+                        row=int(clash[0]) + 1)
     with atomic_outputs(groups_path, texts_path) as (groups_tmp, texts_tmp):
-        write_artifact(combined_groups, groups_tmp, "negatives")
-        write_artifact(combined_texts, texts_tmp, "queries")
+        write_artifact(pd.concat(groups, ignore_index=True), groups_tmp, "negatives")
+        write_artifact(pd.concat(texts, ignore_index=True), texts_tmp, "queries")
     return len(groups[0]), len(groups[1])
