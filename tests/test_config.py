@@ -258,3 +258,19 @@ def test_datasets_that_share_blocks_through_yaml_aliases_are_separate_once_loade
     learning_rate = stage_params(loaded, "scifact_pretrain_cpu", "reranker")["learning_rate"]
     loaded["datasets"]["scifact"]["stages"]["reranker"]["learning_rate"] = 1.0
     assert stage_params(loaded, "scifact_pretrain_cpu", "reranker")["learning_rate"] == learning_rate != 1.0
+
+
+def test_the_scifact_student_config_changes_the_bundled_student_alone():
+    """configs/scifact_student.yaml over config.yaml (as Snakemake merges them): valid, and of every stage block
+    only the distilled retriever's group size differs from the bundled scifact's."""
+    from snakemake.utils import update_config
+
+    merged = copy.deepcopy(CONFIG)
+    update_config(merged, yaml.safe_load((REPO / "configs" / "scifact_student.yaml").read_text()))
+    bundled, student = validate_config(copy.deepcopy(CONFIG)), validate_config(merged)
+    blocks = ("retriever", "retriever1", "retriever2", "reranker", "distill", "mining", "pretrain", "bm25")
+    differing = {(block, key) for block in blocks
+                 for key, value in stage_params(student, "scifact", block).items()
+                 if stage_params(bundled, "scifact", block)[key] != value}
+    assert differing == {("distill", "negatives_per_query")}
+    assert stage_params(student, "scifact", "distill")["negatives_per_query"] == 15
