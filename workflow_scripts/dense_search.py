@@ -9,4 +9,5 @@ with logged(snakemake.log[0], snakemake.threads):
                  snakemake.output[0], depth=snakemake.params.depth,
                  query_max_length=settings.query_max_length, batch_size=settings.encode_batch_size,
                  tag=snakemake.params.get("tag") or f"dpr_pipeline-{snakemake.wildcards.stage}",
-                 hnsw_ef_search=settings.hnsw_ef_search, ivf_nprobe=settings.ivf_nprobe, bf16=settings.bf16, search_device=settings.index["search_device"])
+                 hnsw_ef_search=settings.hnsw_ef_search, ivf_nprobe=settings.ivf_nprobe, bf16=settings.bf16,
+                 search_device=settings.index["search_device"])
