@@ -618,7 +618,8 @@ def tiny_dataset(root: Path) -> Path:
 
 
 def snakemake_workdir(root: Path, dataset: Path, plm: Path) -> Path:
-    """A working folder whose config runs BM25 -> Retriever1 (tiny BERT, corpus encoded in 2 shards) -> metrics."""
+    """A working folder whose config runs BM25 -> Retriever1 (tiny BERT, 3 steps, corpus encoded in 2 shards) ->
+    metrics."""
     root.mkdir(parents=True)
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["run_datasets"] = ["tiny"]
@@ -626,7 +627,7 @@ def snakemake_workdir(root: Path, dataset: Path, plm: Path) -> Path:
         "format": "beir", "path": str(dataset), "train_split": "train", "eval_splits": ["test"],
         "unknown_qrels_ids": "error",
         "stages": {"bm25": {"threads": 1}, "mining": {"bm25": {"keep": 8}},
-                   "retriever": {"plm": str(plm), "batch_size": 4, "epochs": 1, "warmup_steps": 1,
+                   "retriever": {"plm": str(plm), "batch_size": 4, "epochs": 1, "min_steps": 0, "warmup_steps": 1,
                                  "learning_rate": 1e-3, "negatives_per_query": 1, "query_max_length": 16,
                                  "passage_max_length": 32, "encode_batch_size": 8, "encode_shards": 2,
                                  "save_steps": 2, "search_depth": 20},
