@@ -109,7 +109,8 @@ def test_whole_msmarco_chain_on_the_stand_in(tmp_path):
     dataset = config["datasets"]["msmarco"]
     dataset.update(STANDIN, path=str(FIXTURE))
     tiny = str(make_tiny_bert(tmp_path / "tiny_bert"))
-    small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, epochs=1, warmup_steps=2, save_steps=50, processes=1)
+    small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, epochs=1, min_steps=0, warmup_steps=2, save_steps=50,
+                 processes=1)                   # one epoch of the 60 train queries: 8 steps
     dataset["stages"] = {
         "bm25": {"threads": 1, "depth": 100},
         "retriever": {**small, "negatives_per_query": 2, "search_depth": 100, "passage_max_length": 32,

@@ -174,7 +174,7 @@ def test_whole_nq_chain_from_dpr_files_to_top_k_accuracy(tmp_path):
     dataset["path"] = str(shutil.copytree(FIXTURE, tmp_path / "nq_files"))
     dataset.pop("resources")
     tiny = str(make_tiny_bert(tmp_path / "tiny_bert"))
-    small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, warmup_steps=1, save_steps=50, processes=1)
+    small = dict(plm=tiny, learning_rate=1e-3, batch_size=8, warmup_steps=1, save_steps=50, processes=1, min_steps=0)
     dataset["stages"] = {
         "bm25": {"threads": 1, "depth": 100},
         "retriever": {**small, "train_steps": 3, "negatives_per_query": 2, "search_depth": 100,
