@@ -100,10 +100,10 @@ def per_query_metrics(run: pd.DataFrame, qrels: pd.DataFrame, metrics: list[str]
 
 def nested(frame: pd.DataFrame, value: str) -> dict[str, dict[str, float | int]]:
     """``{query_id: {doc_id: value}}`` of a run's or qrels' rows: ir-measures' own input shape, built from whole
-    columns (handing it the frame makes it read the rows one by one, ~10× slower on a 1,000-deep run)."""
+    columns (handing it the frame makes it read the rows one by one: 6× slower on SciFact's 1,000-deep test run)."""
     rows: dict[str, dict] = {}
-    for query, doc, x in zip(frame["query_id"].tolist(), frame["doc_id"].tolist(), frame[value].tolist()):
-        rows.setdefault(query, {})[doc] = x
+    for query, doc, entry in zip(frame["query_id"].tolist(), frame["doc_id"].tolist(), frame[value].tolist()):
+        rows.setdefault(query, {})[doc] = entry
     return rows
 
 
