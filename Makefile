@@ -31,10 +31,10 @@ example: $(STAMP)
 	@cat results/scifact/summary.md
 
 # Two pytest runs side by side, each printing its 25 slowest tests: the workflow through a real Slurm (mostly waiting
-# on its scheduler) with the other collections' chains (NQ, the MS MARCO stand-in), whose report (logs/test_side.log)
-# follows that of everything else; either failing fails. The split keeps the two about equally long
-# (docs/architecture.md).
-SIDE_TESTS := tests/test_slurm.py tests/test_rehearsal.py tests/test_nq.py tests/test_msmarco.py
+# on its scheduler) with the other collections' chains (NQ, the MS MARCO stand-in) and the fault tests' chains, whose
+# report (logs/test_side.log) follows that of everything else; either failing fails. The split keeps the two about
+# equally long (docs/architecture.md).
+SIDE_TESTS := tests/test_slurm.py tests/test_rehearsal.py tests/test_nq.py tests/test_msmarco.py tests/test_faults.py
 test: $(STAMP)
 	$(VENV)/bin/snakemake --lint
 	@mkdir -p logs

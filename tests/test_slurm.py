@@ -199,7 +199,8 @@ def test_the_preflight_refuses_what_the_cluster_cannot_run_before_submitting_any
 # --- a training longer than its time limit: SIGTERM -> checkpoint -> the retry resumes -------------------------
 
 TIME_LIMIT_TARGET = "results/scifact/retriever1/manifest.json"
-TRAIN_STEPS = 200
+TRAIN_STEPS = 200       # more than one minute holds at 0.4 s a step (150): the time limit always comes first
+REQUEUE_STEPS = 100     # at least 40 s: the requeue, 20 s into the training, comes before its end
 SLOW_STEPS = '''
 
 # Injected by tests/test_slurm.py: every optimizer step 0.4 s longer, so that this training outlasts its job's
@@ -213,44 +214,51 @@ def _optimizer_step(*args, **kwargs):
 '''
 
 
-def slow_training_copy(folder: Path, resources: dict) -> tuple[Path, dict]:
-    """A repository copy in ``folder`` whose Retriever 1 trains TRAIN_STEPS slow steps (SLOW_STEPS, injected into the
-    copy's trainer) by torchrun with 2 processes, no save_steps checkpoint before the end, with the tiny config
-    (``resources`` over 1 thread, 2 GB, 30 minutes) in tiny.yaml; and the environment that runs it: the copy's
-    package first on the path of Snakemake and of the Slurm jobs, which inherit it, as where the copy is the
-    installed checkout."""
-    root = copy_repo(folder / "repo")
+def slow_training(root: Path, steps: int) -> dict:
+    """The `run` fixture's checkout ``root``, after its run, made to train Retriever 1 again, slowly: ``steps`` steps
+    (SLOW_STEPS, injected into the checkout's trainer) by torchrun with 2 processes, no save_steps checkpoint
+    before the end (slow.yaml, given after tiny.yaml). As a user who changes the stage's settings, the next run
+    trains it again from what the first run left (ingestion, BM25 negatives: not run again). Returns the
+    environment that runs it: the checkout's package first on the path of Snakemake and of the Slurm
+    jobs, which inherit it, as where the checkout is the installed one."""
     trainer = root / "src" / "dpr_pipeline" / "training" / "trainer.py"
-    trainer.write_text(trainer.read_text() + SLOW_STEPS)
-    config = tiny_scifact_config(str(make_tiny_bert(root / "tiny_bert")))
-    config["run_datasets"] = ["scifact"]
-    config["cluster"] = CLUSTER
-    config["datasets"]["scifact"]["stages"]["retriever"].update(processes=2, train_steps=TRAIN_STEPS,
-                                                                save_steps=10 * TRAIN_STEPS)
-    config["datasets"]["scifact"]["resources"] = {"default": {"threads": 1, "mem_mb": 2000, "runtime": 30},
-                                                  **resources}
-    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
+    if SLOW_STEPS not in trainer.read_text():
+        trainer.write_text(trainer.read_text() + SLOW_STEPS)
+    (root / "slow.yaml").write_text(yaml.safe_dump({"datasets": {"scifact": {"stages": {"retriever": {
+        "train_steps": steps, "save_steps": 10 * steps}}}}}))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DPR_PIPELINE_ALLOW_CPU": "1",  # fake GPUs
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(root / "src")}
-    return root, env
+    return env
+
+
+def training_logs(root: Path, submitted: str) -> list[Path]:
+    """train_retriever's Slurm logs of the jobs whose submissions ``submitted`` (Snakemake's output) names, in
+    submission order (the checkout's earlier runs left theirs beside them)."""
+    ids = set(re.findall(r"has been submitted with SLURM jobid (\d+)", submitted))
+    return sorted((p for p in (root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log") if p.stem in ids),
+                  key=lambda p: int(p.stem))
 
 
 @pytest.fixture(scope="module")
-def time_limit_run(slurm, tmp_path_factory):
-    """In a repository copy: Retriever 1 trains 200 steps (0.4 s longer each, injected into the copy's trainer)
-    by torchrun with 2 processes in a 2-GPU job with a one-minute time limit (resources runtime 1: each
-    continuation gets the same minute, and the same memory). No save_steps checkpoint comes before the end: the only one is the one
-    saved on Slurm's SIGTERM at the limit (the test cluster's KillWait: 5 s)."""
-    root, env = slow_training_copy(tmp_path_factory.mktemp("slurm_time_limit"), {"train_retriever": {"runtime": 1}})
+def time_limit_run(slurm, run):
+    """In the `run` fixture's checkout (slow_training): Retriever 1 trains 200 steps (0.4 s longer each) by
+    torchrun with 2 processes in a 2-GPU job with a one-minute time limit (time_limit.yaml: resources runtime 1;
+    each continuation gets the same minute, and the same memory). No save_steps checkpoint comes before the end: the
+    only one is the one saved on Slurm's SIGTERM at the limit (the test cluster's KillWait: 5 s)."""
+    root = run["root"]
+    env = slow_training(root, TRAIN_STEPS)
+    (root / "time_limit.yaml").write_text(yaml.safe_dump({"datasets": {"scifact": {"resources": {
+        "train_retriever": {"runtime": 1}}}}}))
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TIME_LIMIT_TARGET, "--configfile",
-               "tiny.yaml", "--slurm-init-seconds-before-status-checks", "2", "--retries", "3",
+               "tiny.yaml", "slow.yaml", "time_limit.yaml", "--slurm-init-seconds-before-status-checks", "2",
+               "--retries", "3",
                # the profile's SIGTERM 2 minutes early would come at once in a one-minute job: Slurm's own at the
                # time limit instead (the harder case: KillWait seconds to save)
                "--set-resources", "train_retriever:slurm_extra=''"]
     began = time.monotonic()
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env, timeout=1800)
     output = done.stdout + done.stderr
-    logs = sorted((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log"), key=lambda p: int(p.stem))
+    logs = training_logs(root, output)
     accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,Timelimit,Elapsed,AllocTRES,Partition",
                                  "-j", ",".join(p.stem for p in logs) or "0"], capture_output=True, text=True).stdout
     LOG.parent.mkdir(parents=True, exist_ok=True)
@@ -262,7 +270,7 @@ def time_limit_run(slurm, tmp_path_factory):
                       for p in logs))
     if done.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{output[-8000:]}")
-    return {"root": root, "logs": [p.read_text() for p in logs],
+    return {"root": root, "output": output, "logs": [p.read_text() for p in logs],
             "sacct": [line.split("|") for line in accounting.splitlines() if line]}
 
 
@@ -285,26 +293,34 @@ def test_a_training_stopped_at_its_time_limit_saves_a_checkpoint_and_the_retry_r
     steps = [json.loads(line)["step"] for line in loss_log.read_text().splitlines()]
     assert steps == list(range(1, TRAIN_STEPS + 1))
     assert "2 process(es)" in last
+    # the changed settings ran Retriever 1's training again, nothing before it (the `run` fixture's outputs)
+    assert len(re.findall(r"has been submitted with SLURM jobid", time_limit_run["output"])) == len(
+        time_limit_run["logs"])
 
 
 @pytest.fixture(scope="module")
-def requeued_run(slurm, tmp_path_factory):
-    """As the time-limit run, with a 30-minute limit: once Retriever 1's training has run 20 s, its job is requeued
-    (`scontrol requeue`, as a preemption with PreemptMode=REQUEUE does): Slurm stops it with SIGTERM and queues it
-    again under the same job id, Snakemake keeps waiting for it, and the training resumes from the checkpoint it
-    saved on the SIGTERM."""
-    root, env = slow_training_copy(tmp_path_factory.mktemp("slurm_requeue"), {})
+def requeued_run(slurm, time_limit_run):
+    """As the time-limit run, in the same checkout with a 30-minute limit (tiny.yaml's) and REQUEUE_STEPS steps
+    (a changed setting: Retriever 1 is trained again): once its training has run 20 s, its job is requeued (`scontrol requeue`, as
+    a preemption with PreemptMode=REQUEUE does): Slurm stops it with SIGTERM and queues it again under the same
+    job id, Snakemake keeps waiting for it, and the training resumes from the checkpoint it saved on the SIGTERM."""
+    root = time_limit_run["root"]
+    env = slow_training(root, REQUEUE_STEPS)
+    # the time-limit run's success removed its finished checkpoint (orchestration/checkpoints.py): this training
+    # starts from step 0
+    assert not (root / "results" / "scifact" / "checkpoints" / "retriever1").exists()
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TIME_LIMIT_TARGET, "--configfile",
-               "tiny.yaml", "--slurm-init-seconds-before-status-checks", "2"]
+               "tiny.yaml", "slow.yaml", "--slurm-init-seconds-before-status-checks", "2"]
+    earlier = set((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log"))
     process = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env)
     requeued, deadline = None, time.monotonic() + 1200
     while requeued is None and process.poll() is None and time.monotonic() < deadline:
         time.sleep(2)
-        logs = list((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log"))
-        if logs and re.search(r"\d+ steps of \d+, 2 process\(es\)", logs[0].read_text()):
+        logs = set((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log")) - earlier
+        if logs and re.search(r"\d+ steps of \d+, 2 process\(es\)", next(iter(logs)).read_text()):
             time.sleep(20)                                           # some steps into the training
-            requeued = logs[0].stem
+            requeued = next(iter(logs)).stem
             subprocess.run(["scontrol", "requeue", requeued], check=True)
     output, _ = process.communicate(timeout=1800)
     assert requeued is not None, output[-6000:]
@@ -324,7 +340,7 @@ def test_a_requeued_training_resumes_from_the_checkpoint_it_saved_on_sigterm(req
     assert [state for _, state, *_ in runs][-1] == "COMPLETED" and len(runs) >= 2, runs   # requeued, then completed
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", requeued_run["output"])
     assert submitted.count(requeued_run["job"]) == 1                # one submission: Slurm ran it again
-    resumed = re.findall(rf"resuming retriever from checkpoint step (\d+) of {TRAIN_STEPS}", requeued_run["log"])
-    assert resumed and 0 < int(resumed[0]) < TRAIN_STEPS, requeued_run["log"][-3000:]
+    resumed = re.findall(rf"resuming retriever from checkpoint step (\d+) of {REQUEUE_STEPS}", requeued_run["log"])
+    assert resumed and 0 < int(resumed[0]) < REQUEUE_STEPS, requeued_run["log"][-3000:]
     loss_log = requeued_run["root"] / "results" / "scifact" / "retriever1" / "loss_log.jsonl"
-    assert [json.loads(line)["step"] for line in loss_log.read_text().splitlines()] == list(range(1, TRAIN_STEPS + 1))
+    assert [json.loads(line)["step"] for line in loss_log.read_text().splitlines()] == list(range(1, REQUEUE_STEPS + 1))
