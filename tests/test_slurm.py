@@ -46,6 +46,8 @@ if len(_marker.read_text().split()) == 1:
     raise SystemExit("injected fault: first attempt fails")
 '''
 LOG = REPO / "logs" / "slurm_test.log"
+#: Snakemake's line for each sbatch submission (group: the Slurm job id)
+SUBMITTED = r"has been submitted with SLURM jobid (\d+)"
 
 
 #: The test cluster (scripts/slurm/start: a typical site's partitions, 60-minute GPU limit, 4 GPUs per node, an
@@ -96,7 +98,7 @@ def run(slurm, checkout):
     seconds = time.monotonic() - began
     output = done.stdout + done.stderr
     # a job's id, or a group's (a UUID: the shard jobs the profile groups, stages.SHARD_GROUPS)
-    submitted = re.findall(r"Job (\S+) has been submitted with SLURM jobid (\d+)", output)
+    submitted = re.findall(rf"Job (\S+) {SUBMITTED}", output)
     accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,JobName,State,ExitCode,AllocTRES,Partition",
                                  "-j", ",".join(j for _, j in submitted) or "0"],
                                 capture_output=True, text=True).stdout
@@ -231,17 +233,16 @@ def slow_training(root: Path, steps: int) -> dict:
     return env
 
 
-def training_logs(root: Path, submitted: str) -> list[Path]:
-    """train_retriever's Slurm logs of the jobs whose submissions ``submitted`` (Snakemake's output) names, in
-    submission order (the checkout's earlier runs left theirs beside them)."""
-    ids = set(re.findall(r"has been submitted with SLURM jobid (\d+)", submitted))
-    return sorted((p for p in (root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log") if p.stem in ids),
-                  key=lambda p: int(p.stem))
+def training_logs(root: Path, job_ids=None) -> list[Path]:
+    """train_retriever's Slurm logs in the checkout ``root``, in submission order: all of them, or those of the Slurm
+    jobs ``job_ids`` (the checkout's earlier runs leave theirs beside a run's)."""
+    logs = (root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log")
+    return sorted((p for p in logs if job_ids is None or p.stem in job_ids), key=lambda p: int(p.stem))
 
 
 @pytest.fixture(scope="module")
 def time_limit_run(slurm, run):
-    """In the `run` fixture's checkout (slow_training): Retriever 1 trains 200 steps (0.4 s longer each) by
+    """In the `run` fixture's checkout (slow_training): Retriever 1 trains TRAIN_STEPS steps (0.4 s longer each) by
     torchrun with 2 processes in a 2-GPU job with a one-minute time limit (time_limit.yaml: resources runtime 1;
     each continuation gets the same minute, and the same memory). No save_steps checkpoint comes before the end: the
     only one is the one saved on Slurm's SIGTERM at the limit (the test cluster's KillWait: 5 s)."""
@@ -258,7 +259,7 @@ def time_limit_run(slurm, run):
     began = time.monotonic()
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env, timeout=1800)
     output = done.stdout + done.stderr
-    logs = training_logs(root, output)
+    logs = training_logs(root, re.findall(SUBMITTED, output))
     accounting = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobID,State,ExitCode,Timelimit,Elapsed,AllocTRES,Partition",
                                  "-j", ",".join(p.stem for p in logs) or "0"], capture_output=True, text=True).stdout
     LOG.parent.mkdir(parents=True, exist_ok=True)
@@ -294,7 +295,7 @@ def test_a_training_stopped_at_its_time_limit_saves_a_checkpoint_and_the_retry_r
     assert steps == list(range(1, TRAIN_STEPS + 1))
     assert "2 process(es)" in last
     # the changed settings ran Retriever 1's training again, nothing before it (the `run` fixture's outputs)
-    assert len(re.findall(r"has been submitted with SLURM jobid", time_limit_run["output"])) == len(
+    assert len(re.findall(SUBMITTED, time_limit_run["output"])) == len(
         time_limit_run["logs"])
 
 
@@ -311,13 +312,13 @@ def requeued_run(slurm, time_limit_run):
     assert not (root / "results" / "scifact" / "checkpoints" / "retriever1").exists()
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", TIME_LIMIT_TARGET, "--configfile",
                "tiny.yaml", "slow.yaml", "--slurm-init-seconds-before-status-checks", "2"]
-    earlier = set((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log"))
+    earlier = set(training_logs(root))
     process = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env)
     requeued, deadline = None, time.monotonic() + 1200
     while requeued is None and process.poll() is None and time.monotonic() < deadline:
         time.sleep(2)
-        logs = set((root / "logs" / "slurm" / "rule_train_retriever").rglob("*.log")) - earlier
+        logs = set(training_logs(root)) - earlier
         if logs and re.search(r"\d+ steps of \d+, 2 process\(es\)", next(iter(logs)).read_text()):
             time.sleep(20)                                           # some steps into the training
             requeued = next(iter(logs)).stem
@@ -331,14 +332,14 @@ def requeued_run(slurm, time_limit_run):
                   f"{process.returncode})\nsacct -D (every run of the job):\n{accounting}\n")
     if process.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{output[-8000:]}")
-    log = next((root / "logs" / "slurm" / "rule_train_retriever").rglob(f"{requeued}.log"))
+    log, = training_logs(root, [requeued])
     return {"root": root, "output": output, "job": requeued, "sacct": accounting, "log": log.read_text()}
 
 
 def test_a_requeued_training_resumes_from_the_checkpoint_it_saved_on_sigterm(requeued_run):
     runs = [line.split("|") for line in requeued_run["sacct"].splitlines() if line]
     assert [state for _, state, *_ in runs][-1] == "COMPLETED" and len(runs) >= 2, runs   # requeued, then completed
-    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", requeued_run["output"])
+    submitted = re.findall(SUBMITTED, requeued_run["output"])
     assert submitted.count(requeued_run["job"]) == 1                # one submission: Slurm ran it again
     resumed = re.findall(rf"resuming retriever from checkpoint step (\d+) of {REQUEUE_STEPS}", requeued_run["log"])
     assert resumed and 0 < int(resumed[0]) < REQUEUE_STEPS, requeued_run["log"][-3000:]
